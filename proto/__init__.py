@@ -1,0 +1,1 @@
+"""The public gRPC protocol (`sqltopic.proto`) and its generated Python stubs."""

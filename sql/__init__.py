@@ -1,0 +1,2 @@
+"""TDengine-style SQL on sqlglot: the dialect, typed statements, the catalog model and
+the topic compiler. Imports nothing of ours but `sqltopic.errors`."""

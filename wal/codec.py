@@ -1,0 +1,71 @@
+"""Entry bodies: Arrow IPC for data, JSON for meta and control entries."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.wal.record import EntryType
+
+
+@dataclass(frozen=True, slots=True)
+class WalEntry:
+    """One entry to append. `version` None takes the WAL's next version."""
+
+    entry_type: EntryType
+    body: Any  # anything with the buffer protocol: bytes, memoryview, pyarrow.Buffer
+    version: int | None = None
+
+
+def data_entry(data: pa.RecordBatch | pa.Table, version: int | None = None) -> WalEntry:
+    """A data entry holding `data` as one Arrow IPC record batch with its schema."""
+    return WalEntry(EntryType.DATA, encode_arrow(data), version)
+
+
+def meta_entry(event: dict[str, Any], version: int | None = None) -> WalEntry:
+    """A meta entry (a DDL event) holding `event` as JSON."""
+    return WalEntry(EntryType.META, encode_json(event), version)
+
+
+def control_entry(payload: dict[str, Any], version: int | None = None) -> WalEntry:
+    """An internal control entry holding `payload` as JSON."""
+    return WalEntry(EntryType.CONTROL, encode_json(payload), version)
+
+
+def encode_arrow(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
+    """Serialize to an Arrow IPC stream holding exactly one record batch."""
+    batch = _one_batch(data)
+    sink = pa.BufferOutputStream()
+    writer = pa.ipc.RecordBatchStreamWriter(sink, batch.schema)
+    writer.write_batch(batch)
+    writer.close()
+    return sink.getvalue()
+
+
+def decode_arrow(body: memoryview | bytes | pa.Buffer) -> pa.RecordBatch:
+    """The record batch in a data body. Zero-copy when `body` is 8-byte aligned memory."""
+    buf = body if isinstance(body, pa.Buffer) else pa.py_buffer(body)
+    return pa.ipc.open_stream(buf).read_next_batch()
+
+
+def encode_json(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_json(body: memoryview | bytes) -> dict[str, Any]:
+    value = json.loads(bytes(body))
+    if not isinstance(value, dict):
+        raise ValueError("a meta or control body must be a JSON object")
+    return value
+
+
+def _one_batch(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(data, pa.RecordBatch):
+        return data
+    batches = data.combine_chunks().to_batches()
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=data.schema)
+    return batches[0]

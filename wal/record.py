@@ -1,0 +1,109 @@
+"""The byte layout of one WAL record and of one index entry (see docs/wal.md).
+
+A record is a 40-byte little-endian header, the body, and zero padding to the next
+multiple of 8 bytes, so that every body starts 8-byte aligned and Arrow IPC can be
+read from a memory map without copying.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+# 8 bytes that no Arrow IPC or JSON body starts with; the high first byte catches
+# 7-bit damage, as in PNG.
+MAGIC = b"\x89SQTWAL\x1a"
+
+#  magic 8s | head_crc I | body_crc I | version q | ingest_us q | body_len I |
+#  entry_type B | format B | reserved H
+HEADER = struct.Struct("<8sIIqqIBBH")
+HEADER_SIZE = HEADER.size  # 40
+# The header checksum covers everything after itself: body_crc .. reserved.
+HEAD_CRC_FROM = 12
+RECORD_FORMAT = 1
+ALIGN = 8
+
+INDEX_ENTRY = struct.Struct("<qq")  # version, byte offset of the record in the .log
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 16
+
+# Bodies above 1 GiB would make one entry a multi-second fsync and break the
+# count/byte bounds readers rely on; split such writes instead.
+MAX_BODY_BYTES = 1 << 30
+
+_TAIL = struct.Struct("<IqqIBBH")  # the header after magic and head_crc
+_CRC = struct.Struct("<I")
+
+
+class EntryType(enum.IntEnum):
+    """What a record's body holds."""
+
+    DATA = 1  # Arrow IPC stream: one schema message and one record batch
+    META = 2  # UTF-8 JSON describing a DDL event (create/alter/drop)
+    CONTROL = 3  # UTF-8 JSON for the server's own bookkeeping; never delivered
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A decoded, checksum-verified record header."""
+
+    body_crc: int
+    version: int
+    ingest_us: int
+    body_len: int
+    entry_type: int
+
+    @property
+    def record_size(self) -> int:
+        """Bytes from this record's first byte to the next record's first byte."""
+        return padded_size(self.body_len)
+
+
+def padded_size(body_len: int) -> int:
+    """Header + body + padding to the next 8-byte boundary."""
+    return HEADER_SIZE + ((body_len + ALIGN - 1) & ~(ALIGN - 1))
+
+
+def checksum(data: bytes | memoryview) -> int:
+    """CRC-32C (Castagnoli), hardware accelerated where the CPU has it."""
+    return crc32c.crc32c(data)
+
+
+def encode_header(
+    version: int, ingest_us: int, entry_type: int, body_len: int, body_crc: int
+) -> bytes:
+    """Header bytes for a body of `body_len` bytes whose checksum is `body_crc`."""
+    tail = _TAIL.pack(body_crc, version, ingest_us, body_len, entry_type, RECORD_FORMAT, 0)
+    return MAGIC + _CRC.pack(checksum(tail)) + tail
+
+
+def decode_header(buf: memoryview | bytes, offset: int) -> Header | None:
+    """The header at `offset`, or None when it is short, has no magic or fails its checksum."""
+    if len(buf) - offset < HEADER_SIZE:
+        return None
+    magic, head_crc, body_crc, version, ingest_us, body_len, etype, fmt, _ = HEADER.unpack_from(
+        buf, offset
+    )
+    if magic != MAGIC:
+        return None
+    if checksum(buf[offset + HEAD_CRC_FROM : offset + HEADER_SIZE]) != head_crc:
+        return None
+    if fmt != RECORD_FORMAT or body_len > MAX_BODY_BYTES:
+        return None
+    return Header(body_crc, version, ingest_us, body_len, etype)
+
+
+def body_ok(buf: memoryview, offset: int, header: Header) -> bool:
+    """Whether the body that `header` announces is complete and matches its checksum."""
+    start = offset + HEADER_SIZE
+    end = start + header.body_len
+    if end > len(buf):
+        return False
+    return checksum(buf[start:end]) == header.body_crc
+
+
+def padding(body_len: int) -> bytes:
+    """Zero bytes that bring a body of `body_len` to the 8-byte boundary."""
+    return b"\0" * (padded_size(body_len) - HEADER_SIZE - body_len)
