@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqltopic.errors import WalCorruptionError
 from sqltopic.wal.fsutil import atomic_write
+from sqltopic.wal.record import checksum
 
 META_NAME = "meta.json"
 META_FORMAT = 1
@@ -51,6 +53,8 @@ def load_meta(directory: Path) -> WalMeta | None:
         doc = json.loads(raw)
         if doc.get("format") != META_FORMAT:
             raise ValueError(f"unknown format {doc.get('format')!r}")
+        if doc.pop("crc32c", None) != _crc(doc):
+            raise ValueError("checksum mismatch")
         segments = tuple(SegmentMeta(**s) for s in doc["segments"])
         return WalMeta(int(doc["next_version"]), int(doc["removed_below"]), segments)
     except (ValueError, KeyError, TypeError) as exc:
@@ -61,10 +65,17 @@ def load_meta(directory: Path) -> WalMeta | None:
 
 
 def save_meta(directory: Path, meta: WalMeta) -> None:
-    doc = {
+    doc: dict[str, Any] = {
         "format": META_FORMAT,
         "next_version": meta.next_version,
         "removed_below": meta.removed_below,
         "segments": [asdict(s) for s in meta.segments],
     }
+    doc["crc32c"] = _crc(doc)
     atomic_write(directory / META_NAME, json.dumps(doc, indent=1).encode())
+
+
+def _crc(doc: dict[str, Any]) -> int:
+    """CRC-32C of the document's canonical JSON: a flipped digit must not pass as a
+    different segment size or retention bound."""
+    return checksum(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())

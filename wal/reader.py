@@ -112,6 +112,10 @@ class WalReader:
             yield batch
             from_version = batch[-1].version + 1
 
+    def state(self) -> WalState:
+        """The snapshot this reader would read now."""
+        return self._state()
+
     def wait_for(self, version: int, timeout: float | None) -> bool:
         """Block until `version` (or a later one) is readable; False on timeout."""
         return self._notifier.wait_for(version, timeout)

@@ -134,8 +134,9 @@ def _open_sealed(directory: Path, first: int, info: SegmentMeta, prev_last: int)
         )
     index = _read_index(seg.idx_path)
     if index is None or not _index_matches(index, first, info, size):
-        index = _clean_scan(seg, prev_last).index  # the index is derived data: rebuild it
-    seg.index = index
+        seg.reindex(prev_last)  # the index is derived data: rebuild it
+    else:
+        seg.index = index
     _check_order(seg, prev_last)
     return seg
 
@@ -146,20 +147,9 @@ def _scan_sealed(directory: Path, first: int, prev_last: int, now_us: int) -> Se
         directory, first, index=SegmentIndex(), size=0, create_us=now_us, close_us=now_us, synced=0
     )
     seg.size = seg.synced_size = _file_size(seg.log_path)
-    seg.index = _clean_scan(seg, prev_last).index
+    seg.reindex(prev_last)
     _check_order(seg, prev_last)
     return seg
-
-
-def _clean_scan(seg: Segment, prev_last: int) -> ScanResult:
-    result = scan(seg.view(seg.size), prev_last)
-    if result.bad_offset is not None:
-        raise WalCorruptionError(
-            "bad WAL record inside a sealed segment",
-            path=str(seg.log_path),
-            offset=result.bad_offset,
-        )
-    return result
 
 
 def _recover_tail(

@@ -250,18 +250,41 @@ class Segment:
 
     def record(self, i: int, end: int) -> tuple[Header, memoryview]:
         """The verified header and body of entry `i`; `end` bounds the bytes mapped."""
+        found = self._check(i, end)
+        if found is None and self.sealed:
+            # A sealed segment's index came from its .idx file, which is derived data and
+            # may be the damaged part: rebuild it from the log, then look again.
+            self.reindex(self.first_version - 1)
+            found = self._check(i, self.end_of(i))
+        if found is None:
+            raise WalCorruptionError(
+                f"WAL record for version {self.index.versions[i]} failed its checks",
+                path=str(self.log_path),
+                offset=self.index.offsets[i],
+            )
+        return found
+
+    def _check(self, i: int, end: int) -> tuple[Header, memoryview] | None:
         offset = self.index.offsets[i]
         buf = self.view(end)
         header = decode_header(buf, offset)
-        expected = self.index.versions[i]
-        if header is None or header.version != expected or not body_ok(buf, offset, header):
-            raise WalCorruptionError(
-                f"WAL record for version {expected} failed its checksum or header checks",
-                path=str(self.log_path),
-                offset=offset,
-            )
+        if header is None or header.version != self.index.versions[i]:
+            return None
+        if not body_ok(buf, offset, header):
+            return None
         start = offset + HEADER_SIZE
         return header, buf[start : start + header.body_len]
+
+    def reindex(self, above_version: int) -> None:
+        """Rebuild the index by a full scan of a sealed log; any bad record is corruption."""
+        result = scan(self.view(self.size), above_version)
+        if result.bad_offset is not None:
+            raise WalCorruptionError(
+                "bad WAL record inside a sealed segment",
+                path=str(self.log_path),
+                offset=result.bad_offset,
+            )
+        self.index = result.index
 
     def end_of(self, i: int) -> int:
         """The byte offset where entry i's record ends (the next one starts)."""

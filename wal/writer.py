@@ -220,7 +220,7 @@ class Wal:
             v = last + 1 if e.version is None else e.version
             if v <= last:
                 raise VersionOrderError(
-                    f"version {v} is not above the last version {last}; versions must rise"
+                    f"version {v} is not above the version before it ({last}); versions must rise"
                 )
             versions.append(v)
             last = v

@@ -1,0 +1,76 @@
+"""Shared fixtures: WAL factories over temp directories and an injectable clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.wal import Wal, WalOptions
+
+
+class FakeClock:
+    """Microseconds that move only when a test says so."""
+
+    def __init__(self, start_us: int = 1_700_000_000_000_000) -> None:
+        self.now_us = start_us
+
+    def __call__(self) -> int:
+        return self.now_us
+
+    def advance(self, seconds: float) -> None:
+        self.now_us += int(seconds * 1_000_000)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+WalFactory = Callable[..., Wal]
+
+
+@pytest.fixture
+def wal_dir(tmp_path: Path) -> Path:
+    return tmp_path / "wal"
+
+
+@pytest.fixture
+def open_wal(wal_dir: Path, clock: FakeClock) -> Iterator[WalFactory]:
+    """Open WALs on `wal_dir` (or a given directory) with the fake clock and no
+    background thread; every WAL still open at the end is closed."""
+    opened: list[Wal] = []
+
+    def factory(directory: Path | None = None, **options: Any) -> Wal:
+        wal = Wal.open(directory or wal_dir, WalOptions(**options), clock=clock, background=False)
+        opened.append(wal)
+        return wal
+
+    yield factory
+    for wal in opened:
+        wal.close()
+
+
+MetersFactory = Callable[..., pa.RecordBatch]
+
+
+@pytest.fixture
+def meters() -> MetersFactory:
+    """`meters(n, start=0)`: n rows of the smart-meter schema, values from the row number."""
+    return make_meters
+
+
+def make_meters(n: int, start: int = 0) -> pa.RecordBatch:
+    rows = range(start, start + n)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([1_538_548_685_000 + i for i in rows], pa.timestamp("ms")),
+            pa.array([10.0 + i % 7 for i in rows], pa.float32()),
+            pa.array([215 + i % 10 for i in rows], pa.int32()),
+            pa.array([None if i % 5 == 0 else f"d{i}" for i in rows], pa.string()),
+        ],
+        names=["ts", "current", "voltage", "location"],
+    )
