@@ -8,6 +8,10 @@ from pathlib import Path
 
 from sqltopic.errors import WalLockedError
 
+# writev() takes at most this many buffers per call (1024 on Linux); an append of many
+# entries (three buffers each) is split into several calls.
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
 
 def fsync_dir(path: Path) -> None:
     """Make created, renamed or removed directory entries durable."""
@@ -37,17 +41,26 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_all(fd: int, buffers: list[object]) -> int:
-    """Write every buffer with as few system calls as possible; returns bytes written."""
-    views = [memoryview(b).cast("B") for b in buffers]  # type: ignore[arg-type]
-    total = sum(v.nbytes for v in views)
-    done = os.writev(fd, views)
-    while done < total:  # a short write (signal, full disk) continues where it stopped
-        rest = _skip(views, done)
-        done += os.writev(fd, rest)
+    """Write every buffer in order with as few system calls as the kernel allows.
+
+    Returns the bytes written. Raises OSError with part of the data possibly written:
+    the caller cuts the file back.
+    """
+    all_views = (memoryview(b).cast("B") for b in buffers)  # type: ignore[arg-type]
+    views = [v for v in all_views if v.nbytes]
+    total = 0
+    for start in range(0, len(views), IOV_MAX):
+        chunk = views[start : start + IOV_MAX]
+        want = sum(v.nbytes for v in chunk)
+        done = os.writev(fd, chunk)
+        while done < want:  # a short write (signal, nearly full disk) goes on where it stopped
+            done += os.writev(fd, _skip(chunk, done))
+        total += want
     return total
 
 
 def _skip(views: list[memoryview], n: int) -> list[memoryview]:
+    """The buffers left after the first `n` bytes."""
     out: list[memoryview] = []
     for v in views:
         if n >= v.nbytes:

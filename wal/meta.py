@@ -53,7 +53,7 @@ def load_meta(directory: Path) -> WalMeta | None:
         doc = json.loads(raw)
         if doc.get("format") != META_FORMAT:
             raise ValueError(f"unknown format {doc.get('format')!r}")
-        if doc.pop("crc32c", None) != _crc(doc):
+        if doc.pop("checksum", None) != _checksum(doc):
             raise ValueError("checksum mismatch")
         segments = tuple(SegmentMeta(**s) for s in doc["segments"])
         return WalMeta(int(doc["next_version"]), int(doc["removed_below"]), segments)
@@ -71,11 +71,11 @@ def save_meta(directory: Path, meta: WalMeta) -> None:
         "removed_below": meta.removed_below,
         "segments": [asdict(s) for s in meta.segments],
     }
-    doc["crc32c"] = _crc(doc)
+    doc["checksum"] = _checksum(doc)
     atomic_write(directory / META_NAME, json.dumps(doc, indent=1).encode())
 
 
-def _crc(doc: dict[str, Any]) -> int:
-    """CRC-32C of the document's canonical JSON: a flipped digit must not pass as a
+def _checksum(doc: dict[str, Any]) -> int:
+    """XXH3-64 of the document's canonical JSON: a flipped digit must not pass as a
     different segment size or retention bound."""
     return checksum(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())

@@ -1,8 +1,10 @@
 """The byte layout of one WAL record and of one index entry (see docs/wal.md).
 
-A record is a 40-byte little-endian header, the body, and zero padding to the next
+A record is a 48-byte little-endian header, the body, and zero padding to the next
 multiple of 8 bytes, so that every body starts 8-byte aligned and Arrow IPC can be
-read from a memory map without copying.
+read from a memory map without copying. Both checks are XXH3-64 (seed 0): it hashes
+at memory speed (~30 GB/s here against ~16 for hardware CRC-32C), and reads verify
+every body.
 """
 
 from __future__ import annotations
@@ -11,18 +13,18 @@ import enum
 import struct
 from dataclasses import dataclass
 
-import crc32c
+import xxhash
 
 # 8 bytes that no Arrow IPC or JSON body starts with; the high first byte catches
 # 7-bit damage, as in PNG.
 MAGIC = b"\x89SQTWAL\x1a"
 
-#  magic 8s | head_crc I | body_crc I | version q | ingest_us q | body_len I |
+#  magic 8s | head_hash Q | body_hash Q | version q | ingest_us q | body_len I |
 #  entry_type B | format B | reserved H
-HEADER = struct.Struct("<8sIIqqIBBH")
-HEADER_SIZE = HEADER.size  # 40
-# The header checksum covers everything after itself: body_crc .. reserved.
-HEAD_CRC_FROM = 12
+HEADER = struct.Struct("<8sQQqqIBBH")
+HEADER_SIZE = HEADER.size  # 48
+# The header hash covers everything after itself: body_hash .. reserved.
+HEAD_HASH_FROM = 16
 RECORD_FORMAT = 1
 ALIGN = 8
 
@@ -33,8 +35,8 @@ INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 16
 # count/byte bounds readers rely on; split such writes instead.
 MAX_BODY_BYTES = 1 << 30
 
-_TAIL = struct.Struct("<IqqIBBH")  # the header after magic and head_crc
-_CRC = struct.Struct("<I")
+_TAIL = struct.Struct("<QqqIBBH")  # the header after magic and head_hash
+_HASH = struct.Struct("<Q")
 
 
 class EntryType(enum.IntEnum):
@@ -49,7 +51,7 @@ class EntryType(enum.IntEnum):
 class Header:
     """A decoded, checksum-verified record header."""
 
-    body_crc: int
+    body_hash: int
     version: int
     ingest_us: int
     body_len: int
@@ -67,32 +69,32 @@ def padded_size(body_len: int) -> int:
 
 
 def checksum(data: bytes | memoryview) -> int:
-    """CRC-32C (Castagnoli), hardware accelerated where the CPU has it."""
-    return crc32c.crc32c(data)
+    """XXH3-64 with seed 0: the WAL's one checksum, for headers, bodies and metadata."""
+    return xxhash.xxh3_64_intdigest(data)
 
 
 def encode_header(
-    version: int, ingest_us: int, entry_type: int, body_len: int, body_crc: int
+    version: int, ingest_us: int, entry_type: int, body_len: int, body_hash: int
 ) -> bytes:
-    """Header bytes for a body of `body_len` bytes whose checksum is `body_crc`."""
-    tail = _TAIL.pack(body_crc, version, ingest_us, body_len, entry_type, RECORD_FORMAT, 0)
-    return MAGIC + _CRC.pack(checksum(tail)) + tail
+    """Header bytes for a body of `body_len` bytes whose checksum is `body_hash`."""
+    tail = _TAIL.pack(body_hash, version, ingest_us, body_len, entry_type, RECORD_FORMAT, 0)
+    return MAGIC + _HASH.pack(checksum(tail)) + tail
 
 
 def decode_header(buf: memoryview | bytes, offset: int) -> Header | None:
     """The header at `offset`, or None when it is short, has no magic or fails its checksum."""
     if len(buf) - offset < HEADER_SIZE:
         return None
-    magic, head_crc, body_crc, version, ingest_us, body_len, etype, fmt, _ = HEADER.unpack_from(
+    magic, head_hash, body_hash, version, ingest_us, body_len, etype, fmt, _ = HEADER.unpack_from(
         buf, offset
     )
     if magic != MAGIC:
         return None
-    if checksum(buf[offset + HEAD_CRC_FROM : offset + HEADER_SIZE]) != head_crc:
+    if checksum(buf[offset + HEAD_HASH_FROM : offset + HEADER_SIZE]) != head_hash:
         return None
-    if fmt != RECORD_FORMAT or body_len > MAX_BODY_BYTES:
+    if fmt != RECORD_FORMAT or body_len > MAX_BODY_BYTES or etype not in _TYPES:
         return None
-    return Header(body_crc, version, ingest_us, body_len, etype)
+    return Header(body_hash, version, ingest_us, body_len, etype)
 
 
 def body_ok(buf: memoryview, offset: int, header: Header) -> bool:
@@ -101,9 +103,12 @@ def body_ok(buf: memoryview, offset: int, header: Header) -> bool:
     end = start + header.body_len
     if end > len(buf):
         return False
-    return checksum(buf[start:end]) == header.body_crc
+    return checksum(buf[start:end]) == header.body_hash
 
 
 def padding(body_len: int) -> bytes:
     """Zero bytes that bring a body of `body_len` to the 8-byte boundary."""
     return b"\0" * (padded_size(body_len) - HEADER_SIZE - body_len)
+
+
+_TYPES = frozenset(int(t) for t in EntryType)

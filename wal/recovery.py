@@ -20,6 +20,7 @@ from sqltopic.errors import WalCorruptionError
 from sqltopic.wal.fsutil import fsync_dir
 from sqltopic.wal.index import SegmentIndex
 from sqltopic.wal.meta import SegmentMeta, WalMeta
+from sqltopic.wal.record import decode_header
 from sqltopic.wal.segment import IDX_SUFFIX, LOG_SUFFIX, NAME_DIGITS, ScanResult, Segment, scan
 
 _NAME = re.compile(rf"^(\d{{{NAME_DIGITS}}})\{LOG_SUFFIX}$")
@@ -173,7 +174,13 @@ def _recover_tail(
         synced=synced,
     )
     seg.size = _file_size(seg.log_path)
-    result = scan(seg.view(seg.size), prev_last)
+    if seg.size < synced:
+        raise WalCorruptionError(
+            f"WAL segment is {seg.size} bytes, shorter than the {synced} known synced",
+            path=str(seg.log_path),
+            offset=seg.size,
+        )
+    result = _scan_tail(seg, info, prev_last)
     _refuse_corruption(seg, result, synced)
     seg.index = result.index
     _check_order(seg, prev_last)
@@ -191,6 +198,35 @@ def _recover_tail(
     _rewrite_tail(seg, result)
     seg.open_for_append()
     return seg, cut
+
+
+def _scan_tail(seg: Segment, info: SegmentMeta | None, prev_last: int) -> ScanResult:
+    """Scan the last segment: from its synced size when the index file agrees with the
+    metadata about the records below it (those are checked on read, like a sealed
+    segment's), otherwise from the start."""
+    buf = seg.view(seg.size)
+    prefix = _synced_prefix(seg, info, buf)
+    if prefix is None:
+        return scan(buf, prev_last)
+    above = prefix.versions[-1] if len(prefix) else prev_last
+    return scan(buf, above, start=seg.synced_size, index=prefix)
+
+
+def _synced_prefix(seg: Segment, info: SegmentMeta | None, buf: memoryview) -> SegmentIndex | None:
+    if info is None or info.synced_size == 0:
+        return None
+    index = _read_index(seg.idx_path)
+    if index is None:
+        return None
+    index.truncate(info.entries)
+    if len(index) != info.entries or not index.plausible(seg.first_version, info.synced_size):
+        return None
+    last = decode_header(buf, index.offsets[-1])
+    if last is None or last.version != info.last_version:
+        return None
+    if index.offsets[-1] + last.record_size != info.synced_size:
+        return None
+    return index
 
 
 def _refuse_corruption(seg: Segment, result: ScanResult, synced: int) -> None:

@@ -45,14 +45,17 @@ class ScanResult:
     last_ingest_us: int
 
 
-def scan(buf: memoryview, above_version: int) -> ScanResult:
-    """Verify records from offset 0 until the first bad one; look for good ones beyond.
+def scan(
+    buf: memoryview, above_version: int, *, start: int = 0, index: SegmentIndex | None = None
+) -> ScanResult:
+    """Verify records from `start` until the first bad one; look for good ones beyond.
 
     A record is good when its magic, header checksum and body checksum hold and its
-    version is above the previous one (the first above `above_version`).
+    version is above the previous one (the first above `above_version`). Records found
+    are added to `index` (the records before `start`, if any).
     """
-    index = SegmentIndex()
-    offset, prev, last_ingest = 0, above_version, 0
+    index = index if index is not None else SegmentIndex()
+    offset, prev, last_ingest = start, above_version, 0
     size = len(buf)
     while offset < size:
         header = _good_header(buf, offset, prev)

@@ -232,9 +232,9 @@ class Wal:
             self._active = Segment.create(self.directory, versions[0], now)
         buffers: list[object] = []
         sizes: list[int] = []
-        for (entry, length, crc), version in zip(prepared, versions, strict=True):
+        for (entry, length, body_hash), version in zip(prepared, versions, strict=True):
             buffers += [
-                encode_header(version, now, entry.entry_type, length, crc),
+                encode_header(version, now, entry.entry_type, length, body_hash),
                 entry.body,
                 padding(length),
             ]

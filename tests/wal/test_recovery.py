@@ -91,19 +91,51 @@ def test_bad_record_followed_by_good_one_is_corruption(wal_dir: Path) -> None:
     assert log.read_bytes() == bytes(data)  # nothing was cut
 
 
-def test_damage_below_the_synced_size_is_corruption(
+def test_a_synced_log_cut_short_is_corruption(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
     wal = open_wal()
     wal.append([data_entry(meters(10)), data_entry(meters(10))])
     wal.close()  # clean close: metadata records the whole segment as synced
     log = wal_dir / FIRST_LOG
-    offsets = record_offsets(wal_dir)
+    size = log.stat().st_size
     with log.open("r+b") as f:
-        f.truncate(log.stat().st_size - 8)  # looks torn, but these bytes were synced
-    with pytest.raises(WalCorruptionError, match="below the last synced size") as err:
+        f.truncate(size - 8)  # looks torn, but these bytes were synced
+    with pytest.raises(WalCorruptionError, match=f"shorter than the {size} known synced") as err:
         Wal.open(wal_dir, background=False)
-    assert err.value.offset == offsets[1]
+    assert err.value.offset == size - 8
+
+
+def test_synced_records_of_the_last_segment_are_checked_on_read(
+    wal_dir: Path, open_wal: WalFactory, meters: Meters
+) -> None:
+    wal = open_wal()
+    wal.append([data_entry(meters(10)), data_entry(meters(10))])
+    wal.close()
+    log = wal_dir / FIRST_LOG
+    offsets = record_offsets(wal_dir)
+    data = bytearray(log.read_bytes())
+    data[offsets[1] + HEADER_SIZE + 2] ^= 0x10
+    log.write_bytes(bytes(data))
+    wal = open_wal()  # the synced part is not rescanned at open...
+    assert wal.reader().read(1, max_entries=1)[0].version == 1
+    with pytest.raises(WalCorruptionError) as err:
+        wal.reader().read(2)  # ...but never read as data
+    assert (err.value.path, err.value.offset) == (str(log), offsets[1])
+
+
+def test_only_the_unsynced_tail_is_cut_after_a_crash(wal_dir: Path, open_wal: WalFactory) -> None:
+    crashed_writer(wal_dir, 3)
+    Wal.open(wal_dir, background=False).close()  # versions 1..3 now known synced
+    crashed_writer(wal_dir, 3)  # 4..6 appended, then a crash
+    log = wal_dir / FIRST_LOG
+    last = record_offsets(wal_dir)[-1]
+    with log.open("r+b") as f:
+        f.truncate(last + 5)
+    wal = open_wal()
+    assert wal.tail_cut is not None
+    assert wal.tail_cut.offset == last
+    assert [r.version for r in wal.reader().read(1)] == [1, 2, 3, 4, 5]
 
 
 def test_sealed_segment_damage_is_reported_on_read(

@@ -221,3 +221,12 @@ def test_background_thread_syncs_and_closes(wal_dir: Path, meters: Meters) -> No
         assert wal.reader().read(1)[0].arrow().num_rows == 10
     with Wal.open(wal_dir, WalOptions(level=1)) as wal:
         assert wal.last_version == 1
+
+
+def test_one_append_may_hold_thousands_of_entries(open_wal: WalFactory) -> None:
+    # three buffers per entry: more than one writev() call's worth (IOV_MAX = 1024)
+    wal = open_wal()
+    versions = wal.append([meta_entry({"i": i}) for i in range(2500)])
+    assert versions == list(range(1, 2501))
+    records = wal.reader().read(1, max_entries=5000)
+    assert [r.json()["i"] for r in records] == list(range(2500))
