@@ -19,6 +19,74 @@ class ConfigError(Error, ValueError):
     """A configuration key or value is unknown or out of range; the message names it."""
 
 
+# --- SQL -------------------------------------------------------------------------------
+
+
+class SqlError(Error):
+    """A statement is malformed, unsupported, or names something it cannot use.
+
+    `sql` is the statement, `line` and `column` (1-based) where the problem starts,
+    when known. The message says what is wrong and how to put it right.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sql: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        where = f" (line {line}, column {column})" if line is not None else ""
+        super().__init__(message + where)
+        self.message = message
+        self.sql = sql
+        self.line = line
+        self.column = column
+
+    def at(self, sql: str, line: int | None, column: int | None) -> SqlError:
+        """This error with a position filled in (when it had none)."""
+        if self.line is not None:
+            return self
+        return type(self)(self.message, sql=sql, line=line, column=column)
+
+
+class SqlSyntaxError(SqlError):
+    """The text does not parse."""
+
+
+class UnsupportedStatement(SqlError):
+    """The statement parses as SQL but sqltopic does not implement it."""
+
+
+class InvalidTopicQuery(SqlError):
+    """A topic's SELECT uses DISTINCT, GROUP BY, ORDER BY, LIMIT, joins, subqueries..."""
+
+
+class TopicNotStateless(SqlError):
+    """A topic's SELECT uses an aggregate or window function: it would need state."""
+
+
+class NotFoundError(SqlError):
+    """A database, table, column, tag or topic that does not exist."""
+
+
+class TopicNotFound(NotFoundError):
+    """The topic does not exist."""
+
+
+class AlreadyExistsError(SqlError):
+    """Creating something that exists, without IF NOT EXISTS."""
+
+
+class InvalidValueError(SqlError):
+    """A value does not fit its column: wrong type, too long, out of range, NULL key."""
+
+
+class SchemaInUseError(SqlError):
+    """Dropping or altering a column, tag or object that something else depends on."""
+
+
 # --- write-ahead log -----------------------------------------------------------------
 
 

@@ -9,21 +9,42 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sqltopic.errors import WalCorruptionError
 from sqltopic.wal.meta import load_meta
 from sqltopic.wal.notify import VersionNotifier
 from sqltopic.wal.options import INITIAL_VERSION, wall_clock_us
 from sqltopic.wal.reader import WalReader, WalState
-from sqltopic.wal.recovery import recover
+from sqltopic.wal.recovery import Recovered, recover
 
 
 def open_readonly(directory: str | os.PathLike[str]) -> WalReader:
     """A reader over the WAL in `directory` as it is now."""
     path = Path(directory)
-    rec = recover(
-        path, load_meta(path), repair=False, initial_version=INITIAL_VERSION, now_us=wall_clock_us()
-    )
+    rec = _recover(path)
     segs = tuple(rec.segments)
     last = segs[-1].last_version if segs else rec.next_version - 1
     nxt = last + 1 if segs else rec.next_version
     state = WalState(segs, nxt, last, rec.removed_below)
     return WalReader(lambda: state, VersionNotifier(nxt))
+
+
+# A live writer's retention may delete a segment between listing and opening it; look
+# again a few times before giving up.
+OPEN_ATTEMPTS = 3
+
+
+def _recover(path: Path) -> Recovered:
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            return recover(
+                path,
+                load_meta(path),
+                repair=False,
+                initial_version=INITIAL_VERSION,
+                now_us=wall_clock_us(),
+            )
+        except (FileNotFoundError, WalCorruptionError) as err:
+            missing = isinstance(err, FileNotFoundError) or "missing" in str(err)
+            if not missing or attempt == OPEN_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")

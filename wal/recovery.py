@@ -20,10 +20,10 @@ from sqltopic.errors import WalCorruptionError
 from sqltopic.wal.fsutil import fsync_dir
 from sqltopic.wal.index import SegmentIndex
 from sqltopic.wal.meta import SegmentMeta, WalMeta
-from sqltopic.wal.record import decode_header
 from sqltopic.wal.segment import IDX_SUFFIX, LOG_SUFFIX, NAME_DIGITS, ScanResult, Segment, scan
 
 _NAME = re.compile(rf"^(\d{{{NAME_DIGITS}}})\{LOG_SUFFIX}$")
+_IDX_NAME = re.compile(rf"^(\d{{{NAME_DIGITS}}})\{IDX_SUFFIX}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,7 @@ def recover(
     removed_below = meta.removed_below if meta else 0
     known = meta.by_first() if meta else {}
     firsts = _segment_firsts(directory, removed_below, repair)
+    _check_listed(directory, meta, firsts)
     segments: list[Segment] = []
     cut: TailCut | None = None
     stale = False
@@ -62,7 +63,8 @@ def recover(
         if info is not None and info.close_us is not None:
             seg = _open_sealed(directory, first, info, prev_last)
         elif not last_file:
-            seg, stale = _scan_sealed(directory, first, prev_last, now_us), True
+            created = info.create_us if info else now_us
+            seg, stale = _scan_sealed(directory, first, prev_last, created, now_us), True
         else:
             seg, cut = _recover_tail(
                 directory, first, info, prev_last, repair=repair, now_us=now_us
@@ -78,6 +80,23 @@ def recover(
     return Recovered(segments, next_version, removed_below, cut, stale or meta is None)
 
 
+def _check_listed(directory: Path, meta: WalMeta | None, firsts: list[int]) -> None:
+    """Every segment the metadata knows to hold records must still be on disk."""
+    if meta is None:
+        return
+    on_disk = set(firsts)
+    for info in meta.segments:
+        gone = info.first_version not in on_disk
+        if gone and info.entries and info.first_version >= meta.removed_below:
+            path = directory / f"{info.first_version:0{NAME_DIGITS}d}{LOG_SUFFIX}"
+            raise WalCorruptionError(
+                f"WAL segment with versions {info.first_version}..{info.last_version} is "
+                "missing: it is listed in meta.json but gone from the directory",
+                path=str(path),
+                offset=0,
+            )
+
+
 def _segment_firsts(directory: Path, removed_below: int, repair: bool) -> list[int]:
     """First versions of the segments on disk; leftovers of a deletion are finished off."""
     firsts: list[int] = []
@@ -86,6 +105,8 @@ def _segment_firsts(directory: Path, removed_below: int, repair: bool) -> list[i
         if m:
             firsts.append(int(m.group(1)))
     firsts.sort()
+    if repair:
+        _remove_orphan_indexes(directory, set(firsts))
     keep = [f for f in firsts if f >= removed_below]
     if repair and len(keep) < len(firsts):
         for first in firsts[: len(firsts) - len(keep)]:
@@ -93,6 +114,14 @@ def _segment_firsts(directory: Path, removed_below: int, repair: bool) -> list[i
                 (directory / f"{first:0{NAME_DIGITS}d}{suffix}").unlink(missing_ok=True)
         fsync_dir(directory)
     return keep
+
+
+def _remove_orphan_indexes(directory: Path, firsts: set[int]) -> None:
+    """An .idx without its .log is what an interrupted create or delete leaves."""
+    for entry in os.listdir(directory):
+        m = _IDX_NAME.match(entry)
+        if m and int(m.group(1)) not in firsts:
+            (directory / entry).unlink()
 
 
 def _segment(
@@ -142,10 +171,18 @@ def _open_sealed(directory: Path, first: int, info: SegmentMeta, prev_last: int)
     return seg
 
 
-def _scan_sealed(directory: Path, first: int, prev_last: int, now_us: int) -> Segment:
+def _scan_sealed(
+    directory: Path, first: int, prev_last: int, create_us: int, now_us: int
+) -> Segment:
     """A segment that is not the last but was never recorded as sealed: scan it whole."""
     seg = _segment(
-        directory, first, index=SegmentIndex(), size=0, create_us=now_us, close_us=now_us, synced=0
+        directory,
+        first,
+        index=SegmentIndex(),
+        size=0,
+        create_us=create_us,
+        close_us=now_us,
+        synced=0,
     )
     seg.size = seg.synced_size = _file_size(seg.log_path)
     seg.reindex(prev_last)
@@ -180,7 +217,7 @@ def _recover_tail(
             path=str(seg.log_path),
             offset=seg.size,
         )
-    result = _scan_tail(seg, info, prev_last)
+    result = scan(seg.view(seg.size), prev_last)
     _refuse_corruption(seg, result, synced)
     seg.index = result.index
     _check_order(seg, prev_last)
@@ -198,35 +235,6 @@ def _recover_tail(
     _rewrite_tail(seg, result)
     seg.open_for_append()
     return seg, cut
-
-
-def _scan_tail(seg: Segment, info: SegmentMeta | None, prev_last: int) -> ScanResult:
-    """Scan the last segment: from its synced size when the index file agrees with the
-    metadata about the records below it (those are checked on read, like a sealed
-    segment's), otherwise from the start."""
-    buf = seg.view(seg.size)
-    prefix = _synced_prefix(seg, info, buf)
-    if prefix is None:
-        return scan(buf, prev_last)
-    above = prefix.versions[-1] if len(prefix) else prev_last
-    return scan(buf, above, start=seg.synced_size, index=prefix)
-
-
-def _synced_prefix(seg: Segment, info: SegmentMeta | None, buf: memoryview) -> SegmentIndex | None:
-    if info is None or info.synced_size == 0:
-        return None
-    index = _read_index(seg.idx_path)
-    if index is None:
-        return None
-    index.truncate(info.entries)
-    if len(index) != info.entries or not index.plausible(seg.first_version, info.synced_size):
-        return None
-    last = decode_header(buf, index.offsets[-1])
-    if last is None or last.version != info.last_version:
-        return None
-    if index.offsets[-1] + last.record_size != info.synced_size:
-        return None
-    return index
 
 
 def _refuse_corruption(seg: Segment, result: ScanResult, synced: int) -> None:
@@ -248,11 +256,16 @@ def _refuse_corruption(seg: Segment, result: ScanResult, synced: int) -> None:
 
 
 def _rewrite_tail(seg: Segment, result: ScanResult) -> None:
-    """Cut the log after its last good record and make the index match it, durably."""
+    """Cut the log after its last good record and make the index match it, durably.
+
+    The log is fsynced even when nothing was cut: after a process crash its last records
+    may sit only in the page cache, and readers must not see what an OS crash could
+    still take back.
+    """
     with open(seg.log_path, "r+b") as log:
         if _file_size(seg.log_path) != result.valid_end:
             log.truncate(result.valid_end)
-            os.fsync(log.fileno())
+        os.fsync(log.fileno())
     wanted = result.index.encode()
     if _read_bytes(seg.idx_path) != wanted:
         with open(seg.idx_path, "wb") as idx:

@@ -158,8 +158,9 @@ class Segment:
             close_us=None,
             synced_size=0,
         )
-        for path in (seg.log_path, seg.idx_path):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        # The log must be new; an index left by an interrupted create is just replaced.
+        os.close(os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.close(os.open(seg.idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         fsync_dir(directory)
         seg.open_for_append()
         return seg

@@ -134,6 +134,7 @@ class Wal:
                 if self._active is not None and self._failure is None:
                     self._active.sync_all()
                     self._save_meta()
+                    self._refresh_state(self._written_seq)
             finally:
                 for seg in self._segments():
                     seg.release()
@@ -187,7 +188,8 @@ class Wal:
     def append(self, entries: Sequence[WalEntry]) -> list[int]:
         """Append entries in order; returns their versions once durable at WAL_LEVEL.
 
-        Either every entry is written or none is (a failed write is cut back).
+        A failed append leaves nothing behind (the log is cut back). A crash during one
+        may keep a prefix of its entries, never part of an entry; none was acknowledged.
         """
         if not entries:
             return []
@@ -239,7 +241,15 @@ class Wal:
                 padding(length),
             ]
             sizes.append(padded_size(length))
-        self._active.append(buffers, versions, sizes)
+        try:
+            self._active.append(buffers, versions, sizes)
+        except OSError:
+            if not len(self._active.index):
+                # An empty segment is named by a version that was never written: drop it,
+                # so the next append (maybe at another version) starts a correctly named one.
+                self._active.delete_files()
+                self._active = None
+            raise
         self._written_seq += sum(sizes)
         self._next, self._last = versions[-1] + 1, versions[-1]
 
@@ -277,18 +287,15 @@ class Wal:
             seq, seg = self._written_seq, self._active
             if seg is None or not seg.is_open:
                 # No active segment: sealing synced everything. A released one: close did.
+                self._refresh_state(seq)
                 return seq
             fd = seg.dup_log_fd()
         try:
             os.fsync(fd)
         except OSError as exc:
-            # After a failed fsync the kernel may have dropped the dirty pages: nothing
-            # written since the last good sync can be trusted, so stop taking writes.
             with self._lock:
-                self._failure = WalError(
-                    f"fsync of WAL {self.directory} failed: {exc}; reopen the WAL to recover"
-                )
-            raise self._failure from exc
+                failure = self._fail("fsync", exc)
+            raise failure from exc
         finally:
             os.close(fd)
         with self._lock:
@@ -315,7 +322,10 @@ class Wal:
         """Under the lock: seal the active segment; the next append starts a new one."""
         seg = self._active
         assert seg is not None
-        seg.seal(self._clock())
+        try:
+            seg.seal(self._clock())
+        except OSError as exc:
+            raise self._fail("sealing a segment", exc) from exc
         self._sealed.append(seg)
         self._active = None
         with self._sync_cond:  # sealing fsynced every byte written so far
@@ -350,10 +360,13 @@ class Wal:
         n = deletable_prefix(facts, self._options, self._clock())
         if n == 0:
             return []
-        doomed, self._sealed = self._sealed[:n], self._sealed[n:]
-        self._removed_below = max(self._removed_below, doomed[-1].last_version + 1)
+        doomed, kept = self._sealed[:n], self._sealed[n:]
+        removed_below = max(self._removed_below, doomed[-1].last_version + 1)
+        # The metadata goes first: if writing it fails nothing changed, and a crash
+        # before the unlink is finished off at the next open.
+        self._save_meta(kept + self._active_list(), removed_below)
+        self._sealed, self._removed_below = kept, removed_below
         self._refresh_state()
-        self._save_meta()  # before the unlink: a crash in between finishes the job at open
         return doomed
 
     # --- background ----------------------------------------------------------------------
@@ -383,14 +396,26 @@ class Wal:
                 if now - last_maintain >= MAINTENANCE_INTERVAL_S:
                     last_maintain = now
                     self.maintain()
-            except WalError:
+            except (WalError, OSError):
                 log.exception("WAL %s background work failed", self.directory)
-                return
+                if self._failure is not None:
+                    return  # appends report the failure; nothing more to do here
 
     # --- shared helpers ------------------------------------------------------------------
 
     def _segments(self) -> list[Segment]:
-        return self._sealed + ([self._active] if self._active is not None else [])
+        return self._sealed + self._active_list()
+
+    def _active_list(self) -> list[Segment]:
+        return [self._active] if self._active is not None else []
+
+    def _fail(self, what: str, exc: OSError) -> WalError:
+        """Under the lock: after a failed fsync the kernel may have dropped dirty pages, so
+        nothing written since the last good sync can be trusted: stop taking writes."""
+        self._failure = WalError(
+            f"{what} of WAL {self.directory} failed: {exc}; reopen the WAL to recover"
+        )
+        return self._failure
 
     def _refresh_state(self, visible_seq: int | None = None) -> None:
         """Under the lock: publish a new state to readers, covering the entries within
@@ -415,7 +440,9 @@ class Wal:
         last = seg.index.versions[count - 1]
         return last + 1, last
 
-    def _save_meta(self) -> None:
+    def _save_meta(
+        self, segments: list[Segment] | None = None, removed_below: int | None = None
+    ) -> None:
         segs = tuple(
             SegmentMeta(
                 s.first_version,
@@ -426,9 +453,10 @@ class Wal:
                 s.create_us,
                 s.close_us,
             )
-            for s in self._segments()
+            for s in (self._segments() if segments is None else segments)
         )
-        save_meta(self.directory, WalMeta(self._next, self._removed_below, segs))
+        below = self._removed_below if removed_below is None else removed_below
+        save_meta(self.directory, WalMeta(self._next, below, segs))
 
     def _publish(self, next_version: int) -> None:
         self._notifier.publish(next_version)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -106,22 +107,61 @@ def test_a_synced_log_cut_short_is_corruption(
     assert err.value.offset == size - 8
 
 
-def test_synced_records_of_the_last_segment_are_checked_on_read(
+def test_damage_below_the_synced_size_is_corruption(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
     wal = open_wal()
     wal.append([data_entry(meters(10)), data_entry(meters(10))])
-    wal.close()
+    wal.close()  # clean close: metadata records the whole segment as synced
     log = wal_dir / FIRST_LOG
     offsets = record_offsets(wal_dir)
     data = bytearray(log.read_bytes())
-    data[offsets[1] + HEADER_SIZE + 2] ^= 0x10
+    data[offsets[1] + HEADER_SIZE + 2] ^= 0x10  # the last record: it looks torn, but was synced
     log.write_bytes(bytes(data))
-    wal = open_wal()  # the synced part is not rescanned at open...
-    assert wal.reader().read(1, max_entries=1)[0].version == 1
-    with pytest.raises(WalCorruptionError) as err:
-        wal.reader().read(2)  # ...but never read as data
+    with pytest.raises(WalCorruptionError, match="below the last synced size") as err:
+        Wal.open(wal_dir, background=False)
     assert (err.value.path, err.value.offset) == (str(log), offsets[1])
+    assert log.read_bytes() == bytes(data)
+
+
+def test_a_listed_segment_that_is_gone_is_corruption(
+    wal_dir: Path, open_wal: WalFactory, meters: Meters
+) -> None:
+    wal = open_wal(segment_size_kb=1)
+    for i in range(6):
+        wal.append([data_entry(meters(20, start=i * 20))])
+    wal.close()
+    second = sorted(wal_dir.glob("*.log"))[1]
+    second.unlink()
+    with pytest.raises(WalCorruptionError, match=r"is missing: it is listed in meta\.json"):
+        Wal.open(wal_dir, background=False)
+
+
+def test_an_orphan_index_does_not_block_appends(wal_dir: Path, open_wal: WalFactory) -> None:
+    wal_dir.mkdir(parents=True)
+    (wal_dir / "00000000000000000001.idx").write_bytes(b"\x01" * 16)  # an interrupted create
+    wal = open_wal()
+    assert wal.append([meta_entry({"n": 1})]) == [1]
+    assert [r.version for r in wal.reader().read(1)] == [1]
+
+
+def test_a_failed_first_write_leaves_no_misnamed_segment(
+    wal_dir: Path, open_wal: WalFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = open_wal()
+
+    def disk_full(fd: int, buffers: list[memoryview]) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        wal.append([meta_entry({"n": 1})])
+    monkeypatch.undo()
+    assert wal.append([meta_entry({"n": 2}, version=10)]) == [10]
+    wal.close()
+    again = open_wal()
+    assert [r.version for r in again.reader().read(1)] == [10]
+    assert sorted(p.name for p in wal_dir.glob("*.log")) == ["00000000000000000010.log"]
 
 
 def test_only_the_unsynced_tail_is_cut_after_a_crash(wal_dir: Path, open_wal: WalFactory) -> None:
