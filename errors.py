@@ -115,6 +115,10 @@ class WalCorruptionError(WalError):
         self.offset = offset
 
 
+class WalSegmentMissing(WalCorruptionError):
+    """A segment that the WAL's metadata lists as holding records is gone from disk."""
+
+
 class VersionNotRetained(WalError):
     """A read asked for versions that retention has already deleted.
 

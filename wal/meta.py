@@ -57,7 +57,7 @@ def load_meta(directory: Path) -> WalMeta | None:
             raise ValueError("checksum mismatch")
         segments = tuple(SegmentMeta(**s) for s in doc["segments"])
         return WalMeta(int(doc["next_version"]), int(doc["removed_below"]), segments)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         # It is only ever replaced atomically, so a bad one is damage, not a torn write.
         raise WalCorruptionError(
             f"WAL metadata is unreadable: {exc}", path=str(path), offset=0

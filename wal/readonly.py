@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqltopic.errors import WalCorruptionError
+from sqltopic.errors import WalSegmentMissing
 from sqltopic.wal.meta import load_meta
 from sqltopic.wal.notify import VersionNotifier
 from sqltopic.wal.options import INITIAL_VERSION, wall_clock_us
@@ -43,8 +43,7 @@ def _recover(path: Path) -> Recovered:
                 initial_version=INITIAL_VERSION,
                 now_us=wall_clock_us(),
             )
-        except (FileNotFoundError, WalCorruptionError) as err:
-            missing = isinstance(err, FileNotFoundError) or "missing" in str(err)
-            if not missing or attempt == OPEN_ATTEMPTS - 1:
+        except (FileNotFoundError, WalSegmentMissing):
+            if attempt == OPEN_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqltopic.errors import WalCorruptionError
+from sqltopic.errors import WalCorruptionError, WalSegmentMissing
 from sqltopic.wal.fsutil import fsync_dir
 from sqltopic.wal.index import SegmentIndex
 from sqltopic.wal.meta import SegmentMeta, WalMeta
@@ -89,7 +89,7 @@ def _check_listed(directory: Path, meta: WalMeta | None, firsts: list[int]) -> N
         gone = info.first_version not in on_disk
         if gone and info.entries and info.first_version >= meta.removed_below:
             path = directory / f"{info.first_version:0{NAME_DIGITS}d}{LOG_SUFFIX}"
-            raise WalCorruptionError(
+            raise WalSegmentMissing(
                 f"WAL segment with versions {info.first_version}..{info.last_version} is "
                 "missing: it is listed in meta.json but gone from the directory",
                 path=str(path),
@@ -233,6 +233,7 @@ def _recover_tail(
         fsync_dir(directory)
         return None, cut
     _rewrite_tail(seg, result)
+    seg.synced_size = seg.size  # fsynced just now: from here on damage is corruption
     seg.open_for_append()
     return seg, cut
 

@@ -285,6 +285,7 @@ class Wal:
             if self._failure is not None:
                 raise self._failure
             seq, seg = self._written_seq, self._active
+            end = seg.size if seg is not None else 0  # the active log's bytes this sync covers
             if seg is None or not seg.is_open:
                 # No active segment: sealing synced everything. A released one: close did.
                 self._refresh_state(seq)
@@ -301,6 +302,8 @@ class Wal:
         with self._lock:
             # Entries appended while this sync ran stay hidden until their own sync.
             self._refresh_state(seq)
+            if seg is self._active:  # recorded with the next metadata write
+                seg.synced_size = max(seg.synced_size, end)
         return seq
 
     # --- rolling and retention ---------------------------------------------------------
