@@ -1,0 +1,220 @@
+"""The catalog on disk: an SQLite database in the data directory, one row per object.
+
+SQLite gives crash-safe transactions (WAL journal, synchronous=FULL): a torn write never
+leaves a catalog that does not load. Each DDL commits the objects it changed together
+with the WAL versions of the events it applied (`applied`), which start-up replay uses.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.sql.events import Key
+from sqltopic.sql.model import Catalog, Column, Database, SuperTable, Table, Topic, User
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, key));
+CREATE TABLE IF NOT EXISTS applied (vgroup INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+# A DDL waits this long for another process's lock before failing; only one server
+# opens a data directory, so waiting means something is wrong.
+BUSY_TIMEOUT_S = 5.0
+
+
+class CatalogStore:
+    """Reads the whole catalog at open; writes changed objects in one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- reading -----------------------------------------------------------------------
+
+    def load(self) -> tuple[Catalog, dict[int, int]]:
+        """The catalog and, per vgroup, the last WAL version applied to it."""
+        catalog = Catalog()
+        for kind, body in self._db.execute("SELECT kind, body FROM objects"):
+            _LOADERS[kind](catalog, json.loads(body))
+        row = self._db.execute("SELECT value FROM settings WHERE name='next_vgroup'").fetchone()
+        catalog.next_vgroup = int(row[0]) if row else 1
+        applied = dict(self._db.execute("SELECT vgroup, version FROM applied").fetchall())
+        return catalog, applied
+
+    # --- writing -------------------------------------------------------------------------
+
+    def commit(
+        self,
+        catalog: Catalog,
+        keys: Iterable[Key | tuple[str, str, str]],
+        applied: dict[int, int] | None = None,
+    ) -> None:
+        """Persist the objects named by `keys` as they now are in `catalog` (deleting
+        those that are gone), and the applied versions, atomically."""
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for kind, db, name in keys:
+                self._write_one(cur, catalog, kind, db, name)
+            for vgroup, version in (applied or {}).items():
+                cur.execute("INSERT OR REPLACE INTO applied VALUES (?, ?)", (vgroup, version))
+            cur.execute(
+                "INSERT OR REPLACE INTO settings VALUES ('next_vgroup', ?)",
+                (str(catalog.next_vgroup),),
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def forget_vgroups(self, vgroups: Iterable[int]) -> None:
+        self._db.executemany("DELETE FROM applied WHERE vgroup = ?", [(v,) for v in vgroups])
+
+    def _write_one(
+        self, cur: sqlite3.Cursor, catalog: Catalog, kind: str, db: str, name: str
+    ) -> None:
+        key = f"{db}.{name}" if db else name
+        obj = _lookup(catalog, kind, db, name)
+        if obj is None:
+            cur.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
+        else:
+            body = json.dumps(_DUMPERS[kind](obj), separators=(",", ":"))
+            cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, body))
+
+
+def _lookup(catalog: Catalog, kind: str, db: str, name: str) -> Any:
+    if kind == "database":
+        return catalog.databases.get(name)
+    if kind == "stable":
+        return catalog.stables.get((db, name))
+    if kind == "table":
+        return catalog.tables.get((db, name))
+    if kind == "topic":
+        return catalog.topics.get(name)
+    return catalog.users.get(name)
+
+
+# --- JSON forms ------------------------------------------------------------------------
+
+
+def _cols(cols: tuple[Column, ...]) -> list[list[str]]:
+    return [c.to_json() for c in cols]
+
+
+def _uncols(raw: list[list[str]]) -> tuple[Column, ...]:
+    return tuple(Column.from_json(c) for c in raw)
+
+
+def _schema_to_json(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def _schema_from_json(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _dump_database(d: Database) -> dict[str, Any]:
+    return {**asdict(d), "vgroups": list(d.vgroups)}
+
+
+def _dump_stable(s: SuperTable) -> dict[str, Any]:
+    return {"db": s.db, "name": s.name, "columns": _cols(s.columns), "tags": _cols(s.tags),
+            "create_us": s.create_us}  # fmt: skip
+
+
+def _dump_table(t: Table) -> dict[str, Any]:
+    return {"db": t.db, "name": t.name, "vgroup": t.vgroup, "create_us": t.create_us,
+            "stable": t.stable, "tags": t.tags, "columns": _cols(t.columns)}  # fmt: skip
+
+
+def _dump_topic(t: Topic) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in t.__dataclass_fields__:
+        value = getattr(t, name)
+        if isinstance(value, pa.Schema):
+            value = {"arrow_schema": _schema_to_json(value)}
+        elif name == "output":
+            value = _cols(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def _load_topic(c: Catalog, raw: dict[str, Any]) -> None:
+    fields = {name: _topic_field(name, value) for name, value in raw.items()}
+    topic = Topic(**fields)
+    c.topics[topic.name] = topic
+
+
+def _topic_field(name: str, value: Any) -> Any:
+    if isinstance(value, dict) and "arrow_schema" in value:
+        return _schema_from_json(value["arrow_schema"])
+    if name == "output":
+        return _uncols(value)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _dump_user(u: User) -> dict[str, Any]:
+    return {**asdict(u), "subscribe": list(u.subscribe)}
+
+
+def _load_database(c: Catalog, r: dict[str, Any]) -> None:
+    c.databases[r["name"]] = Database(
+        r["name"], tuple(r["vgroups"]), r["precision"], r["wal"], r["create_us"]
+    )
+
+
+def _load_stable(c: Catalog, r: dict[str, Any]) -> None:
+    c.stables[(r["db"], r["name"])] = SuperTable(
+        r["db"], r["name"], _uncols(r["columns"]), _uncols(r["tags"]), r["create_us"]
+    )
+
+
+def _load_table(c: Catalog, r: dict[str, Any]) -> None:
+    c.tables[(r["db"], r["name"])] = Table(
+        r["db"],
+        r["name"],
+        r["vgroup"],
+        r["create_us"],
+        stable=r["stable"],
+        tags=r["tags"],
+        columns=_uncols(r["columns"]),
+    )
+
+
+def _load_user(c: Catalog, r: dict[str, Any]) -> None:
+    c.users[r["name"]] = User(**{**r, "subscribe": tuple(r["subscribe"])})
+
+
+_DUMPERS: dict[str, Any] = {
+    "database": _dump_database,
+    "stable": _dump_stable,
+    "table": _dump_table,
+    "topic": _dump_topic,
+    "user": _dump_user,
+}
+_LOADERS: dict[str, Any] = {
+    "database": _load_database,
+    "stable": _load_stable,
+    "table": _load_table,
+    "topic": _load_topic,
+    "user": _load_user,
+}

@@ -1,0 +1,286 @@
+"""Database, super table and table DDL: checks, WAL meta events, catalog changes."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
+from sqltopic.server.result import Result, Session
+from sqltopic.server.routing import vgroup_for
+from sqltopic.server.state import State
+from sqltopic.server.vnode import WAL_OPTION_FIELDS, Vnode, vnode_dir, wal_options
+from sqltopic.sql import events
+from sqltopic.sql import statements as st
+from sqltopic.sql.layout import RESERVED
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table
+from sqltopic.sql.types import PRECISIONS
+from sqltopic.sql.values import convert_value
+
+# TDengine's defaults and limits for a database's vgroups.
+DEFAULT_VGROUPS = 2
+MAX_VGROUPS = 1024
+# TDengine: a super table has at most 4096 columns and 128 tags.
+MAX_COLUMNS = 4096
+MAX_TAGS = 128
+
+
+# --- databases -------------------------------------------------------------------------
+
+
+def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> Result:
+    name = stmt.name
+    if name in state.catalog.databases:
+        if stmt.if_not_exists:
+            return Result()
+        raise AlreadyExistsError(f"database {name} already exists; use IF NOT EXISTS")
+    vgroups, precision, wal = _database_options(stmt.options)
+    first = state.catalog.next_vgroup
+    db = Database(name, tuple(range(first, first + vgroups)), precision, wal, state.now_us())
+    opened = [
+        Vnode.open(state.data_dir, db, v, clock=state.clock, background=state.background)
+        for v in db.vgroups
+    ]
+    state.catalog.databases[name] = db
+    state.catalog.next_vgroup = first + vgroups
+    state.vnodes.update({v.vgroup: v for v in opened})
+    state.commit([("database", "", name)])
+    return Result(affected_rows=0)
+
+
+def _database_options(options: dict[str, Any]) -> tuple[int, Any, dict[str, int]]:
+    vgroups = options.get("VGROUPS", DEFAULT_VGROUPS)
+    if not isinstance(vgroups, int) or not 1 <= vgroups <= MAX_VGROUPS:
+        raise SqlError(f"VGROUPS = {vgroups} is out of range; use 1..{MAX_VGROUPS}")
+    precision = options.get("PRECISION", "ms")
+    if precision not in PRECISIONS:
+        raise SqlError(f"PRECISION {precision!r} is not supported; use 'ms', 'us' or 'ns'")
+    wal = {k: v for k, v in options.items() if k in WAL_OPTION_FIELDS}
+    wal_options(wal)  # checks every WAL_* value, naming a bad one
+    return vgroups, precision, wal
+
+
+def alter_database(state: State, session: Session, stmt: st.AlterDatabase) -> Result:
+    db = state.catalog.database(stmt.name)
+    unknown = [k for k in stmt.options if k not in WAL_OPTION_FIELDS]
+    if unknown:
+        raise SqlError(f"ALTER DATABASE can change WAL_* options only, not {', '.join(unknown)}")
+    wal = {**db.wal, **stmt.options}
+    options = wal_options(wal)
+    state.catalog.databases[db.name] = Database(
+        db.name, db.vgroups, db.precision, wal, db.create_us
+    )
+    state.commit([("database", "", db.name)])
+    for vgroup in db.vgroups:
+        state.vnode(vgroup).wal.set_options(options)
+    return Result()
+
+
+def drop_database(state: State, session: Session, stmt: st.DropDatabase) -> Result:
+    cat = state.catalog
+    if stmt.name not in cat.databases:
+        if stmt.if_exists:
+            return Result()
+        raise NotFoundError(f"database {stmt.name} does not exist")
+    topics = sorted(t.name for t in cat.topics.values() if t.db == stmt.name)
+    if topics:
+        raise SchemaInUseError(
+            f"database {stmt.name} has topics ({', '.join(topics)}); drop them first"
+        )
+    db = cat.databases.pop(stmt.name)
+    keys: list[Any] = [("database", "", db.name)]
+    keys += [("stable", d, n) for (d, n) in list(cat.stables) if d == db.name]
+    keys += [("table", d, n) for (d, n) in list(cat.tables) if d == db.name]
+    for _, d, n in keys[1:]:
+        cat.stables.pop((d, n), None)
+        cat.tables.pop((d, n), None)
+    state.commit(keys)
+    state.store.forget_vgroups(db.vgroups)
+    for vgroup in db.vgroups:
+        state.vnodes.pop(vgroup).close()
+        shutil.rmtree(vnode_dir(state.data_dir, vgroup), ignore_errors=True)
+    if session.db == db.name:
+        session.db = None
+    return Result()
+
+
+def use(state: State, session: Session, stmt: st.Use) -> Result:
+    session.db = state.catalog.database(stmt.name).name
+    return Result()
+
+
+# --- super tables and tables -----------------------------------------------------------
+
+
+def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Result:
+    db = state.db_of(session, stmt.table)
+    name = stmt.table.name
+    if _exists(state, db.name, name, stmt.if_not_exists, "super table"):
+        return Result()
+    columns = _columns(stmt.columns, "column")
+    tags = _columns(stmt.tags, "tag")
+    _check_schema(columns, tags)
+    stb = SuperTable(db.name, name, columns, tags, state.now_us())
+    event = events.create_stable(stb)
+    state.commit_events({v: [event] for v in db.vgroups})
+    return Result()
+
+
+def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result:
+    db = state.db_of(session, stmt.table)
+    name = stmt.table.name
+    if _exists(state, db.name, name, stmt.if_not_exists, "table"):
+        return Result()
+    now = state.now_us()
+    vgroup = vgroup_for(db, name)
+    if stmt.using is None:
+        columns = _columns(stmt.columns, "column")
+        _check_schema(columns, ())
+        table = Table(db.name, name, vgroup, now, columns=columns)
+    else:
+        stb = state.catalog.stable(state.db_of(session, stmt.using).name, stmt.using.name)
+        if stb.db != db.name:
+            raise SqlError("a child table must be in the database of its super table")
+        tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
+        table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags)
+    state.commit_events({vgroup: [events.create_table(table)]})
+    return Result()
+
+
+def tag_values(
+    stb: SuperTable,
+    names: Sequence[str] | None,
+    values: Sequence[st.Value],
+    precision: Any,
+    now_us: int,
+) -> dict[str, Any]:
+    """A child table's tag values, converted and checked; unnamed tags are NULL."""
+    names = list(names) if names is not None else [t.name for t in stb.tags]
+    if len(names) != len(values):
+        raise SqlError(f"{len(names)} tags named but {len(values)} values given")
+    out: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
+    for tag_name, value in zip(names, values, strict=True):
+        tag = stb.tag(tag_name)
+        if tag is None:
+            raise NotFoundError(f"super table {stb.name} has no tag {tag_name}")
+        out[tag_name] = convert_value(value, tag, precision, now_us)
+    return out
+
+
+def _exists(state: State, db: str, name: str, if_not_exists: bool, what: str) -> bool:
+    if not state.catalog.exists(db, name):
+        return False
+    if if_not_exists:
+        return True
+    raise AlreadyExistsError(f"{what} {db}.{name} already exists; use IF NOT EXISTS")
+
+
+def _columns(defs: Sequence[st.ColumnDef], what: str) -> tuple[Column, ...]:
+    return tuple(Column(d.name, d.type) for d in defs)
+
+
+def _check_schema(columns: Sequence[Column], tags: Sequence[Column]) -> None:
+    if not columns or columns[0].type.name != "TIMESTAMP":
+        raise SqlError("the first column must be a TIMESTAMP (the row's key), e.g. ts TIMESTAMP")
+    if len(columns) > MAX_COLUMNS or len(tags) > MAX_TAGS:
+        raise SqlError(f"at most {MAX_COLUMNS} columns and {MAX_TAGS} tags")
+    seen: set[str] = set()
+    for col in (*columns, *tags):
+        _check_name(col.name)
+        if col.name in seen:
+            raise SqlError(f"duplicate column or tag name {col.name}")
+        seen.add(col.name)
+
+
+def _check_name(name: str) -> None:
+    if name == TBNAME or name in RESERVED or name.startswith("__"):
+        raise SqlError(f"{name} is a reserved name; choose another")
+
+
+# --- ALTER and DROP --------------------------------------------------------------------
+
+
+def alter_stable(state: State, session: Session, stmt: st.AlterStable) -> Result:
+    db = state.db_of(session, stmt.table)
+    stb = state.catalog.stable(db.name, stmt.table.name)
+    _check_alter(state, stb, stmt)
+    event = events.alter_stable(
+        db.name, stb.name, stmt.action, stmt.name, type_=stmt.type, new_name=stmt.new_name
+    )
+    state.commit_events({v: [event] for v in db.vgroups})
+    return Result()
+
+
+def _check_alter(state: State, stb: SuperTable, stmt: st.AlterStable) -> None:
+    action, name = stmt.action, stmt.name
+    existing = stb.column(name) or stb.tag(name)
+    if action in ("add_column", "add_tag"):
+        _check_name(name)
+        if existing is not None:
+            raise AlreadyExistsError(f"{stb.name} already has a column or tag {name}")
+        return
+    kind = "column" if action == "drop_column" else "tag"
+    found = stb.column(name) if kind == "column" else stb.tag(name)
+    if found is None:
+        raise NotFoundError(f"super table {stb.name} has no {kind} {name}")
+    if action == "drop_column" and stb.columns[0].name == name:
+        raise SqlError("the first (timestamp) column cannot be dropped")
+    if action == "drop_tag" and len(stb.tags) == 1:
+        raise SqlError("a super table keeps at least one tag")
+    if action == "rename_tag":
+        assert stmt.new_name is not None
+        _check_name(stmt.new_name)
+        if stb.column(stmt.new_name) or stb.tag(stmt.new_name):
+            raise AlreadyExistsError(f"{stb.name} already has a column or tag {stmt.new_name}")
+    _refuse_if_topic_uses(state, stb.db, stb.name, name)
+
+
+def _refuse_if_topic_uses(state: State, db: str, stable: str, name: str) -> None:
+    """A topic on the super table or one of its children may use its columns and tags."""
+    for topic in _topics_on(state, db, stable):
+        if name in topic.uses:
+            raise SchemaInUseError(
+                f"topic {topic.name} uses {name} of {stable}; drop the topic first"
+            )
+
+
+def _topics_on(state: State, db: str, name: str) -> list[Any]:
+    """Topics reading `name`: on it, or (for a super table) on one of its children."""
+    cat = state.catalog
+    children = {t.name for t in cat.children(db, name)}
+    return [
+        t for t in cat.topics.values() if t.db == db and (t.target == name or t.target in children)
+    ]
+
+
+def set_tag(state: State, session: Session, stmt: st.SetTag) -> Result:
+    db = state.db_of(session, stmt.table)
+    table = state.catalog.table(db.name, stmt.table.name)
+    if table.stable is None:
+        raise SqlError(f"{table.name} is a normal table; only child tables have tags")
+    stb = state.catalog.stable(db.name, table.stable)
+    value = tag_values(stb, [stmt.tag], [stmt.value], db.precision, state.now_us())[stmt.tag]
+    state.commit_events({table.vgroup: [events.set_tag(table, stmt.tag, value)]})
+    return Result()
+
+
+def drop_table(state: State, session: Session, stmt: st.DropTable) -> Result:
+    db = state.db_of(session, stmt.table)
+    name = stmt.table.name
+    cat = state.catalog
+    target = cat.stables.get((db.name, name)) if stmt.stable else cat.tables.get((db.name, name))
+    if target is None:
+        if stmt.if_exists:
+            return Result()
+        what = "super table" if stmt.stable else "table"
+        raise NotFoundError(f"{what} {db.name}.{name} does not exist")
+    users = sorted(t.name for t in _topics_on(state, db.name, name))
+    if users:
+        raise SchemaInUseError(f"{name} is used by topics {', '.join(users)}; drop them first")
+    if isinstance(target, SuperTable):
+        state.commit_events({v: [events.drop(db.name, name, "super")] for v in db.vgroups})
+    else:
+        event = events.drop(db.name, name, target.kind, target.stable)
+        state.commit_events({target.vgroup: [event]})
+    return Result()

@@ -1,0 +1,166 @@
+"""The embedded engine: a data directory, its catalog and vnodes, and SQL over them.
+
+`Engine(data_dir)` opens (or creates) the directory, takes its lock, loads the catalog,
+opens every vnode's WAL and replays DDL events the catalog has not applied yet. The
+server puts a network in front of exactly this object.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.errors import SqlError, UnsupportedStatement
+from sqltopic.server import ddl, query, show, topics, writes
+from sqltopic.server.catalog_store import CatalogStore
+from sqltopic.server.result import Result, Session
+from sqltopic.server.state import State
+from sqltopic.server.topic_reader import TopicItem, read_topic
+from sqltopic.server.vnode import Vnode
+from sqltopic.sql import statements as st
+from sqltopic.sql.events import apply
+from sqltopic.sql.insert import Insert
+from sqltopic.sql.parse import parse
+from sqltopic.wal import EntryType
+from sqltopic.wal.fsutil import DirectoryLock
+from sqltopic.wal.options import Clock, wall_clock_us
+
+CATALOG_FILE = "catalog.sqlite"
+
+Handler = Callable[[State, Session, Any], Result]
+
+# Statements that change the catalog run alone; queries and SHOW share the lock.
+_DDL: dict[type[st.Statement], Handler] = {
+    st.CreateDatabase: ddl.create_database,
+    st.AlterDatabase: ddl.alter_database,
+    st.DropDatabase: ddl.drop_database,
+    st.CreateStable: ddl.create_stable,
+    st.CreateTable: ddl.create_table,
+    st.AlterStable: ddl.alter_stable,
+    st.SetTag: ddl.set_tag,
+    st.DropTable: ddl.drop_table,
+    st.CreateTopic: topics.create_topic,
+    st.DropTopic: topics.drop_topic,
+    st.DropConsumerGroup: topics.drop_consumer_group,
+}
+_READS: dict[type[st.Statement], Handler] = {
+    st.Use: ddl.use,
+    st.Show: show.show,
+    st.Describe: show.describe,
+    st.Select: query.select,
+}
+
+
+class Engine:
+    """SQL, fast writes and topic reads over one data directory. Thread-safe."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str], *, clock: Clock = wall_clock_us,
+        background: bool = True,
+    ) -> None:  # fmt: skip
+        path = Path(data_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(path, "data directory")
+        try:
+            self._state = _open_state(path, clock, background)
+        except BaseException:
+            self._lock.release()
+            raise
+        self.session = Session()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def execute(self, sql: str, session: Session | None = None) -> Result:
+        """Run every statement in `sql` in order; returns the last one's result."""
+        session = session or self.session
+        result = Result()
+        for stmt in parse(sql):
+            result = self.run(stmt, session)
+        return result
+
+    def run(self, stmt: st.Statement, session: Session | None = None) -> Result:
+        """Run one parsed statement."""
+        session = session or self.session
+        try:
+            return self._dispatch(stmt, session)
+        except SqlError as err:
+            raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
+
+    def _dispatch(self, stmt: st.Statement, session: Session) -> Result:
+        state = self._state
+        if isinstance(stmt, Insert):
+            return writes.insert(state, session, stmt)
+        handler = _DDL.get(type(stmt))
+        if handler is not None:
+            with state.lock.exclusive():
+                return handler(state, session, stmt)
+        handler = _READS.get(type(stmt))
+        if handler is None:
+            raise UnsupportedStatement(
+                f"{type(stmt).__name__} statements come with the server (users and grants)"
+            )
+        with state.lock.shared():
+            return handler(state, session, stmt)
+
+    def write(
+        self, target: str, data: pa.Table | pa.RecordBatch, session: Session | None = None
+    ) -> int:
+        """Fast path: append Arrow rows to `[db.]table`, or to `[db.]stable` with a `tbname`
+        column (and tag columns to create missing child tables). Returns rows written."""
+        return writes.write_arrow(self._state, session or self.session, target, data)
+
+    def read_topic(
+        self, topic: str, vgroup: int, from_version: int, max_rows: int
+    ) -> tuple[list[TopicItem], int]:
+        """Evaluate `topic` over vgroup's WAL from `from_version`; returns the blocks and
+        meta events found and the next version to read."""
+        with self._state.lock.shared():
+            return read_topic(self._state, topic, vgroup, from_version, max_rows)
+
+    def close(self) -> None:
+        state = self._state
+        with state.lock.exclusive():
+            # no DDL event lies beyond these versions: the next start replays nothing
+            checked = {v: n.wal.last_version for v, n in state.vnodes.items()}
+            for vnode in state.vnodes.values():
+                vnode.close()
+            state.store.commit(state.catalog, [], checked)
+            state.store.close()
+        self._lock.release()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_state(path: Path, clock: Clock, background: bool) -> State:
+    store = CatalogStore(path / CATALOG_FILE)
+    catalog, applied = store.load()
+    vnodes: dict[int, Vnode] = {}
+    for db in catalog.databases.values():
+        for vgroup in db.vgroups:
+            vnodes[vgroup] = Vnode.open(path, db, vgroup, clock=clock, background=background)
+    state = State(path, catalog, store, vnodes, clock, background)
+    _replay(state, applied)
+    return state
+
+
+def _replay(state: State, applied: dict[int, int]) -> None:
+    """Apply DDL events that reached a WAL but not the catalog (a crash in between)."""
+    for vgroup, vnode in state.vnodes.items():
+        start = applied.get(vgroup, 0) + 1
+        keys: list[Any] = []
+        for records in vnode.reader().batches(start):
+            for rec in records:
+                if rec.entry_type is EntryType.META:
+                    keys += apply(state.catalog, rec.json())
+        if vnode.wal.last_version >= start:
+            state.store.commit(state.catalog, dict.fromkeys(keys), {vgroup: vnode.wal.last_version})

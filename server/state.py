@@ -1,0 +1,98 @@
+"""The engine's shared state, handed to every statement handler."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from sqltopic.errors import SqlError
+from sqltopic.server.catalog_store import CatalogStore
+from sqltopic.server.result import Session
+from sqltopic.server.rwlock import RWLock
+from sqltopic.server.vnode import Vnode
+from sqltopic.sql.events import Event, Key, apply
+from sqltopic.sql.model import Catalog, Database
+from sqltopic.sql.statements import TableRef
+from sqltopic.wal import EntryType, WalEntry, meta_entry
+from sqltopic.wal.options import Clock
+
+
+class DuckPool:
+    """One DuckDB connection per thread (DuckDB 2.0 refuses a connection in use by
+    another thread rather than waiting)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self) -> duckdb.DuckDBPyConnection:
+        con: duckdb.DuckDBPyConnection | None = getattr(self._local, "con", None)
+        if con is None:
+            con = duckdb.connect()
+            con.execute("SET TimeZone='UTC'")
+            # only relations we register may be named in a query, never Python variables
+            con.execute("SET python_enable_replacements=false")
+            self._local.con = con
+        return con
+
+
+@dataclass
+class State:
+    data_dir: Path
+    catalog: Catalog
+    store: CatalogStore
+    vnodes: dict[int, Vnode]
+    clock: Clock
+    background: bool
+    lock: RWLock = field(default_factory=RWLock)
+    duck: DuckPool = field(default_factory=DuckPool)
+    generation: int = 0  # bumped by every catalog change; caches derived from it compare
+
+    def now_us(self) -> int:
+        return self.clock()
+
+    def vnode(self, vgroup: int) -> Vnode:
+        return self.vnodes[vgroup]
+
+    def db_of(self, session: Session, ref: TableRef | str | None) -> Database:
+        """The database a reference names, or the session's current one."""
+        name = ref.db if isinstance(ref, TableRef) else ref
+        name = name or session.db
+        if name is None:
+            raise SqlError("no database selected; USE a database or write db.table")
+        return self.catalog.database(name)
+
+    def commit(self, keys: list[Key] | list[tuple[str, str, str]]) -> None:
+        """Persist catalog objects changed in memory (databases, topics, users)."""
+        self.store.commit(self.catalog, keys)
+        self.generation += 1
+
+    def commit_events(self, events: dict[int, list[Event]], extra: list[Key] | None = None) -> None:
+        """Append each vgroup's DDL events to its WAL, apply them to the catalog, and
+        commit the catalog with the versions applied (the order start-up replay needs)."""
+        entries = {v: [meta_entry(e) for e in evs] for v, evs in events.items()}
+        self.write_entries(entries, [e for evs in events.values() for e in evs], extra)
+
+    def write_entries(
+        self,
+        entries: dict[int, list[WalEntry]],
+        events: list[Event],
+        extra: list[Key] | None = None,
+    ) -> None:
+        """Append entries (one append per vgroup: atomic there), then apply `events` (the
+        meta entries among them) to the catalog and commit it with the applied versions."""
+        applied: dict[int, int] = {}
+        for vgroup, batch in entries.items():
+            versions = self.vnode(vgroup).wal.append(batch)
+            if any(e.entry_type is EntryType.META for e in batch):
+                applied[vgroup] = versions[-1]
+        if not events and not extra:
+            return
+        keys: list[Key] = list(extra or [])
+        unique = {id(e): e for e in events}  # a stable's event goes to every vnode,
+        for e in unique.values():  # but changes the catalog once
+            keys += apply(self.catalog, e)
+        self.store.commit(self.catalog, dict.fromkeys(keys), applied)
+        self.generation += 1

@@ -1,0 +1,209 @@
+"""Reading a topic from one vnode: WAL entries in, blocks of rows and meta events out.
+
+A read takes a run of WAL entries from the requested version and keeps those the topic
+is about. A query topic's data entries are concatenated into one batch and its compiled
+SQL runs over all of them in a single DuckDB query (one query per entry would cost
+~1 ms each). Stable and database topics deliver the entries' rows as they are, in the
+table's current columns, one block per run of rows from one table. WITH META and ONLY
+META topics also return the DDL events, in WAL order among the blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.server.batches import conform, constant, with_context
+from sqltopic.server.state import State
+from sqltopic.server.vnode import entry_table
+from sqltopic.sql import layout
+from sqltopic.sql.layout import data_schema, tags_schema
+from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
+from sqltopic.sql.topic import matching_tables, topic_schema
+from sqltopic.wal import EntryType, WalRecord
+
+# Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
+# many entries, bounded so that a read of tiny entries returns promptly.
+READ_ENTRIES = 8192
+# Bytes of entries one read holds, at most: keeps a message well inside gRPC limits.
+READ_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class TopicBlock:
+    """Rows of one read: `table_name` is the source table when the rows come from one."""
+
+    table_name: str | None
+    data: pa.Table
+    first_version: int
+    last_version: int
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """A DDL event (create/alter/drop) for WITH META and ONLY META topics."""
+
+    version: int
+    event: dict[str, Any]
+
+
+TopicItem = TopicBlock | TopicMeta
+
+
+def read_topic(
+    state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int
+) -> tuple[list[TopicItem], int]:
+    """The topic's items from `from_version` on, and the version to read next.
+
+    Raises `VersionNotRetained` when retention removed `from_version`.
+    """
+    topic = state.catalog.topic(topic_name)
+    records = (
+        state.vnode(vgroup)
+        .reader()
+        .read(from_version, max_entries=READ_ENTRIES, max_bytes=READ_BYTES)
+    )
+    if not records:
+        return [], from_version
+    scope = _Scope.of(state, topic, vgroup)
+    items: list[TopicItem] = []
+    pending: list[_Entry] = []
+    rows = 0
+    next_version = from_version
+    for rec in records:
+        next_version = rec.version + 1
+        if rec.entry_type is EntryType.META and topic.meta != "none":
+            event = rec.json()
+            if scope.wants_event(event):
+                items += scope.flush(pending)
+                pending = []
+                items.append(TopicMeta(rec.version, event))
+        elif rec.entry_type is EntryType.DATA and topic.meta != "only":
+            entry = scope.entry(rec)
+            if entry is not None:
+                pending.append(entry)
+                rows += entry.batch.num_rows
+        if rows >= max_rows:
+            break
+    items += scope.flush(pending)
+    return items, next_version
+
+
+@dataclass(frozen=True)
+class _Entry:
+    version: int
+    table: Table
+    batch: pa.RecordBatch
+
+
+@dataclass
+class _Scope:
+    """What one topic wants from one vgroup: which tables, in which columns."""
+
+    state: State
+    topic: Topic
+    tables: dict[str, Table]  # the tables whose data entries the topic delivers
+
+    @classmethod
+    def of(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
+        cat = state.catalog
+        in_vnode = [t for t in cat.tables.values() if t.db == topic.db and t.vgroup == vgroup]
+        if topic.kind == "database":
+            tables = in_vnode
+        elif (topic.db, topic.target) in cat.stables:
+            tables = [t for t in in_vnode if t.stable == topic.target]
+            if topic.kind == "stable" and topic.filter_sql:
+                tables = _matching(state, topic, tables)
+        else:
+            tables = [t for t in in_vnode if t.name == topic.target]
+        return cls(state, topic, {t.name: t for t in tables})
+
+    def entry(self, rec: WalRecord) -> _Entry | None:
+        batch = rec.arrow()
+        name, _ = entry_table(batch)
+        table = self.tables.get(name)
+        return _Entry(rec.version, table, batch) if table is not None else None
+
+    def wants_event(self, event: dict[str, Any]) -> bool:
+        if self.topic.kind == "database":
+            return True
+        name, kind = event.get("tableName"), event.get("tableType")
+        if kind == "super":
+            return bool(name == self.topic.target)
+        # a child's events while it is one of the topic's tables; its drop may be read
+        # after the catalog forgot it, and names the super table it belonged to
+        if name in self.tables:
+            return True
+        return bool(event.get("type") == "drop" and event.get("using") == self.topic.target)
+
+    def flush(self, pending: list[_Entry]) -> list[TopicItem]:
+        if not pending:
+            return []
+        if self.topic.kind == "query":
+            return [_run_query(self.state, self.topic, pending)]
+        return _runs(self.state.catalog, pending)
+
+
+def _matching(state: State, topic: Topic, children: list[Table]) -> list[Table]:
+    """The children whose tags pass a stable topic's condition (evaluated by DuckDB)."""
+    stb = state.catalog.stable(topic.db, topic.target or "")
+    db = state.catalog.database(topic.db)
+    schema = tags_schema(stb.tags, db.precision)
+    rows = [{TBNAME: t.name, **t.tags} for t in children]
+    tags = pa.Table.from_pylist(rows, schema=schema)
+    keep = set(matching_tables(topic, tags, state.duck.get()))
+    return [t for t in children if t.name in keep]
+
+
+def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:
+    """One block per run of consecutive entries of one table, in current columns."""
+    blocks: list[TopicItem] = []
+    start = 0
+    for i in range(1, len(pending) + 1):
+        if i == len(pending) or pending[i].table.name != pending[start].table.name:
+            run = pending[start:i]
+            table = run[0].table
+            db = catalog.database(table.db)
+            schema = data_schema(catalog.columns_of(table.db, table.name), db.precision)
+            data = pa.Table.from_batches([conform(e.batch, schema) for e in run], schema=schema)
+            blocks.append(TopicBlock(table.name, data, run[0].version, run[-1].version))
+            start = i
+    return blocks
+
+
+def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
+    """Evaluate a query topic over every pending entry at once."""
+    cat = state.catalog
+    db = cat.database(topic.db)
+    columns = cat.columns_of(topic.db, topic.target or "")
+    tags = _used_tags(cat, topic)
+    schema = data_schema(columns, db.precision)
+    batches = []
+    for e in pending:
+        data = with_context(conform(e.batch, schema), e.table.name, e.table.tags, tags,
+                            db.precision, tbname=True)  # fmt: skip
+        version = constant(e.version, pa.int64(), data.num_rows)
+        batches.append(data.append_column(layout.VERSION, version))
+    batch = pa.Table.from_batches(batches)
+    con = state.duck.get()
+    con.register(layout.BATCH, batch)
+    try:
+        out = con.sql(topic.select_sql).to_arrow_table()
+    finally:
+        con.unregister(layout.BATCH)
+    data = out.drop_columns([layout.VERSION, layout.ROW_TABLE]).cast(topic_schema(topic, cat))
+    names = {e.table.name for e in pending}
+    only = next(iter(names)) if len(names) == 1 else None
+    return TopicBlock(only, data, pending[0].version, pending[-1].version)
+
+
+def _used_tags(cat: Catalog, topic: Topic) -> tuple[Column, ...]:
+    """The tags the topic's SQL names (only those are added to the batch)."""
+    table = cat.tables.get((topic.db, topic.target or ""))
+    stable = table.stable if table is not None else topic.target
+    stb = cat.stables.get((topic.db, stable or ""))
+    if stb is None:
+        return ()
+    return tuple(t for t in stb.tags if t.name in topic.uses)

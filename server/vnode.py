@@ -1,0 +1,82 @@
+"""A vnode: one partition of a database, owning one WAL, and its data entries' form.
+
+A data entry is one Arrow record batch of one table; the schema metadata names the table
+(and its super table), so an entry is self-describing in WAL order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.errors import SqlError
+from sqltopic.sql.model import Database
+from sqltopic.wal import Wal, WalOptions, WalReader
+from sqltopic.wal.options import Clock
+
+TABLE_KEY = b"sqltopic.table"
+STABLE_KEY = b"sqltopic.stable"
+
+# Database WAL_* options and the WalOptions fields they set.
+WAL_OPTION_FIELDS = {
+    "WAL_LEVEL": "level",
+    "WAL_FSYNC_PERIOD": "fsync_period_ms",
+    "WAL_RETENTION_PERIOD": "retention_period_s",
+    "WAL_RETENTION_SIZE": "retention_size_kb",
+    "WAL_SEGMENT_SIZE": "segment_size_kb",
+    "WAL_ROLL_PERIOD": "roll_period_s",
+}
+
+
+def wal_options(options: dict[str, int]) -> WalOptions:
+    """The WalOptions a database's WAL_* options ask for; SqlError naming a bad one."""
+    try:
+        fields: dict[str, Any] = {WAL_OPTION_FIELDS[k]: v for k, v in options.items()}
+        return WalOptions(**fields)
+    except (ValueError, TypeError) as exc:
+        raise SqlError(f"bad database option: {exc}") from None
+
+
+def vnode_dir(data_dir: Path, vgroup: int) -> Path:
+    return data_dir / "vnode" / f"vnode{vgroup}"
+
+
+def tag_batch(batch: pa.RecordBatch, table: str, stable: str | None) -> pa.RecordBatch:
+    """`batch` with the schema metadata that names its table."""
+    meta = {TABLE_KEY: table.encode(), STABLE_KEY: (stable or "").encode()}
+    return batch.replace_schema_metadata(meta)
+
+
+def entry_table(batch: pa.RecordBatch) -> tuple[str, str | None]:
+    """The table (and super table, if any) a data entry belongs to."""
+    meta = batch.schema.metadata or {}
+    stable = meta.get(STABLE_KEY, b"").decode()
+    return meta.get(TABLE_KEY, b"").decode(), stable or None
+
+
+@dataclass
+class Vnode:
+    vgroup: int
+    db: str
+    wal: Wal
+
+    @classmethod
+    def open(
+        cls, data_dir: Path, database: Database, vgroup: int, *, clock: Clock, background: bool
+    ) -> Vnode:
+        wal = Wal.open(
+            vnode_dir(data_dir, vgroup) / "wal",
+            wal_options(database.wal),
+            clock=clock,
+            background=background,
+        )
+        return cls(vgroup, database.name, wal)
+
+    def reader(self) -> WalReader:
+        return self.wal.reader()
+
+    def close(self) -> None:
+        self.wal.close()

@@ -1,0 +1,297 @@
+"""The write path: INSERT statements and Arrow writes become WAL data entries.
+
+A write is planned completely first (tables resolved, child tables to create, every value
+converted and checked) and only then appended, one append per vnode: a bad value
+anywhere writes nothing. Writes to existing tables share the engine lock; a write that
+creates child tables (USING ... TAGS, or new `tbname`s through a super table) takes it
+alone, like DDL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sqltopic.errors import InvalidValueError, NotFoundError, SqlError
+from sqltopic.server.ddl import tag_values
+from sqltopic.server.result import Result, Session
+from sqltopic.server.routing import vgroup_for
+from sqltopic.server.state import State
+from sqltopic.server.vnode import tag_batch
+from sqltopic.sql import events
+from sqltopic.sql.events import Event
+from sqltopic.sql.insert import Insert, InsertPart
+from sqltopic.sql.layout import data_schema
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table
+from sqltopic.sql.statements import TableRef
+from sqltopic.sql.types import ColumnType
+from sqltopic.sql.values import to_arrow
+from sqltopic.wal import WalEntry, data_entry, meta_entry
+
+# TDengine's limit on a table name's length; `tbname` values are checked against it.
+TBNAME_TYPE = ColumnType("VARCHAR", 192)
+
+
+class _NeedsExclusive(Exception):
+    """Planning under the shared lock found a table to create: plan again, alone."""
+
+
+@dataclass
+class Plan:
+    """What a write will append, per vgroup, and the DDL events among it."""
+
+    entries: dict[int, list[WalEntry]] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    created: dict[tuple[str, str], Table] = field(default_factory=dict)
+    rows: int = 0
+    exclusive: bool = False
+
+    def add_data(self, table: Table, batch: pa.RecordBatch) -> None:
+        tagged = tag_batch(batch, table.name, table.stable)
+        self.entries.setdefault(table.vgroup, []).append(data_entry(tagged))
+        self.rows += batch.num_rows
+
+    def add_create(self, table: Table) -> None:
+        if not self.exclusive:
+            raise _NeedsExclusive
+        event = events.create_table(table)
+        self.entries.setdefault(table.vgroup, []).append(meta_entry(event))
+        self.events.append(event)
+        self.created[(table.db, table.name)] = table
+
+
+def _run(state: State, build: Any) -> int:
+    """Plan under the shared lock, or alone if tables must be created; then append."""
+    try:
+        with state.lock.shared():
+            plan = build(Plan())
+            state.write_entries(plan.entries, plan.events)
+            return int(plan.rows)
+    except _NeedsExclusive:
+        pass
+    with state.lock.exclusive():
+        plan = build(Plan(exclusive=True))
+        state.write_entries(plan.entries, plan.events)
+        return int(plan.rows)
+
+
+# --- INSERT ----------------------------------------------------------------------------
+
+
+def insert(state: State, session: Session, stmt: Insert) -> Result:
+    now = state.now_us()
+
+    def build(plan: Plan) -> Plan:
+        for part in stmt.parts:
+            _plan_part(state, session, plan, part, now)
+        return plan
+
+    return Result(affected_rows=_run(state, build))
+
+
+def _plan_part(state: State, session: Session, plan: Plan, part: InsertPart, now: int) -> None:
+    db = state.db_of(session, part.table)
+    stb = state.catalog.stables.get((db.name, part.table.name))
+    if stb is not None and part.using is None:
+        _plan_through_stable(state, plan, db, stb, part, now)
+        return
+    table = _target(state, session, plan, db, part, now)
+    columns = _table_columns(state, plan, table)
+    listed = _listed(columns, part.columns, table.name)
+    batch = to_arrow(part.rows, listed, db.precision, now, table=table.name)
+    plan.add_data(table, _fill(batch, columns, db))
+
+
+def _target(
+    state: State, session: Session, plan: Plan, db: Database, part: InsertPart, now: int
+) -> Table:
+    """The table written to, created from USING ... TAGS when it does not exist yet."""
+    name = part.table.name
+    existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
+    if existing is not None or part.using is None:
+        if existing is None:
+            raise NotFoundError(f"table {db.name}.{name} does not exist; create it or use USING")
+        return existing
+    stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
+    tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
+    table = Table(db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags)
+    plan.add_create(table)
+    return table
+
+
+def _table_columns(state: State, plan: Plan, table: Table) -> tuple[Column, ...]:
+    if table.stable is not None:
+        return state.catalog.stable(table.db, table.stable).columns
+    return table.columns
+
+
+def _listed(columns: tuple[Column, ...], names: Sequence[str] | None, table: str) -> list[Column]:
+    """The columns a column list names, in its order (all of them without a list)."""
+    if names is None:
+        return list(columns)
+    by_name = {c.name: c for c in columns}
+    out = []
+    for name in names:
+        col = by_name.get(name)
+        if col is None:
+            raise NotFoundError(f"table {table} has no column {name}")
+        if col in out:
+            raise SqlError(f"column {name} is listed twice")
+        out.append(col)
+    if columns[0] not in out:
+        raise SqlError(f"the column list must include the timestamp column {columns[0].name}")
+    return out
+
+
+def _fill(batch: pa.RecordBatch, columns: Sequence[Column], db: Database) -> pa.RecordBatch:
+    """`batch` with every column of the table, in order; unlisted ones NULL."""
+    schema = data_schema(columns, db.precision)
+    arrays = []
+    for f in schema:
+        i = batch.schema.get_field_index(f.name)
+        arrays.append(batch.column(i) if i >= 0 else pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _plan_through_stable(
+    state: State, plan: Plan, db: Database, stb: SuperTable, part: InsertPart, now: int
+) -> None:
+    """INSERT INTO stable (tbname, ts, ..., tag, ...) VALUES: rows go to their tables."""
+    if part.columns is None or TBNAME not in part.columns:
+        raise SqlError(f"inserting through super table {stb.name} needs a column list with tbname")
+    known = {c.name: c for c in (*stb.columns, *stb.tags)} | {TBNAME: Column(TBNAME, TBNAME_TYPE)}
+    unknown = [n for n in part.columns if n not in known]
+    if unknown:
+        raise NotFoundError(f"super table {stb.name} has no column or tag {unknown[0]}")
+    listed = [known[n] for n in part.columns]
+    batch = to_arrow(part.rows, listed, db.precision, now, table=stb.name, key=stb.columns[0].name)
+    _split_by_table(state, plan, db, stb, pa.Table.from_batches([batch]), now)
+
+
+def _split_by_table(
+    state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, now: int
+) -> None:
+    names = rows.column(TBNAME)
+    if names.null_count:
+        raise InvalidValueError(f"tbname may not be NULL when writing to {stb.name}")
+    for name in pc.unique(names).to_pylist():
+        subset = rows.filter(pc.equal(names, name))
+        table = _child(state, plan, db, stb, name.lower(), subset, now)
+        listed = [c for c in stb.columns if c.name in subset.column_names]
+        if stb.columns[0] not in listed:
+            raise SqlError(f"the timestamp column {stb.columns[0].name} must be given")
+        batch = subset.select([c.name for c in listed]).combine_chunks().to_batches()[0]
+        plan.add_data(table, _fill(batch, stb.columns, db))
+
+
+def _child(
+    state: State, plan: Plan, db: Database, stb: SuperTable, name: str, rows: pa.Table, now: int
+) -> Table:
+    """The child table `name` of `stb`, created from the rows' tag values if missing."""
+    existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
+    if existing is not None:
+        if existing.stable != stb.name:
+            raise SqlError(f"table {name} is not a child table of {stb.name}")
+        return existing
+    given = [t for t in stb.tags if t.name in rows.column_names]
+    if not given:
+        raise NotFoundError(
+            f"table {db.name}.{name} does not exist; give its tag columns to create it"
+        )
+    tags: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
+    tags.update({t.name: _first(rows.column(t.name)) for t in given})
+    table = Table(db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags)
+    plan.add_create(table)
+    return table
+
+
+def _first(values: pa.ChunkedArray) -> Any:
+    """The first value as the catalog stores tags: timestamps as integers."""
+    if pa.types.is_timestamp(values.type):
+        values = values.cast(pa.int64())
+    return values[0].as_py()
+
+
+# --- Arrow writes ----------------------------------------------------------------------
+
+
+def write_arrow(
+    state: State, session: Session, target: str, data: pa.Table | pa.RecordBatch
+) -> int:
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    db_name, _, name = target.rpartition(".")
+    ref = TableRef(db_name.lower() or None, name.lower())
+    now = state.now_us()
+
+    def build(plan: Plan) -> Plan:
+        db = state.db_of(session, ref)
+        stb = state.catalog.stables.get((db.name, ref.name))
+        if stb is not None:
+            checked = _check_arrow(table, _stable_fields(stb), stb.name, db)
+            _split_by_table(state, plan, db, stb, checked, now)
+        else:
+            tb = state.catalog.table(db.name, ref.name)
+            columns = _table_columns(state, plan, tb)
+            checked = _check_arrow(table, {c.name: c for c in columns}, tb.name, db)
+            if columns[0].name not in checked.column_names:
+                raise SqlError(f"the timestamp column {columns[0].name} must be given")
+            for batch in checked.combine_chunks().to_batches():
+                plan.add_data(tb, _fill(batch, columns, db))
+        return plan
+
+    return _run(state, build)
+
+
+def _stable_fields(stb: SuperTable) -> dict[str, Column]:
+    fields = {c.name: c for c in (*stb.columns, *stb.tags)}
+    fields[TBNAME] = Column(TBNAME, TBNAME_TYPE)
+    return fields
+
+
+def _check_arrow(table: pa.Table, fields: dict[str, Column], target: str, db: Database) -> pa.Table:
+    """Columns cast to their types and checked (lengths, NULL timestamps); unknown
+    columns are errors, naming the column."""
+    arrays, names = [], []
+    for name in table.column_names:
+        col = fields.get(name.lower())
+        if col is None:
+            raise NotFoundError(f"{target} has no column {name}")
+        arrays.append(_cast_column(table.column(name), col, target, db))
+        names.append(col.name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _cast_column(
+    values: pa.ChunkedArray, col: Column, target: str, db: Database
+) -> pa.ChunkedArray:
+    want = col.type.arrow(db.precision)
+    try:
+        out = values if values.type == want else values.cast(want, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidValueError(
+            f"column {col.name} of {target} is {values.type}, which does not convert to "
+            f"{col.type.sql()}: {exc}"
+        ) from None
+    if col.type.name == "TIMESTAMP" and col.name != TBNAME and out.null_count:
+        first = pc.index(pc.is_null(out), True).as_py()
+        raise InvalidValueError(f"NULL timestamp in column {col.name} of {target}, row {first + 1}")
+    if col.type.is_string and col.type.length is not None:
+        _check_length(out, col, target)
+    return out
+
+
+def _check_length(values: pa.ChunkedArray, col: Column, target: str) -> None:
+    measure = pc.utf8_length if col.type.name == "NCHAR" else pc.binary_length
+    lengths = measure(values)
+    longest = pc.max(lengths).as_py()
+    if longest is not None and longest > (col.type.length or 0):
+        row = pc.index(lengths, longest).as_py()
+        unit = "characters" if col.type.name == "NCHAR" else "bytes"
+        raise InvalidValueError(
+            f"value {values[row].as_py()!r} for column {col.name} ({col.type.sql()}) of "
+            f"{target}, row {row + 1}: {longest} {unit} is longer than {col.type.length}"
+        )

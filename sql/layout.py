@@ -1,0 +1,43 @@
+"""The relations a compiled topic runs over, shared by the topic compiler and the vnode.
+
+A vnode evaluates a query topic over a *batch*: many WAL data entries of the topic's
+table(s) concatenated in WAL order, with the tag values and the table name of each row
+added, and the version of the entry it came from. A stable topic's tag condition runs
+over *tags*: one row per child table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from sqltopic.sql.model import TBNAME, Column
+from sqltopic.sql.types import Precision
+
+BATCH = "__batch"  # registered name of the batch relation
+TAGS = "__tags"  # registered name of the tags relation
+VERSION = "__version"  # the WAL version a row came from (int64)
+ROW_TABLE = "__tbname"  # the compiled SELECT's copy of tbname, for splitting blocks
+RESERVED = frozenset({BATCH, TAGS, VERSION, ROW_TABLE})
+
+
+def data_schema(columns: Sequence[Column], precision: Precision) -> pa.Schema:
+    """The Arrow schema of a table's data entries in the WAL."""
+    return pa.schema([pa.field(c.name, c.type.arrow(precision)) for c in columns])
+
+
+def batch_schema(
+    columns: Sequence[Column], tags: Sequence[Column], precision: Precision
+) -> pa.Schema:
+    """Data columns, then tags, then `tbname`, then `__version`."""
+    fields = [pa.field(c.name, c.type.arrow(precision)) for c in (*columns, *tags)]
+    fields += [pa.field(TBNAME, pa.string()), pa.field(VERSION, pa.int64())]
+    return pa.schema(fields)
+
+
+def tags_schema(tags: Sequence[Column], precision: Precision) -> pa.Schema:
+    """`tbname`, then the tag columns."""
+    fields = [pa.field(TBNAME, pa.string())]
+    fields += [pa.field(c.name, c.type.arrow(precision)) for c in tags]
+    return pa.schema(fields)

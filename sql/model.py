@@ -1,0 +1,163 @@
+"""The catalog model: databases, super tables, tables, topics and users as records.
+
+Pure data and lookups; persistence and the WAL belong to the server. Names are stored
+lower-case: identifiers are case-insensitive, as in TDengine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from sqltopic.errors import NotFoundError, TopicNotFound
+from sqltopic.sql.types import ColumnType, Precision
+
+TopicKind = Literal["query", "stable", "database"]
+MetaMode = Literal["none", "with", "only"]
+TableKind = Literal["child", "normal"]
+
+# The pseudo-column naming a row's table, as in TDengine.
+TBNAME = "tbname"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: ColumnType
+
+    def to_json(self) -> list[str]:
+        return [self.name, self.type.sql()]
+
+    @classmethod
+    def from_json(cls, raw: list[str]) -> Column:
+        return cls(raw[0], ColumnType.parse(raw[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    name: str
+    vgroups: tuple[int, ...]  # server-wide vgroup ids, in hash-range order
+    precision: Precision
+    wal: dict[str, int]  # WAL_* options as given: keyword -> value
+    create_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class SuperTable:
+    db: str
+    name: str
+    columns: tuple[Column, ...]
+    tags: tuple[Column, ...]
+    create_us: int
+
+    def column(self, name: str) -> Column | None:
+        return _find(self.columns, name)
+
+    def tag(self, name: str) -> Column | None:
+        return _find(self.tags, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A child table (`stable` set, `tags` its values) or a normal table (`columns`)."""
+
+    db: str
+    name: str
+    vgroup: int
+    create_us: int
+    stable: str | None = None
+    tags: dict[str, Any] = field(default_factory=dict)
+    columns: tuple[Column, ...] = ()
+
+    @property
+    def kind(self) -> TableKind:
+        return "child" if self.stable is not None else "normal"
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    db: str
+    kind: TopicKind
+    sql: str  # as the user wrote it
+    meta: MetaMode
+    target: str | None  # the FROM table (query), the super table (stable), None (database)
+    output: tuple[Column, ...]  # fixed output schema of a query topic
+    select_sql: str  # compiled DuckDB SELECT over the coalesced batch (query topics)
+    filter_sql: str | None  # tag condition of a stable topic, as DuckDB SQL
+    uses: tuple[str, ...]  # columns and tags of the target the topic depends on
+    owner: str
+    create_us: int
+    output_schema: pa.Schema | None = None  # exact Arrow output of a query topic
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    password_hash: str  # hex scrypt digest
+    salt: str  # hex
+    superuser: bool
+    create_us: int
+    subscribe: tuple[str, ...] = ()  # topics granted
+
+
+@dataclass(slots=True)
+class Catalog:
+    """Every object, keyed by lower-case name; (db, name) for tables."""
+
+    databases: dict[str, Database] = field(default_factory=dict)
+    stables: dict[tuple[str, str], SuperTable] = field(default_factory=dict)
+    tables: dict[tuple[str, str], Table] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    users: dict[str, User] = field(default_factory=dict)
+    next_vgroup: int = 1
+
+    def database(self, name: str) -> Database:
+        db = self.databases.get(name)
+        if db is None:
+            raise NotFoundError(f"database {name!r} does not exist; create it first")
+        return db
+
+    def stable(self, db: str, name: str) -> SuperTable:
+        self.database(db)
+        stb = self.stables.get((db, name))
+        if stb is None:
+            raise NotFoundError(f"super table {db}.{name} does not exist")
+        return stb
+
+    def table(self, db: str, name: str) -> Table:
+        self.database(db)
+        tb = self.tables.get((db, name))
+        if tb is None:
+            raise NotFoundError(f"table {db}.{name} does not exist")
+        return tb
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        return topic
+
+    def columns_of(self, db: str, name: str) -> tuple[Column, ...]:
+        """The data columns of a super, child or normal table."""
+        if (db, name) in self.stables:
+            return self.stables[(db, name)].columns
+        tb = self.table(db, name)
+        if tb.stable is not None:
+            return self.stables[(db, tb.stable)].columns
+        return tb.columns
+
+    def children(self, db: str, stable: str) -> list[Table]:
+        return [t for t in self.tables.values() if t.db == db and t.stable == stable]
+
+    def exists(self, db: str, name: str) -> bool:
+        return (db, name) in self.tables or (db, name) in self.stables
+
+
+def _find(columns: tuple[Column, ...], name: str) -> Column | None:
+    for col in columns:
+        if col.name == name:
+            return col
+    return None

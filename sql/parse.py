@@ -1,0 +1,271 @@
+"""SQL text to typed statements: split at top-level `;`, parse each with the TDengine
+dialect (INSERT with the fast values parser), refuse anything unsupported."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from sqltopic.errors import SqlError, SqlSyntaxError, UnsupportedStatement
+from sqltopic.sql import dialect as d
+from sqltopic.sql import statements as s
+from sqltopic.sql.types import ColumnType
+
+# Quoted strings, quoted identifiers and comments, whose `;` do not end a statement.
+_SKIP_OR_SEMI = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|;", re.S
+)
+_LEADING = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)
+_INSERT = re.compile(r"insert\b", re.I)
+
+# sqlglot logs a warning before falling back to an unparsed Command; sqltopic refuses
+# those statements with a clear error instead, so the warning is only noise.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
+def split_statements(text: str) -> list[tuple[str, s.Pos]]:
+    """The statements of `text` with where each starts; empty ones are dropped."""
+    out: list[tuple[str, s.Pos]] = []
+    start = 0
+    for m in _SKIP_OR_SEMI.finditer(text):
+        if m.group() == ";":
+            _add_statement(text, start, m.start(), out)
+            start = m.end()
+    _add_statement(text, start, len(text), out)
+    return out
+
+
+def _add_statement(text: str, start: int, end: int, out: list[tuple[str, s.Pos]]) -> None:
+    lead = _LEADING.match(text, start, end)
+    begin = lead.end() if lead else start
+    body = text[begin:end].rstrip()
+    if body:
+        out.append((body, position(text, begin)))
+
+
+def position(text: str, offset: int) -> s.Pos:
+    """1-based line and column of `offset` in `text`."""
+    line = text.count("\n", 0, offset) + 1
+    return s.Pos(line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def parse(text: str) -> list[s.Statement]:
+    """Every statement in `text`, in order. Raises `SqlError` at the first bad one."""
+    return [parse_one(sql, pos) for sql, pos in split_statements(text)]
+
+
+def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
+    """One statement (no trailing `;`). `pos` places it inside a longer text."""
+    pos = pos or s.Pos(1, 1)
+    try:
+        if _INSERT.match(sql):
+            from sqltopic.sql.insert import parse_insert  # noqa: PLC0415  (its own fast parser)
+
+            return parse_insert(sql, pos)
+        tree = _parse_tree(sql, pos)
+        build = _BUILDERS.get(type(tree))
+        if build is None:
+            raise UnsupportedStatement(
+                f"unsupported statement {_head(sql)!r}; see docs/sql.md for what sqltopic runs",
+                sql=sql,
+                line=pos.line,
+                column=pos.column,
+            )
+        return build(tree, sql, pos)
+    except SqlError as err:
+        raise err.at(sql, pos.line, pos.column) from None
+
+
+def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
+    try:
+        trees = sqlglot.parse(sql, read=d.TDengine)
+    except ParseError as err:
+        info = err.errors[0] if err.errors else {}
+        line, col = _shift(pos, info.get("line") or 1, info.get("col") or 1)
+        message = info.get("description") or str(err)
+        raise SqlSyntaxError(message, sql=sql, line=line, column=col) from None
+    except TokenError as err:
+        raise SqlSyntaxError(
+            f"cannot tokenize: {err}", sql=sql, line=pos.line, column=pos.column
+        ) from None
+    tree = trees[0] if len(trees) == 1 else None
+    if not isinstance(tree, exp.Expression):
+        raise SqlSyntaxError("expected one statement", sql=sql, line=pos.line, column=pos.column)
+    return tree
+
+
+def _shift(pos: s.Pos, line: int, col: int) -> tuple[int, int]:
+    """A position inside a statement, made relative to the whole text."""
+    return (pos.line + line - 1, pos.column + col - 1 if line == 1 else col)
+
+
+def _head(sql: str) -> str:
+    return " ".join(sql.split()[:3])
+
+
+# --- expressions to statements -----------------------------------------------------------
+
+
+def name(e: exp.Expression | None) -> str:
+    """An identifier's name, lower-cased (identifiers are case-insensitive)."""
+    if e is None:
+        raise SqlSyntaxError("missing name")
+    return e.name.lower()
+
+
+def table_ref(e: exp.Expression) -> s.TableRef:
+    db = e.args.get("db")
+    return s.TableRef(name(db) if db else None, name(e.this))
+
+
+def value(e: exp.Expression) -> s.Value:
+    """A literal of a TAGS list or SET TAG: number, string, NULL, TRUE/FALSE."""
+    if isinstance(e, exp.Literal):
+        return s.Value("string" if e.is_string else "number", e.this)
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
+        return s.Value("number", "-" + e.this.this)
+    if isinstance(e, exp.Null):
+        return s.Value("null", "NULL")
+    if isinstance(e, exp.Boolean):
+        return s.Value("bool", "true" if e.this else "false")
+    if isinstance(e, (exp.CurrentTimestamp, exp.Column)) and e.name.upper() == "NOW":
+        return s.Value("now", "NOW")
+    raise SqlSyntaxError(f"expected a constant value, got {e.sql(dialect=d.TDengine)}")
+
+
+def _defs(defs: list[d.TdColumnDef]) -> tuple[s.ColumnDef, ...]:
+    return tuple(s.ColumnDef(name(x.this), ColumnType.parse(x.args["kind"].name)) for x in defs)
+
+
+def _options(e: exp.Expression) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for opt in e.args.get("options") or []:
+        raw = opt.args["expression"]
+        text = raw.this if isinstance(raw, exp.Literal) else raw.name
+        number = isinstance(raw, exp.Literal) and not raw.is_string
+        out[opt.this.name.upper()] = int(text) if number else text
+    return out
+
+
+Builder = Callable[[Any, str, s.Pos], s.Statement]
+
+
+def _create_table(e: d.TdCreateTable, sql: str, pos: s.Pos) -> s.Statement:
+    common: dict[str, Any] = {"sql": sql, "pos": pos, "table": table_ref(e.this)}
+    common["if_not_exists"] = bool(e.args.get("exists"))
+    if not e.args.get("using"):
+        return s.CreateTable(columns=_defs(e.args["columns"]), **common)
+    names = e.args.get("tag_names")
+    return s.CreateTable(
+        using=table_ref(e.args["using"]),
+        tag_names=tuple(name(n) for n in names) if names else None,
+        tag_values=tuple(value(v) for v in e.args["tag_values"]),
+        **common,
+    )
+
+
+def _create_topic(e: d.TdCreateTopic, sql: str, pos: s.Pos) -> s.Statement:
+    meta = {"WITH": "with", "ONLY": "only"}.get(e.args.get("meta") or "", "none")
+    common: dict[str, Any] = {"sql": sql, "pos": pos, "name": name(e.this), "meta": meta}
+    common["if_not_exists"] = bool(e.args.get("exists"))
+    kind = e.args["kind"]
+    if kind == "DATABASE":
+        return s.CreateTopic(kind="database", db=name(e.args["target"]), **common)
+    if kind == "STABLE":
+        where = e.args.get("where")
+        cond = where.this if where is not None else None
+        return s.CreateTopic(
+            kind="stable",
+            target=table_ref(e.args["target"]),
+            where=cond,
+            where_sql=cond.sql(dialect=d.TDengine) if cond is not None else None,
+            **common,
+        )
+    query = e.args["query"]
+    return s.CreateTopic(
+        kind="query", query=query, query_sql=query.sql(dialect=d.TDengine), **common
+    )
+
+
+def _alter_stable(e: d.TdAlterStable, sql: str, pos: s.Pos) -> s.Statement:
+    kind = e.args.get("kind")
+    new = e.args.get("new_name")
+    return s.AlterStable(
+        sql=sql,
+        pos=pos,
+        table=table_ref(e.this),
+        action=e.args["action"].lower().replace(" ", "_"),
+        name=name(e.args["name"]),
+        type=ColumnType.parse(kind.name) if kind is not None else None,
+        new_name=name(new) if new is not None else None,
+    )
+
+
+def _drop(e: d.TdDrop, sql: str, pos: s.Pos) -> s.Statement:
+    kind, exists = e.args["kind"], bool(e.args.get("exists"))
+    if kind == "DATABASE":
+        return s.DropDatabase(sql=sql, pos=pos, name=name(e.this), if_exists=exists)
+    if kind == "TOPIC":
+        force = bool(e.args.get("force"))
+        return s.DropTopic(sql=sql, pos=pos, name=name(e.this), if_exists=exists, force=force)
+    if kind == "USER":
+        return s.DropUser(sql=sql, pos=pos, name=name(e.this))
+    return s.DropTable(
+        sql=sql, pos=pos, table=table_ref(e.this), stable=kind == "STABLE", if_exists=exists
+    )
+
+
+def _select(e: exp.Expression, sql: str, pos: s.Pos) -> s.Statement:
+    return s.Select(sql=sql, pos=pos, tree=e)
+
+
+def _user(e: d.TdUser, sql: str, pos: s.Pos) -> s.Statement:
+    cls = s.CreateUser if e.args["action"] == "CREATE" else s.AlterUser
+    return cls(sql=sql, pos=pos, name=name(e.this), password=e.args["password"].this)
+
+
+_BUILDERS: dict[type[exp.Expression], Builder] = {
+    d.TdCreateDatabase: lambda e, sql, pos: s.CreateDatabase(
+        sql=sql, pos=pos, name=name(e.this), if_not_exists=bool(e.args.get("exists")),
+        options=_options(e),
+    ),
+    d.TdAlterDatabase: lambda e, sql, pos: s.AlterDatabase(
+        sql=sql, pos=pos, name=name(e.this), options=_options(e)
+    ),
+    d.TdUse: lambda e, sql, pos: s.Use(sql=sql, pos=pos, name=name(e.this)),
+    d.TdShow: lambda e, sql, pos: s.Show(
+        sql=sql, pos=pos, what=e.this.name.lower(),
+        db=name(e.args["db"]) if e.args.get("db") else None,
+    ),
+    d.TdDescribe: lambda e, sql, pos: s.Describe(sql=sql, pos=pos, table=table_ref(e.this)),
+    d.TdCreateStable: lambda e, sql, pos: s.CreateStable(
+        sql=sql, pos=pos, table=table_ref(e.this), columns=_defs(e.args["columns"]),
+        tags=_defs(e.args["tags"]), if_not_exists=bool(e.args.get("exists")),
+    ),
+    d.TdCreateTable: _create_table,
+    d.TdAlterStable: _alter_stable,
+    d.TdSetTag: lambda e, sql, pos: s.SetTag(
+        sql=sql, pos=pos, table=table_ref(e.this), tag=name(e.args["tag"]),
+        value=value(e.args["expression"]),
+    ),
+    d.TdDrop: _drop,
+    d.TdDropConsumerGroup: lambda e, sql, pos: s.DropConsumerGroup(
+        sql=sql, pos=pos, group=name(e.this), topic=name(e.args["topic"]),
+        if_exists=bool(e.args.get("exists")), force=bool(e.args.get("force")),
+    ),
+    d.TdCreateTopic: _create_topic,
+    d.TdUser: _user,
+    d.TdGrant: lambda e, sql, pos: s.Grant(
+        sql=sql, pos=pos, topic=name(e.this), user=name(e.args["user"]),
+        revoke=bool(e.args.get("revoke")),
+    ),
+    exp.Select: _select,
+    exp.Union: _select,
+    exp.Subquery: _select,
+}  # fmt: skip
