@@ -14,7 +14,7 @@ from sqltopic.server.result import Session
 from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql.events import Event, Key, apply
-from sqltopic.sql.model import Catalog, Database
+from sqltopic.sql.model import Catalog, Database, Table
 from sqltopic.sql.statements import TableRef
 from sqltopic.wal import EntryType, WalEntry, meta_entry
 from sqltopic.wal.options import Clock
@@ -49,6 +49,8 @@ class State:
     lock: RWLock = field(default_factory=RWLock)
     duck: DuckPool = field(default_factory=DuckPool)
     generation: int = 0  # bumped by every catalog change; caches derived from it compare
+    # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
+    scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
 
     def now_us(self) -> int:
         return self.clock()

@@ -108,6 +108,18 @@ class _Scope:
 
     @classmethod
     def of(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
+        """The topic's tables in `vgroup`, recomputed only when the catalog changed (a
+        stable topic's tag filter costs a DuckDB query)."""
+        key = (topic.name, topic.create_us, vgroup)
+        cached = state.scopes.get(key)
+        if cached is not None and cached[0] == state.generation:
+            return cls(state, topic, cached[1])
+        scope = cls._compute(state, topic, vgroup)
+        state.scopes[key] = (state.generation, scope.tables)
+        return scope
+
+    @classmethod
+    def _compute(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
         cat = state.catalog
         in_vnode = [t for t in cat.tables.values() if t.db == topic.db and t.vgroup == vgroup]
         if topic.kind == "database":

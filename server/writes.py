@@ -102,7 +102,7 @@ def _plan_part(state: State, session: Session, plan: Plan, part: InsertPart, now
     table = _target(state, session, plan, db, part, now)
     columns = _table_columns(state, plan, table)
     listed = _listed(columns, part.columns, table.name)
-    batch = to_arrow(part.rows, listed, db.precision, now, table=table.name)
+    batch = to_arrow(part.rows, listed, db.precision, now, table=table.name, key=columns[0].name)
     plan.add_data(table, _fill(batch, columns, db))
 
 

@@ -81,6 +81,22 @@ class _Cursor:
         self.sql = sql
         self.pos = pos
         self.i = 0
+        # Newlines counted up to `_seen`, and where the line holding `_seen` starts.
+        self._seen = self._lines = self._line_start = 0
+
+    def position(self, offset: int) -> Pos:
+        """`offset` as a line and column of the whole text. Counts newlines only since the
+        offset asked before (offsets grow), so the positions of a long INSERT stay linear."""
+        if offset < self._seen:
+            self._seen = self._lines = self._line_start = 0
+        newline = self.sql.rfind("\n", self._seen, offset)
+        if newline >= 0:
+            self._lines += self.sql.count("\n", self._seen, offset)
+            self._line_start = newline + 1
+        self._seen = offset
+        if self._lines == 0:
+            return Pos(self.pos.line, self.pos.column + offset)
+        return Pos(self.pos.line + self._lines, offset - self._line_start + 1)
 
     # tokens -------------------------------------------------------------------------
 
@@ -171,7 +187,7 @@ class _Cursor:
                 start,
             )
         values = tuple(
-            token_value(token, Pos(*line_col(self.sql, offset, self.pos)))
+            token_value(token, self.position(offset))
             for token, offset in zip(scanned.tokens, scanned.offsets, strict=True)
         )
         return stable, names, values
@@ -179,7 +195,7 @@ class _Cursor:
     def part(self, what: str, width: int | None) -> InsertPart:
         """One table's part. `what` describes the table name expected, for messages;
         `width` is the previous part's tuple width, a hint for the scan."""
-        start = self.skip()
+        where = self.position(self.skip())
         table = self.table(what)
         using, tag_names, tag_values = self.using() if self.keyword("USING") else (None, None, ())
         columns = self.names("column") if self.peek("(") else None
@@ -192,7 +208,6 @@ class _Cursor:
                 rows.start,
             )
         self.i = rows.end
-        where = Pos(*line_col(self.sql, start, self.pos))
         return InsertPart(table, where, using, tag_names, tag_values, columns, rows)
 
     def values(self, table: TableRef) -> None:

@@ -349,6 +349,18 @@ def test_a_long_values_list_with_slow_tuples_in_between() -> None:
     assert part.rows.row(299) == ("299", "299.5", "'r299'")
 
 
+@pytest.mark.parametrize("width", [1, 64, 65, 300])
+def test_wide_and_narrow_tuples(width: int) -> None:
+    rows = ["(" + ", ".join(f"{r}{c}" for c in range(width)) + ")" for r in range(5)]
+    rows[2] = "-- a comment\n" + rows[2]
+    (part,) = parse_insert("INSERT INTO t VALUES " + " ".join(rows), Pos(1, 1)).parts
+    assert part.rows.width == width
+    assert [part.rows.row(r)[-1] for r in range(5)] == [f"{r}{width - 1}" for r in range(5)]
+    bad = [*rows[:3], "(" + ", ".join(["1"] * (width + 1)) + ")"]
+    with pytest.raises(SqlSyntaxError, match=f"row 4 has {width + 1} values but row 1 has"):
+        parse_insert("INSERT INTO t VALUES " + " ".join(bad), Pos(1, 1))
+
+
 def test_parse_one_routes_insert_here_with_the_statement_position() -> None:
     statements = parse("USE power;\n  INSERT INTO d1001 VALUES (1538548685000, 10.3, 219, 0.31)")
     insert = statements[1]
@@ -357,7 +369,7 @@ def test_parse_one_routes_insert_here_with_the_statement_position() -> None:
     assert insert.parts[0].pos == Pos(2, 15)
 
 
-# --- syntax errors ---------------------------------------------------------------------
+# --- syntax errors -----------------------------------------------------------------------
 
 ERRORS: list[tuple[str, str, str, tuple[int, int]]] = [
     (

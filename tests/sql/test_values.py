@@ -53,7 +53,7 @@ def convert_one(spec: str, token: str, precision: Precision = "ms") -> Any:
     return fast[0].as_py()
 
 
-# --- conversions ---------------------------------------------------------------------------
+# --- conversions -------------------------------------------------------------------------
 
 CONVERSIONS: list[tuple[str, str, Precision, Any]] = [
     # timestamps: integers, date-times (naive = UTC), NOW arithmetic
@@ -195,7 +195,13 @@ def test_meters_rows_become_a_batch() -> None:
     assert batch.column(1).type == pa.float32()
 
 
-# --- errors ----------------------------------------------------------------------------------
+def test_double_extremes_take_the_fast_path_unchanged() -> None:
+    rows = rows_of("(1, 1e308) (2, -1.7976931348623157e308) (3, 5e-324)")
+    batch = to_arrow(rows, [TS, column("DOUBLE")], "ms", NOW_US, table="d1001")
+    assert batch.column(1).to_pylist() == [1e308, -1.7976931348623157e308, 5e-324]
+
+
+# --- errors ------------------------------------------------------------------------------
 
 ERRORS: list[tuple[str, str, str]] = [
     ("INT", "'abc'", "value 'abc' for column c (INT) of table d1001, row 2: not an integer"),
@@ -278,7 +284,7 @@ def test_a_row_of_the_wrong_width() -> None:
     assert (info.value.line, info.value.column) == (1, 27)
 
 
-# --- tag values ------------------------------------------------------------------------------
+# --- tag values --------------------------------------------------------------------------
 
 TAGS: list[tuple[Value, str, Any]] = [
     (Value("string", "California.SanFrancisco"), "VARCHAR(64)", "California.SanFrancisco"),
@@ -328,7 +334,7 @@ def test_tag_value_errors_name_value_tag_table_and_place() -> None:
         convert_value(Value("string", "abc"), Column("g", ColumnType("INT")), "ms", NOW_US)
 
 
-# --- properties ------------------------------------------------------------------------------
+# --- properties --------------------------------------------------------------------------
 
 # Timestamps from 1900 to 2200: inside what every precision holds in 64 bits.
 FIRST_SECOND, LAST_SECOND = -2_208_988_800, 7_258_118_400
