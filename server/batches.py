@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.server.vnode import entry_table
+from sqltopic.server.vnode import EntryTable, entry_table
 from sqltopic.sql.model import TBNAME, Column
 from sqltopic.wal import EntryType, WalReader
 
@@ -26,8 +26,7 @@ SCAN_ENTRIES = 4096
 @dataclass(frozen=True, slots=True)
 class DataEntry:
     version: int
-    table: str
-    stable: str | None
+    table: EntryTable
     batch: pa.RecordBatch
 
 
@@ -37,8 +36,7 @@ def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry
         for rec in records:
             if rec.entry_type is EntryType.DATA:
                 batch = rec.arrow()
-                table, stable = entry_table(batch)
-                yield DataEntry(rec.version, table, stable, batch)
+                yield DataEntry(rec.version, entry_table(batch), batch)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -56,12 +54,41 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+class _Constants:
+    """Constant columns as dictionary arrays over one shared all-zero index buffer.
+
+    A tag value or table name is the same for every row of an entry; building such a
+    column per entry costs tens of microseconds, slicing a cached one about one. The
+    zeros are shared by every cached value, so a value costs one tiny dictionary.
+    """
+
+    def __init__(self) -> None:
+        self._zeros = pa.array([], pa.int32())
+        self._arrays: dict[tuple[str, Any], pa.Array] = {}
+
+    def get(self, value: Any, type_: pa.DataType, n: int) -> pa.Array:
+        if n > len(self._zeros):
+            self._zeros = pa.repeat(pa.scalar(0, pa.int32()), max(n, 2 * len(self._zeros)))
+            self._arrays.clear()
+        key = (str(type_), value)
+        full = self._arrays.get(key)
+        if full is None:
+            if len(self._arrays) >= CONSTANTS_KEPT:
+                self._arrays.clear()
+            full = pa.DictionaryArray.from_arrays(self._zeros, pa.array([value], type_))
+            self._arrays[key] = full
+        return full.slice(0, n)
+
+
+# Distinct constant values cached (tag values, table names): each is one tiny array.
+CONSTANTS_KEPT = 65_536
+
+_constants = _Constants()
+
+
 def constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
-    """`value` repeated `n` times; strings dictionary-encoded (one copy of the text)."""
-    if pa.types.is_string(type_):
-        indices = pa.repeat(pa.scalar(0 if value is not None else None, pa.int32()), n)
-        return pa.DictionaryArray.from_arrays(indices, pa.array([value], type_))
-    return pa.repeat(pa.scalar(value, type_), n)
+    """`value` repeated `n` times, dictionary-encoded (one copy of the value)."""
+    return _constants.get(value, type_, n)
 
 
 def with_context(
@@ -72,16 +99,28 @@ def with_context(
     precision: Any,
     *,
     tbname: bool,
+    schema: pa.Schema | None = None,
 ) -> pa.RecordBatch:
-    """`batch` plus a constant column per tag in `tag_columns` and, if asked, `tbname`."""
+    """`batch` plus a constant column per tag in `tag_columns` and, if asked, `tbname`.
+    `schema` is `context_schema(...)` of the same arguments, when the caller has it."""
     n = batch.num_rows
     arrays = list(batch.columns)
-    fields = list(batch.schema)
     for col in tag_columns:
-        arrow_type = col.type.arrow(precision)
-        arrays.append(constant(tags.get(col.name), arrow_type, n))
-        fields.append(pa.field(col.name, arrays[-1].type))
+        arrays.append(constant(tags.get(col.name), col.type.arrow(precision), n))
     if tbname:
         arrays.append(constant(table, pa.string(), n))
-        fields.append(pa.field(TBNAME, arrays[-1].type))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+    if schema is None:
+        schema = context_schema(batch.schema, tag_columns, precision, tbname=tbname)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def context_schema(
+    data: pa.Schema, tag_columns: Sequence[Column], precision: Any, *, tbname: bool
+) -> pa.Schema:
+    """The schema `with_context` gives: data fields, then dictionary-encoded constants."""
+    fields = [f.remove_metadata() if f.metadata else f for f in data]
+    for col in tag_columns:
+        fields.append(pa.field(col.name, pa.dictionary(pa.int32(), col.type.arrow(precision))))
+    if tbname:
+        fields.append(pa.field(TBNAME, pa.dictionary(pa.int32(), pa.string())))
+    return pa.schema(fields)

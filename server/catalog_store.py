@@ -141,7 +141,8 @@ def _dump_stable(s: SuperTable) -> dict[str, Any]:
 
 def _dump_table(t: Table) -> dict[str, Any]:
     return {"db": t.db, "name": t.name, "vgroup": t.vgroup, "create_us": t.create_us,
-            "stable": t.stable, "tags": t.tags, "columns": _cols(t.columns)}  # fmt: skip
+            "stable": t.stable, "tags": t.tags, "columns": _cols(t.columns),
+            "uid": t.uid}  # fmt: skip
 
 
 def _dump_topic(t: Topic) -> dict[str, Any]:
@@ -197,6 +198,7 @@ def _load_table(c: Catalog, r: dict[str, Any]) -> None:
         stable=r["stable"],
         tags=r["tags"],
         columns=_uncols(r["columns"]),
+        uid=r["uid"],
     )
 
 

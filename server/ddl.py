@@ -14,7 +14,7 @@ from sqltopic.server.vnode import WAL_OPTION_FIELDS, Vnode, vnode_dir, wal_optio
 from sqltopic.sql import events
 from sqltopic.sql import statements as st
 from sqltopic.sql.layout import RESERVED
-from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
 from sqltopic.sql.types import PRECISIONS
 from sqltopic.sql.values import convert_value
 
@@ -137,13 +137,13 @@ def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result
     if stmt.using is None:
         columns = _columns(stmt.columns, "column")
         _check_schema(columns, ())
-        table = Table(db.name, name, vgroup, now, columns=columns)
+        table = Table(db.name, name, vgroup, now, columns=columns, uid=new_uid())
     else:
         stb = state.catalog.stable(state.db_of(session, stmt.using).name, stmt.using.name)
         if stb.db != db.name:
             raise SqlError("a child table must be in the database of its super table")
         tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
-        table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags)
+        table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags, uid=new_uid())
     state.commit_events({vgroup: [events.create_table(table)]})
     return Result()
 

@@ -79,13 +79,11 @@ def _collect(
     batches = []
     for vgroup in vgroups:
         for entry in data_entries(state.vnode(vgroup).reader()):
-            tb = tables.get(entry.table)
-            if tb is None or tb.vgroup != vgroup:
-                continue
+            tb = tables.get(entry.table.name)
+            if tb is None or tb.vgroup != vgroup or not entry.table.is_of(tb):
+                continue  # another table's, or an earlier table's of the same name
             data = conform(entry.batch, schema)
-            batches.append(
-                with_context(data, entry.table, tb.tags, tags, db.precision, tbname=True)
-            )
+            batches.append(with_context(data, tb.name, tb.tags, tags, db.precision, tbname=True))
     if batches:
         return pa.Table.from_batches(batches)
     empty = pa.RecordBatch.from_pylist([], schema=schema)

@@ -10,25 +10,30 @@ META topics also return the DDL events, in WAL order among the blocks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.server.batches import conform, constant, with_context
+from sqltopic.server.batches import conform, context_schema, with_context
 from sqltopic.server.state import State
 from sqltopic.server.vnode import entry_table
 from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema, tags_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
 from sqltopic.sql.topic import matching_tables, topic_schema
-from sqltopic.wal import EntryType, WalRecord
+from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
 # many entries, bounded so that a read of tiny entries returns promptly.
 READ_ENTRIES = 8192
 # Bytes of entries one read holds, at most: keeps a message well inside gRPC limits.
 READ_BYTES = 64 << 20
+# Entries fetched from the WAL at a time while a read fills up to max_rows: a read
+# stops once it has enough rows, and should not verify many entries it then leaves
+# for the next read.
+FETCH_ENTRIES = 64
 
 
 @dataclass(frozen=True)
@@ -60,20 +65,15 @@ def read_topic(
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
     topic = state.catalog.topic(topic_name)
-    records = (
-        state.vnode(vgroup)
-        .reader()
-        .read(from_version, max_entries=READ_ENTRIES, max_bytes=READ_BYTES)
-    )
-    if not records:
-        return [], from_version
     scope = _Scope.of(state, topic, vgroup)
     items: list[TopicItem] = []
     pending: list[_Entry] = []
-    rows = 0
+    rows = size = 0
     next_version = from_version
-    for rec in records:
+    records = _records(state.vnode(vgroup).reader(), from_version)
+    for seen, rec in enumerate(records, start=1):
         next_version = rec.version + 1
+        size += rec.body.nbytes
         if rec.entry_type is EntryType.META and topic.meta != "none":
             event = rec.json()
             if scope.wants_event(event):
@@ -85,10 +85,16 @@ def read_topic(
             if entry is not None:
                 pending.append(entry)
                 rows += entry.batch.num_rows
-        if rows >= max_rows:
+        if rows >= max_rows or seen >= READ_ENTRIES or size >= READ_BYTES:
             break
     items += scope.flush(pending)
     return items, next_version
+
+
+def _records(reader: WalReader, from_version: int) -> Iterator[WalRecord]:
+    """The WAL's entries from `from_version`, fetched a few at a time."""
+    for batch in reader.batches(from_version, max_entries=FETCH_ENTRIES):
+        yield from batch
 
 
 @dataclass(frozen=True)
@@ -134,9 +140,11 @@ class _Scope:
 
     def entry(self, rec: WalRecord) -> _Entry | None:
         batch = rec.arrow()
-        name, _ = entry_table(batch)
-        table = self.tables.get(name)
-        return _Entry(rec.version, table, batch) if table is not None else None
+        owner = entry_table(batch)
+        table = self.tables.get(owner.name)
+        if table is None or not owner.is_of(table):
+            return None  # another table's, or an earlier table's of the same name
+        return _Entry(rec.version, table, batch)
 
     def wants_event(self, event: dict[str, Any]) -> bool:
         if self.topic.kind == "database":
@@ -192,12 +200,14 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     columns = cat.columns_of(topic.db, topic.target or "")
     tags = _used_tags(cat, topic)
     schema = data_schema(columns, db.precision)
-    batches = []
-    for e in pending:
-        data = with_context(conform(e.batch, schema), e.table.name, e.table.tags, tags,
-                            db.precision, tbname=True)  # fmt: skip
-        version = constant(e.version, pa.int64(), data.num_rows)
-        batches.append(data.append_column(layout.VERSION, version))
+    full = context_schema(schema, tags, db.precision, tbname=True)
+    batches = [
+        with_context(
+            conform(e.batch, schema), e.table.name, e.table.tags, tags, db.precision,
+            tbname=True, schema=full,
+        )
+        for e in pending
+    ]  # fmt: skip
     batch = pa.Table.from_batches(batches)
     con = state.duck.get()
     con.register(layout.BATCH, batch)
@@ -205,7 +215,7 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
         out = con.sql(topic.select_sql).to_arrow_table()
     finally:
         con.unregister(layout.BATCH)
-    data = out.drop_columns([layout.VERSION, layout.ROW_TABLE]).cast(topic_schema(topic, cat))
+    data = out.cast(topic_schema(topic, cat))
     names = {e.table.name for e in pending}
     only = next(iter(names)) if len(names) == 1 else None
     return TopicBlock(only, data, pending[0].version, pending[-1].version)

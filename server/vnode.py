@@ -13,12 +13,13 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import SqlError
-from sqltopic.sql.model import Database
+from sqltopic.sql.model import Database, Table
 from sqltopic.wal import Wal, WalOptions, WalReader
 from sqltopic.wal.options import Clock
 
 TABLE_KEY = b"sqltopic.table"
 STABLE_KEY = b"sqltopic.stable"
+UID_KEY = b"sqltopic.uid"
 
 # Database WAL_* options and the WalOptions fields they set.
 WAL_OPTION_FIELDS = {
@@ -44,17 +45,33 @@ def vnode_dir(data_dir: Path, vgroup: int) -> Path:
     return data_dir / "vnode" / f"vnode{vgroup}"
 
 
-def tag_batch(batch: pa.RecordBatch, table: str, stable: str | None) -> pa.RecordBatch:
+def tag_batch(batch: pa.RecordBatch, table: Table) -> pa.RecordBatch:
     """`batch` with the schema metadata that names its table."""
-    meta = {TABLE_KEY: table.encode(), STABLE_KEY: (stable or "").encode()}
+    meta = {
+        TABLE_KEY: table.name.encode(),
+        STABLE_KEY: (table.stable or "").encode(),
+        UID_KEY: str(table.uid).encode(),
+    }
     return batch.replace_schema_metadata(meta)
 
 
-def entry_table(batch: pa.RecordBatch) -> tuple[str, str | None]:
-    """The table (and super table, if any) a data entry belongs to."""
+@dataclass(frozen=True, slots=True)
+class EntryTable:
+    """Who a data entry belongs to: table name, super table, table uid."""
+
+    name: str
+    stable: str | None
+    uid: int
+
+    def is_of(self, table: Table) -> bool:
+        return self.name == table.name and self.uid == table.uid
+
+
+def entry_table(batch: pa.RecordBatch) -> EntryTable:
     meta = batch.schema.metadata or {}
     stable = meta.get(STABLE_KEY, b"").decode()
-    return meta.get(TABLE_KEY, b"").decode(), stable or None
+    uid = int(meta.get(UID_KEY, b"0"))
+    return EntryTable(meta.get(TABLE_KEY, b"").decode(), stable or None, uid)
 
 
 @dataclass

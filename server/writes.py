@@ -26,7 +26,7 @@ from sqltopic.sql import events
 from sqltopic.sql.events import Event
 from sqltopic.sql.insert import Insert, InsertPart
 from sqltopic.sql.layout import data_schema
-from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
 from sqltopic.sql.statements import TableRef
 from sqltopic.sql.types import ColumnType
 from sqltopic.sql.values import to_arrow
@@ -51,7 +51,7 @@ class Plan:
     exclusive: bool = False
 
     def add_data(self, table: Table, batch: pa.RecordBatch) -> None:
-        tagged = tag_batch(batch, table.name, table.stable)
+        tagged = tag_batch(batch, table)
         self.entries.setdefault(table.vgroup, []).append(data_entry(tagged))
         self.rows += batch.num_rows
 
@@ -118,7 +118,9 @@ def _target(
         return existing
     stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
     tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
-    table = Table(db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags)
+    table = Table(
+        db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
+    )
     plan.add_create(table)
     return table
 
@@ -204,7 +206,9 @@ def _child(
         )
     tags: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
     tags.update({t.name: _first(rows.column(t.name)) for t in given})
-    table = Table(db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags)
+    table = Table(
+        db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
+    )
     plan.add_create(table)
     return table
 

@@ -58,6 +58,16 @@ class TdColumnDef(exp.Expression):
     arg_types = {"this": True, "kind": True}
 
 
+class TdValue(exp.Expression):
+    """A constant as written (a TAGS or SET TAG value): `12`, `'a'`, `NOW + 1s`, NULL.
+
+    Kept as raw text and classified by the INSERT value rules (`sql/values.py`), so a tag
+    accepts exactly what a VALUES list does. `meta["start"]` is its offset in the statement.
+    """
+
+    arg_types = {"this": True}
+
+
 class TdCreateStable(exp.Expression):
     arg_types = {"this": True, "exists": False, "columns": True, "tags": True}
 
@@ -229,12 +239,21 @@ class TDengineParser(DuckDBParser):
         )
 
     def _td_value(self) -> exp.Expression | None:
-        """A literal: number (signed), string, NULL, TRUE/FALSE, or NOW [± duration]."""
-        expr = self._parse_bitwise()
-        if not isinstance(expr, exp.Expression):
+        """A constant up to the next `,` or `)` (or the end): see `TdValue`."""
+        first = self._curr
+        depth = 0
+        while self._curr and self._curr.token_type != TokenType.SEMICOLON:
+            kind = self._curr.token_type
+            if depth == 0 and kind in (TokenType.COMMA, TokenType.R_PAREN):
+                break
+            depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(kind, 0)
+            self._advance()
+        if first is None or self._curr is first:
             self.raise_error("expected a value")
             return None
-        return expr
+        node = TdValue(this=self.sql[first.start : self._prev.end + 1])
+        node.meta["start"] = first.start  # meta: positions do not make trees unequal
+        return node
 
     def _td_column_defs(self) -> list[TdColumnDef]:
         if not self._match(TokenType.L_PAREN):
@@ -501,13 +520,16 @@ class TDengineGenerator(DuckDBGenerator):
             f"{e.args['action']} USER {g.sql(e, 'this')} PASS {g.sql(e, 'password')}"
         ),
         TdGrant: _grant_sql,
+        TdValue: lambda g, e: e.name,
     }
 
 
 class TDengineTokenizer(DuckDB.Tokenizer):
-    # As in TDengine (and MySQL): "..." is a string like '...', `...` an identifier.
+    # As in TDengine (and MySQL): "..." is a string like '...', `...` an identifier, and
+    # inside a string a backslash escapes, as does a doubled quote.
     QUOTES = ["'", '"']
     IDENTIFIERS = ["`"]
+    STRING_ESCAPES = ["'", '"', "\\"]
 
 
 class TDengine(DuckDB):

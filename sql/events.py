@@ -36,7 +36,7 @@ def create_stable(stb: SuperTable) -> Event:
 def create_table(tb: Table) -> Event:
     event: Event = {
         "type": "create", "db": tb.db, "tableName": tb.name, "vgroup": tb.vgroup,
-        "createTime": tb.create_us,
+        "createTime": tb.create_us, "uid": tb.uid,
     }  # fmt: skip
     if tb.stable is not None:
         tags = [{"name": k, "value": v} for k, v in tb.tags.items()]
@@ -98,9 +98,12 @@ def _apply_create_table(catalog: Catalog, e: Event) -> list[Key]:
     db, name = e["db"], e["tableName"]
     if e["tableType"] == "child":
         tags = {t["name"]: t["value"] for t in e["tags"]}
-        tb = Table(db, name, e["vgroup"], e["createTime"], stable=e["using"], tags=tags)
+        tb = Table(
+            db, name, e["vgroup"], e["createTime"], stable=e["using"], tags=tags, uid=e["uid"]
+        )
     else:
-        tb = Table(db, name, e["vgroup"], e["createTime"], columns=_parse_columns(e["columns"]))
+        columns = _parse_columns(e["columns"])
+        tb = Table(db, name, e["vgroup"], e["createTime"], columns=columns, uid=e["uid"])
     catalog.tables[(db, name)] = tb
     return [("table", db, name)]
 
@@ -146,7 +149,7 @@ def _retag_children(
 
 
 def _with_tags(tb: Table, tags: dict[str, Any]) -> Table:
-    return Table(tb.db, tb.name, tb.vgroup, tb.create_us, stable=tb.stable, tags=tags)
+    return Table(tb.db, tb.name, tb.vgroup, tb.create_us, stable=tb.stable, tags=tags, uid=tb.uid)
 
 
 def _apply_alter_table(catalog: Catalog, e: Event) -> list[Key]:

@@ -2,8 +2,8 @@
 
 A vnode evaluates a query topic over a *batch*: many WAL data entries of the topic's
 table(s) concatenated in WAL order, with the tag values and the table name of each row
-added, and the version of the entry it came from. A stable topic's tag condition runs
-over *tags*: one row per child table.
+added. A message covers whole entries, so rows need no version of their own. A stable
+topic's tag condition runs over *tags*: one row per child table.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from sqltopic.sql.types import Precision
 
 BATCH = "__batch"  # registered name of the batch relation
 TAGS = "__tags"  # registered name of the tags relation
-VERSION = "__version"  # the WAL version a row came from (int64)
-ROW_TABLE = "__tbname"  # the compiled SELECT's copy of tbname, for splitting blocks
-RESERVED = frozenset({BATCH, TAGS, VERSION, ROW_TABLE})
+# Names a topic's output may not take (every name starting with "__" is reserved too).
+RESERVED = frozenset({BATCH, TAGS})
 
 
 def data_schema(columns: Sequence[Column], precision: Precision) -> pa.Schema:
@@ -30,9 +29,10 @@ def data_schema(columns: Sequence[Column], precision: Precision) -> pa.Schema:
 def batch_schema(
     columns: Sequence[Column], tags: Sequence[Column], precision: Precision
 ) -> pa.Schema:
-    """Data columns, then tags, then `tbname`, then `__version`."""
+    """Data columns, then tags, then `tbname`. (A vnode may hand the tags and `tbname`
+    over dictionary-encoded: they are constant within each WAL entry.)"""
     fields = [pa.field(c.name, c.type.arrow(precision)) for c in (*columns, *tags)]
-    fields += [pa.field(TBNAME, pa.string()), pa.field(VERSION, pa.int64())]
+    fields.append(pa.field(TBNAME, pa.string()))
     return pa.schema(fields)
 
 

@@ -6,6 +6,7 @@ lower-case: identifiers are case-insensitive, as in TDengine.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,6 +60,11 @@ class SuperTable:
         return _find(self.tags, name)
 
 
+def new_uid() -> int:
+    """A table uid: random, so that no counter has to survive a crash."""
+    return secrets.randbits(62)
+
+
 @dataclass(frozen=True, slots=True)
 class Table:
     """A child table (`stable` set, `tags` its values) or a normal table (`columns`)."""
@@ -70,6 +76,9 @@ class Table:
     stable: str | None = None
     tags: dict[str, Any] = field(default_factory=dict)
     columns: tuple[Column, ...] = ()
+    # Tells this table's data entries from those of an earlier table of the same name
+    # (dropped, then created again): entries carry it, readers compare it.
+    uid: int = 0
 
     @property
     def kind(self) -> TableKind:

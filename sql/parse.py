@@ -16,6 +16,7 @@ from sqltopic.errors import SqlError, SqlSyntaxError, UnsupportedStatement
 from sqltopic.sql import dialect as d
 from sqltopic.sql import statements as s
 from sqltopic.sql.types import ColumnType
+from sqltopic.sql.values import bad_offset, token_value
 
 # Quoted strings, quoted identifiers and comments, whose `;` do not end a statement.
 _SKIP_OR_SEMI = re.compile(
@@ -87,8 +88,11 @@ def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
         trees = sqlglot.parse(sql, read=d.TDengine)
     except ParseError as err:
         info = err.errors[0] if err.errors else {}
-        line, col = _shift(pos, info.get("line") or 1, info.get("col") or 1)
-        message = info.get("description") or str(err)
+        # sqlglot's column is the last character of the token; ours is where it starts
+        end_col = info.get("col") or 1
+        col = max(end_col - len(info.get("highlight") or "x") + 1, 1)
+        line, col = _shift(pos, info.get("line") or 1, col)
+        message = _plain(info.get("description") or str(err))
         raise SqlSyntaxError(message, sql=sql, line=line, column=col) from None
     except TokenError as err:
         raise SqlSyntaxError(
@@ -98,6 +102,18 @@ def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
     if not isinstance(tree, exp.Expression):
         raise SqlSyntaxError("expected one statement", sql=sql, line=pos.line, column=pos.column)
     return tree
+
+
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: ([^,]*),[^>]*>")
+
+
+def _plain(message: str) -> str:
+    """sqlglot's message without its token reprs (`<Token token_type: ...>`)."""
+
+    def word(m: re.Match[str]) -> str:
+        return "the end of the statement" if m.group(1) == "SENTINEL" else repr(m.group(2))
+
+    return _TOKEN_REPR.sub(word, message)
 
 
 def _shift(pos: s.Pos, line: int, col: int) -> tuple[int, int]:
@@ -124,19 +140,22 @@ def table_ref(e: exp.Expression) -> s.TableRef:
     return s.TableRef(name(db) if db else None, name(e.this))
 
 
-def value(e: exp.Expression) -> s.Value:
-    """A literal of a TAGS list or SET TAG: number, string, NULL, TRUE/FALSE."""
-    if isinstance(e, exp.Literal):
-        return s.Value("string" if e.is_string else "number", e.this)
-    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
-        return s.Value("number", "-" + e.this.this)
-    if isinstance(e, exp.Null):
-        return s.Value("null", "NULL")
-    if isinstance(e, exp.Boolean):
-        return s.Value("bool", "true" if e.this else "false")
-    if isinstance(e, (exp.CurrentTimestamp, exp.Column)) and e.name.upper() == "NOW":
-        return s.Value("now", "NOW")
-    raise SqlSyntaxError(f"expected a constant value, got {e.sql(dialect=d.TDengine)}")
+def value(e: exp.Expression, sql: str, pos: s.Pos) -> s.Value:
+    """A TAGS or SET TAG value, classified as INSERT values are, with its position."""
+    start = e.meta.get("start") or 0
+    bad = bad_offset(e.name)
+    if bad is not None:
+        at = position(sql, start + bad)
+        line, column = _shift(pos, at.line, at.column)
+        raise SqlSyntaxError(
+            f"expected one constant (a number, a quoted string, NULL, TRUE/FALSE or "
+            f"NOW [± n unit]), got {e.name[bad : bad + 30]!r}",
+            sql=sql,
+            line=line,
+            column=column,
+        )
+    at = position(sql, start)
+    return token_value(e.name, s.Pos(*_shift(pos, at.line, at.column)))
 
 
 def _defs(defs: list[d.TdColumnDef]) -> tuple[s.ColumnDef, ...]:
@@ -147,9 +166,12 @@ def _options(e: exp.Expression) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for opt in e.args.get("options") or []:
         raw = opt.args["expression"]
+        sign = ""
+        if isinstance(raw, exp.Neg):  # `-1`: a number literal under a minus
+            raw, sign = raw.this, "-"
         text = raw.this if isinstance(raw, exp.Literal) else raw.name
         number = isinstance(raw, exp.Literal) and not raw.is_string
-        out[opt.this.name.upper()] = int(text) if number else text
+        out[opt.this.name.upper()] = int(sign + text) if number else text
     return out
 
 
@@ -165,7 +187,7 @@ def _create_table(e: d.TdCreateTable, sql: str, pos: s.Pos) -> s.Statement:
     return s.CreateTable(
         using=table_ref(e.args["using"]),
         tag_names=tuple(name(n) for n in names) if names else None,
-        tag_values=tuple(value(v) for v in e.args["tag_values"]),
+        tag_values=tuple(value(v, sql, pos) for v in e.args["tag_values"]),
         **common,
     )
 
@@ -252,7 +274,7 @@ _BUILDERS: dict[type[exp.Expression], Builder] = {
     d.TdAlterStable: _alter_stable,
     d.TdSetTag: lambda e, sql, pos: s.SetTag(
         sql=sql, pos=pos, table=table_ref(e.this), tag=name(e.args["tag"]),
-        value=value(e.args["expression"]),
+        value=value(e.args["expression"], sql, pos),
     ),
     d.TdDrop: _drop,
     d.TdDropConsumerGroup: lambda e, sql, pos: s.DropConsumerGroup(

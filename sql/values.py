@@ -353,6 +353,16 @@ def classify(token: str) -> tuple[ValueKind, str]:
     return "number", token
 
 
+def bad_offset(text: str) -> int | None:
+    """None when `text` is exactly one value as a VALUES tuple may hold it; otherwise
+    the offset of the first character that does not fit."""
+    m = _VALUE_RE.match(text)
+    if m is not None and m.end() == len(text):
+        return None
+    end = m.end() if m is not None else 0
+    return _SPACE_RE.match(text, end).end()  # type: ignore[union-attr]
+
+
 def token_value(token: str, pos: Pos | None = None) -> Value:
     """A raw token as a statement `Value` (tag values); time expressions lose their spaces."""
     kind, text = classify(token)

@@ -46,9 +46,26 @@ def encode_arrow(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
 
 
 def decode_arrow(body: memoryview | bytes | pa.Buffer) -> pa.RecordBatch:
-    """The record batch in a data body. Zero-copy when `body` is 8-byte aligned memory."""
+    """The record batch in a data body. Zero-copy when `body` is 8-byte aligned memory.
+
+    Schemas are cached by the bytes of their IPC message: a table's entries all carry
+    the same one, and parsing it costs more than reading the batch.
+    """
     buf = body if isinstance(body, pa.Buffer) else pa.py_buffer(body)
-    return pa.ipc.open_stream(buf).read_next_batch()
+    reader = pa.BufferReader(buf)
+    first = pa.ipc.read_message(reader)
+    key = first.metadata.to_pybytes()
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        if len(_SCHEMAS) >= SCHEMAS_KEPT:
+            _SCHEMAS.clear()
+        schema = _SCHEMAS[key] = pa.ipc.read_schema(first)
+    return pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema)
+
+
+# Distinct entry schemas cached: one per table written (its metadata names the table).
+SCHEMAS_KEPT = 16_384
+_SCHEMAS: dict[bytes, pa.Schema] = {}
 
 
 def encode_json(payload: dict[str, Any]) -> bytes:

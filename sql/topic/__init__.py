@@ -1,0 +1,112 @@
+"""The topic compiler: CREATE TOPIC statements to the catalog's `Topic` records.
+
+This package owns TDengine's rules for what a topic may contain, the errors that refuse
+the rest (each with the line and column in the user's text), and the translation of a
+topic into what a vnode runs with DuckDB:
+
+* A query topic's SELECT becomes `Topic.select_sql`, run over the batch relation of
+  `sql/layout.py` (WAL entries of the topic's table only: every child of a super table,
+  or the one child or normal table) on a connection with `TimeZone='UTC'`::
+
+      SELECT <expr> AS "<name>", ... FROM "__batch"
+      [WHERE <condition>]
+
+  Rows come out in batch (WAL) order. The output columns are fixed at creation:
+  `Topic.output`, and their exact Arrow types from `topic_schema`.
+* A stable topic's tag condition becomes `Topic.filter_sql`, a boolean over the tags
+  relation; `matching_tables` evaluates it.
+
+TDengine semantics that DuckDB lacks are translated: LOG(x) is the natural log and
+LOG(x, b) the log base b; LENGTH counts bytes and CHAR_LENGTH characters; CONCAT and
+CONCAT_WS give NULL when any argument is NULL; BINARY(n)/NCHAR(n) are strings; decimal
+literals are DOUBLE; a timestamp compares with an integer in the database precision or a
+date-time string (UTC unless it names an offset); a string compares with a number as a
+number (NULL when it is not one). An expression that could fail on a row (overflow,
+`% 0`, a cast out of range) yields NULL there instead, so that one bad row can never
+wedge a subscription.
+
+This module is the public API. The modules beneath it, each importing only those listed
+before it: `text` (positions and errors), `rules` (TDengine's rules, as data, and the
+expression rules), `probe` (DuckDB), `target` (the table a topic reads), `shape` (the
+SELECT's clauses and FROM), `names` (output columns and column binding), `compare`
+(comparisons), `translate` (translation to DuckDB), `schema` (output types), `compile`
+(each kind of topic).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from sqltopic.errors import SqlError
+from sqltopic.sql import layout
+from sqltopic.sql.model import TBNAME, Catalog, Topic
+from sqltopic.sql.statements import CreateTopic
+from sqltopic.sql.topic.compile import COMPILERS
+from sqltopic.sql.topic.rules import (
+    SCALAR_FUNCTIONS,
+    STATEFUL_FUNCTIONS,
+    TBNAME_LENGTH,
+    UNKNOWN_STRING_LENGTH,
+)
+from sqltopic.sql.topic.schema import schema_of
+from sqltopic.sql.topic.target import find_target
+from sqltopic.sql.topic.text import Text
+
+__all__ = [
+    "SCALAR_FUNCTIONS",
+    "STATEFUL_FUNCTIONS",
+    "TBNAME_LENGTH",
+    "UNKNOWN_STRING_LENGTH",
+    "compile_topic",
+    "matching_tables",
+    "topic_schema",
+]
+
+
+def compile_topic(
+    stmt: CreateTopic, catalog: Catalog, *, current_db: str | None, owner: str, now_us: int
+) -> Topic:
+    """The catalog record of a CREATE TOPIC statement; raises `SqlError` with a position."""
+    text = Text.of(stmt)
+    compiled = COMPILERS[stmt.kind](stmt, catalog, current_db, text)
+    return Topic(
+        name=stmt.name,
+        db=compiled.db,
+        kind=stmt.kind,
+        sql=stmt.sql,
+        meta=stmt.meta,
+        target=compiled.target,
+        output=compiled.output,
+        output_schema=compiled.output_schema,
+        select_sql=compiled.select_sql,
+        filter_sql=compiled.filter_sql,
+        uses=compiled.uses,
+        owner=owner,
+        create_us=now_us,
+    )
+
+
+def topic_schema(topic: Topic, catalog: Catalog) -> pa.Schema:
+    """The exact Arrow schema of a query topic's output columns, as DuckDB gives them from
+    `select_sql`; cheap after the first call."""
+    if topic.kind != "query" or topic.target is None:
+        raise SqlError(f"topic {topic.name!r} is not a query topic; it has no fixed schema")
+    target = find_target(catalog, topic.db, topic.target)
+    return schema_of(topic.select_sql, target.batch_schema())
+
+
+def matching_tables(topic: Topic, tags: pa.Table, con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The child tables (`tbname`s of `tags`, a `layout.tags_schema` table) that a stable
+    topic delivers, in the order of `tags`. `con` is the calling thread's cursor."""
+    if topic.filter_sql is None:
+        return [str(name) for name in tags.column(TBNAME).to_pylist()]
+    query = f'SELECT "{TBNAME}" FROM "{layout.TAGS}" WHERE {topic.filter_sql}'
+    con.register(layout.TAGS, tags)
+    try:
+        rows = con.sql(query).to_arrow_table()
+    except duckdb.Error as err:
+        raise SqlError(f"the tag condition of topic {topic.name!r} failed: {err}") from None
+    finally:
+        con.unregister(layout.TAGS)
+    return [str(name) for name in rows.column(0).to_pylist()]

@@ -1,0 +1,109 @@
+"""read_topic itself: positions, page sizes, precisions, and bad arguments."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.errors import Error, TopicNotFound
+from sqltopic.server.engine import Engine
+from tests.server.support import block_rows, blocks, read_all, read_vgroups, vgroups_of
+
+BASE_NS = 1_538_548_685_000_000_000
+
+
+@pytest.mark.parametrize(("precision", "scale"), [("ms", 10**6), ("us", 10**3), ("ns", 1)])
+def test_timestamp_filters_in_every_precision(engine: Engine, precision: str, scale: int) -> None:
+    engine.execute(f"""
+        CREATE DATABASE p PRECISION '{precision}' VGROUPS 2; USE p;
+        CREATE STABLE m (ts TIMESTAMP, v INT) TAGS (g INT);
+        CREATE TABLE a USING m TAGS (1); CREATE TABLE b USING m TAGS (2);
+    """)
+    stamps = [BASE_NS // scale + i for i in range(10)]
+    engine.execute(
+        "INSERT INTO a VALUES "
+        + " ".join(f"({t}, {i})" for i, t in enumerate(stamps) if i % 2 == 0)
+        + " b VALUES "
+        + " ".join(f"({t}, {i})" for i, t in enumerate(stamps) if i % 2 == 1)
+    )
+    low = {"ms": "06:38:05.002", "us": "06:38:05.000002", "ns": "06:38:05.000000002"}[precision]
+    engine.execute(
+        f"CREATE TOPIC t AS SELECT ts, v FROM m WHERE ts > '2018-10-03 {low}' AND ts <= {stamps[7]}"
+    )
+    found = [b for items in read_vgroups(engine, "t", "p").values() for b in blocks(items)]
+    assert sorted(v for b in found for v in b.data.column("v").to_pylist()) == [3, 4, 5, 6, 7]
+    for block in found:
+        assert block.data.schema.field("ts").type == pa.timestamp(precision)
+        stamped = zip(block.data.column("ts").cast(pa.int64()).to_pylist(),
+                      block.data.column("v").to_pylist(), strict=True)  # fmt: skip
+        assert all(stamps[v] == t for t, v in stamped)
+
+
+def test_reading_resumes_at_the_returned_version(power: Engine) -> None:
+    power.execute(
+        "CREATE TABLE d1 USING meters TAGS ('x', 1); CREATE TOPIC t AS SELECT voltage FROM d1"
+    )
+    vgroup = {r[0]: r[5] for r in power.execute("SHOW TABLES").rows}["d1"]
+    for k in range(10):
+        power.execute(f"INSERT INTO d1 VALUES ({k}, 1, {k}, 1)")
+    items, position = power.read_topic("t", vgroup, 0, 3)
+    seen = [r[0] for r in block_rows(items)]
+    assert seen == [0, 1, 2]
+    while True:
+        items, next_position = power.read_topic("t", vgroup, position, 3)
+        if next_position == position:
+            break
+        seen += [r[0] for r in block_rows(items)]
+        position = next_position
+    assert seen == list(range(10))
+    assert power.read_topic("t", vgroup, position + 100, 3) == ([], position + 100)
+    power.execute("INSERT INTO d1 VALUES (10, 1, 10, 1)")
+    items, _ = power.read_topic("t", vgroup, position, 3)
+    assert [r[0] for r in block_rows(items)] == [10]
+
+
+def test_other_vgroups_are_empty_for_a_child_topic(power: Engine) -> None:
+    power.execute("""
+        CREATE TABLE d1 USING meters TAGS ('x', 1); CREATE TABLE d2 USING meters TAGS ('y', 2);
+        CREATE TOPIC t AS SELECT * FROM d1;
+        INSERT INTO d1 VALUES (1, 1, 1, 1) d2 VALUES (2, 2, 2, 2);
+    """)
+    vgroup = {r[0]: r[5] for r in power.execute("SHOW TABLES").rows}["d1"]
+    for v in vgroups_of(power, "power"):
+        rows = block_rows(read_all(power, "t", v))
+        assert len(rows) == (1 if v == vgroup else 0)
+
+
+def test_unknown_topic(power: Engine) -> None:
+    with pytest.raises(TopicNotFound):
+        power.read_topic("nosuch", vgroups_of(power, "power")[0], 0, 10)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bug: read_topic of a vgroup that does not exist raises KeyError"
+)
+def test_unknown_vgroup_is_a_clear_error(power: Engine) -> None:
+    power.execute("CREATE TOPIC t AS DATABASE power")
+    with pytest.raises(Error, match="999"):
+        power.read_topic("t", 999, 0, 10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: read_topic of a database topic on a vgroup of another database delivers "
+    "that database's meta events",
+)
+def test_a_vgroup_of_another_database_delivers_nothing(power: Engine) -> None:
+    power.execute("""
+        CREATE DATABASE other VGROUPS 1;
+        CREATE TABLE other.x (ts TIMESTAMP, a INT);
+        CREATE TOPIC odb WITH META AS DATABASE other;
+        CREATE TABLE d1 USING meters TAGS ('x', 1);
+        INSERT INTO d1 VALUES (1, 1, 1, 1);
+    """)
+    for vgroup in vgroups_of(power, "power"):
+        try:
+            items, _ = power.read_topic("odb", vgroup, 0, 100)
+        except Error:
+            continue
+        assert items == []
