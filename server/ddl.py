@@ -177,7 +177,8 @@ def _exists(state: State, db: str, name: str, if_not_exists: bool, what: str) ->
 
 
 def _columns(defs: Sequence[st.ColumnDef], what: str) -> tuple[Column, ...]:
-    return tuple(Column(d.name, d.type) for d in defs)
+    """Data columns get an id for life (see `Column.cid`); tags do not need one."""
+    return tuple(Column(d.name, d.type, new_uid() if what == "column" else 0) for d in defs)
 
 
 def _check_schema(columns: Sequence[Column], tags: Sequence[Column]) -> None:
@@ -205,9 +206,11 @@ def alter_stable(state: State, session: Session, stmt: st.AlterStable) -> Result
     db = state.db_of(session, stmt.table)
     stb = state.catalog.stable(db.name, stmt.table.name)
     _check_alter(state, stb, stmt)
+    cid = new_uid() if stmt.action == "add_column" else 0
     event = events.alter_stable(
-        db.name, stb.name, stmt.action, stmt.name, type_=stmt.type, new_name=stmt.new_name
-    )
+        db.name, stb.name, stmt.action, stmt.name, type_=stmt.type, new_name=stmt.new_name,
+        cid=cid,
+    )  # fmt: skip
     state.commit_events({v: [event] for v in db.vgroups})
     return Result()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.errors import NotFoundError
 from sqltopic.server.batches import conform, context_schema, with_context
 from sqltopic.server.state import State
 from sqltopic.server.vnode import entry_table
@@ -65,6 +66,8 @@ def read_topic(
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
     topic = state.catalog.topic(topic_name)
+    if vgroup not in state.catalog.database(topic.db).vgroups:
+        raise NotFoundError(f"vgroup {vgroup} is not a vgroup of database {topic.db}")
     scope = _Scope.of(state, topic, vgroup)
     items: list[TopicItem] = []
     pending: list[_Entry] = []

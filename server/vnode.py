@@ -48,6 +48,7 @@ def vnode_dir(data_dir: Path, vgroup: int) -> Path:
 def tag_batch(batch: pa.RecordBatch, table: Table) -> pa.RecordBatch:
     """`batch` with the schema metadata that names its table."""
     meta = {
+        **(batch.schema.metadata or {}),
         TABLE_KEY: table.name.encode(),
         STABLE_KEY: (table.stable or "").encode(),
         UID_KEY: str(table.uid).encode(),

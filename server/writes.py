@@ -112,10 +112,13 @@ def _target(
     """The table written to, created from USING ... TAGS when it does not exist yet."""
     name = part.table.name
     existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
-    if existing is not None or part.using is None:
-        if existing is None:
-            raise NotFoundError(f"table {db.name}.{name} does not exist; create it or use USING")
-        return existing
+    if existing is None and part.using is None:
+        raise NotFoundError(f"table {db.name}.{name} does not exist; create it or use USING")
+    if existing is not None:
+        if part.using is not None and existing.stable != part.using.name:
+            raise SqlError(f"table {name} exists and is not a child table of {part.using.name}")
+        return existing  # as in TDengine, the TAGS of an existing child are not applied
+    assert part.using is not None
     stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
     tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
     table = Table(
@@ -177,6 +180,8 @@ def _plan_through_stable(
 def _split_by_table(
     state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, now: int
 ) -> None:
+    if TBNAME not in rows.column_names:
+        raise SqlError(f"writing through super table {stb.name} needs a tbname column")
     names = rows.column(TBNAME)
     if names.null_count:
         raise InvalidValueError(f"tbname may not be NULL when writing to {stb.name}")
@@ -264,6 +269,8 @@ def _check_arrow(table: pa.Table, fields: dict[str, Column], target: str, db: Da
         col = fields.get(name.lower())
         if col is None:
             raise NotFoundError(f"{target} has no column {name}")
+        if col.name in names:
+            raise SqlError(f"column {col.name} is given twice in the write to {target}")
         arrays.append(_cast_column(table.column(name), col, target, db))
         names.append(col.name)
     return pa.Table.from_arrays(arrays, names=names)

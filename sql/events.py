@@ -18,12 +18,18 @@ Event = dict[str, Any]
 Key = tuple[Literal["stable", "table"], str, str]  # what an event touched: kind, db, name
 
 
-def _columns(cols: tuple[Column, ...]) -> list[dict[str, str]]:
-    return [{"name": c.name, "type": c.type.sql()} for c in cols]
+def _columns(cols: tuple[Column, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for c in cols:
+        item: dict[str, Any] = {"name": c.name, "type": c.type.sql()}
+        if c.cid:  # data columns; tags have none
+            item["colId"] = c.cid
+        out.append(item)
+    return out
 
 
-def _parse_columns(raw: list[dict[str, str]]) -> tuple[Column, ...]:
-    return tuple(Column(c["name"], ColumnType.parse(c["type"])) for c in raw)
+def _parse_columns(raw: list[dict[str, Any]]) -> tuple[Column, ...]:
+    return tuple(Column(c["name"], ColumnType.parse(c["type"]), c.get("colId", 0)) for c in raw)
 
 
 def create_stable(stb: SuperTable) -> Event:
@@ -48,7 +54,7 @@ def create_table(tb: Table) -> Event:
 
 def alter_stable(
     db: str, name: str, action: str, column: str, *, type_: ColumnType | None = None,
-    new_name: str | None = None,
+    new_name: str | None = None, cid: int = 0,
 ) -> Event:  # fmt: skip
     event: Event = {
         "type": "alter", "tableType": "super", "db": db, "tableName": name,
@@ -56,6 +62,8 @@ def alter_stable(
     }  # fmt: skip
     if type_ is not None:
         event["colType"] = type_.sql()
+    if cid:
+        event["colId"] = cid
     if new_name is not None:
         event["colNewName"] = new_name
     return event
@@ -118,7 +126,7 @@ def _apply_alter_stable(catalog: Catalog, e: Event) -> list[Key]:
     if action in ("add_column", "add_tag"):
         target = columns if action == "add_column" else tags
         if all(c.name != col for c in target):
-            target.append(Column(col, ColumnType.parse(e["colType"])))
+            target.append(Column(col, ColumnType.parse(e["colType"]), e.get("colId", 0)))
     elif action in ("drop_column", "drop_tag"):
         target = columns if action == "drop_column" else tags
         target[:] = [c for c in target if c.name != col]

@@ -19,11 +19,18 @@ BATCH = "__batch"  # registered name of the batch relation
 TAGS = "__tags"  # registered name of the tags relation
 # Names a topic's output may not take (every name starting with "__" is reserved too).
 RESERVED = frozenset({BATCH, TAGS})
+# Schema metadata of a data entry: the ids of its columns, in order (see `Column.cid`).
+CIDS_KEY = b"sqltopic.cids"
 
 
 def data_schema(columns: Sequence[Column], precision: Precision) -> pa.Schema:
-    """The Arrow schema of a table's data entries in the WAL."""
-    return pa.schema([pa.field(c.name, c.type.arrow(precision)) for c in columns])
+    """The Arrow schema of a table's data entries in the WAL, naming the column ids."""
+    fields = [pa.field(c.name, c.type.arrow(precision)) for c in columns]
+    return pa.schema(fields, metadata={CIDS_KEY: column_ids(columns)})
+
+
+def column_ids(columns: Sequence[Column]) -> bytes:
+    return ",".join(str(c.cid) for c in columns).encode()
 
 
 def batch_schema(

@@ -25,15 +25,20 @@ TBNAME = "tbname"
 
 @dataclass(frozen=True, slots=True)
 class Column:
+    """A data column or a tag. `cid` identifies a data column for life: a column dropped
+    and added again under its old name is a new column, and rows written before read
+    NULL in it (0 for tags, which live in the catalog, not in data entries)."""
+
     name: str
     type: ColumnType
+    cid: int = 0
 
-    def to_json(self) -> list[str]:
-        return [self.name, self.type.sql()]
+    def to_json(self) -> list[Any]:
+        return [self.name, self.type.sql(), self.cid]
 
     @classmethod
-    def from_json(cls, raw: list[str]) -> Column:
-        return cls(raw[0], ColumnType.parse(raw[1]))
+    def from_json(cls, raw: list[Any]) -> Column:
+        return cls(raw[0], ColumnType.parse(raw[1]), raw[2] if len(raw) > 2 else 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,15 +105,19 @@ def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
 
 
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: ([^,]*),[^>]*>")
+_MISSING = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
 
 
 def _plain(message: str) -> str:
-    """sqlglot's message without its token reprs (`<Token token_type: ...>`)."""
+    """sqlglot's message without its internals (token reprs, expression classes)."""
 
     def word(m: re.Match[str]) -> str:
         return "the end of the statement" if m.group(1) == "SENTINEL" else repr(m.group(2))
 
-    return _TOKEN_REPR.sub(word, message)
+    def missing(m: re.Match[str]) -> str:
+        return f"incomplete {m.group(2).upper()} expression: an operand is missing"
+
+    return _MISSING.sub(missing, _TOKEN_REPR.sub(word, message))
 
 
 def _shift(pos: s.Pos, line: int, col: int) -> tuple[int, int]:

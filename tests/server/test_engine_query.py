@@ -131,11 +131,6 @@ def test_query_errors_are_plain_sql_errors(loaded: Loaded, sql: str, names: str)
     assert (err.line, err.column) == (1, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='bug: a syntax error in a SELECT shows sqlglot internals: "Required keyword: '
-    "'expression' missing for <class 'sqlglot.expressions.core.Add'>\"",
-)
 def test_syntax_error_message_is_plain(loaded: Loaded) -> None:
     with pytest.raises(SqlError) as info:
         loaded.engine.execute("SELECT 1 + FROM meters")

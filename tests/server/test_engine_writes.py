@@ -156,12 +156,6 @@ def test_malformed_inserts_are_refused(
     assert snapshot(w) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: INSERT INTO t USING other_stable TAGS (...) writes into an existing t that "
-    "is a child of another super table or a normal table (TDengine: table already exists "
-    "in other stables); INSERT and Arrow writes through a super table do refuse it",
-)
 @pytest.mark.parametrize(
     "sql",
     [
@@ -446,9 +440,6 @@ def test_arrow_write_with_a_bad_value_writes_nothing(
         assert name not in table_names(w)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: Engine.write to a stable without tbname raises KeyError"
-)
 def test_arrow_write_through_the_stable_needs_tbname(w: Engine) -> None:
     before = snapshot(w)
     with pytest.raises(SqlError, match="tbname"):
@@ -456,11 +447,6 @@ def test_arrow_write_through_the_stable_needs_tbname(w: Engine) -> None:
     assert snapshot(w) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Engine.write with a column given twice (ts and TS) writes a row of NULLs, "
-    "NULL timestamp included",
-)
 def test_arrow_write_with_a_column_twice_is_refused(w: Engine) -> None:
     before = snapshot(w)
     with pytest.raises(SqlError, match="ts"):

@@ -237,11 +237,6 @@ def test_query_topic_filter_on_a_tag_follows_set_tag(power: Engine) -> None:
 # --- a dropped column that comes back ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: after DROP COLUMN c and ADD COLUMN c, rows written before the drop show "
-    "their old c values again (expected NULL: the dropped column's data is gone)",
-)
 def test_re_added_column_is_null_for_earlier_rows(power: Engine) -> None:
     power.execute("""
         CREATE TABLE d1 USING meters TAGS ('x', 1);
@@ -252,11 +247,6 @@ def test_re_added_column_is_null_for_earlier_rows(power: Engine) -> None:
     assert power.execute("SELECT voltage FROM d1").rows == [(None,)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: after DROP COLUMN c and ADD COLUMN c with another type, reading rows "
-    "written before fails with pyarrow ArrowInvalid (SELECT and every topic read)",
-)
 def test_re_added_column_of_another_type_reads(power: Engine) -> None:
     power.execute("""
         ALTER STABLE meters ADD COLUMN note VARCHAR(8);

@@ -245,7 +245,10 @@ def test_event_contents(script: Script) -> None:
     assert child["tags"] == [{"name": "location", "value": "a"}, {"name": "groupid", "value": 1}]
     normal = by_key[("ntb", "create", None)]
     assert normal["tableType"] == "normal"
-    assert normal["columns"] == [{"name": "ts", "type": "TIMESTAMP"}, {"name": "a", "type": "INT"}]
+    columns = [{k: c[k] for k in ("name", "type")} for c in normal["columns"]]
+    assert columns == [{"name": "ts", "type": "TIMESTAMP"}, {"name": "a", "type": "INT"}]
+    ids = [c["colId"] for c in normal["columns"]]  # data columns carry ids for life
+    assert all(isinstance(i, int) and i > 0 for i in ids) and len(set(ids)) == 2
     add = by_key[("meters", "alter", "add_column")]
     assert (add["colName"], add["colType"]) == ("extra", "INT")
     set_tag = by_key[("d2", "alter", "set_tag")]

@@ -79,20 +79,12 @@ def test_unknown_topic(power: Engine) -> None:
         power.read_topic("nosuch", vgroups_of(power, "power")[0], 0, 10)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: read_topic of a vgroup that does not exist raises KeyError"
-)
 def test_unknown_vgroup_is_a_clear_error(power: Engine) -> None:
     power.execute("CREATE TOPIC t AS DATABASE power")
     with pytest.raises(Error, match="999"):
         power.read_topic("t", 999, 0, 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: read_topic of a database topic on a vgroup of another database delivers "
-    "that database's meta events",
-)
 def test_a_vgroup_of_another_database_delivers_nothing(power: Engine) -> None:
     power.execute("""
         CREATE DATABASE other VGROUPS 1;
