@@ -248,7 +248,8 @@ def test_event_contents(script: Script) -> None:
     columns = [{k: c[k] for k in ("name", "type")} for c in normal["columns"]]
     assert columns == [{"name": "ts", "type": "TIMESTAMP"}, {"name": "a", "type": "INT"}]
     ids = [c["colId"] for c in normal["columns"]]  # data columns carry ids for life
-    assert all(isinstance(i, int) and i > 0 for i in ids) and len(set(ids)) == 2
+    assert all(isinstance(i, int) and i > 0 for i in ids)
+    assert len(set(ids)) == 2
     add = by_key[("meters", "alter", "add_column")]
     assert (add["colName"], add["colType"]) == ("extra", "INT")
     set_tag = by_key[("d2", "alter", "set_tag")]
