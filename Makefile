@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/sqltopic demo-wal --data $(DATA)
+	$(BIN)/sqltopic demo --data $(DATA)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

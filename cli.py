@@ -1,94 +1,113 @@
 """The `sqltopic` command line. It sits on top of every other layer.
 
-Until the server lands, `sqltopic demo-wal` shows the vnode WAL at work: a producer
-appends smart-meter rows while a follower reads them back as they become durable.
+Until the server lands, `sqltopic demo` shows the embedded engine at work on a data
+directory: it creates the `power` database, the `meters` super table and a topic, a
+producer INSERTs smart-meter rows, and a consumer reads the topic back from each vnode
+as the rows arrive.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pyarrow as pa
-
 from sqltopic.errors import Error
-from sqltopic.wal import Wal, WalOptions, data_entry
+from sqltopic.server.engine import Engine
+from sqltopic.server.topic_reader import TopicBlock
 
-# How long the follower waits for a new version before checking whether the producer
-# has finished: short enough to exit promptly, long enough not to spin.
+# How long the consumer waits for new versions before looking again: short enough to
+# show rows promptly, long enough not to spin.
 FOLLOW_WAIT_S = 0.2
+TOPIC = "demo_overvoltage"
+SETUP = f"""
+CREATE DATABASE IF NOT EXISTS power VGROUPS 2 PRECISION 'ms' WAL_LEVEL 2;
+USE power;
+CREATE STABLE IF NOT EXISTS meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)
+    TAGS (location VARCHAR(64), groupid INT);
+CREATE TOPIC IF NOT EXISTS {TOPIC} AS
+    SELECT ts, current, voltage, location, tbname FROM power.meters WHERE voltage > 225;
+"""
+LOCATIONS = ("California.SanFrancisco", "California.LosAngeles", "California.SanDiego")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sqltopic", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo-wal", help="append meter rows to a WAL and follow them")
+    demo = sub.add_parser("demo", help="produce meter rows and consume a topic of them")
     demo.add_argument("--data", default="./sqltopic-data", help="data directory")
-    demo.add_argument("--batches", type=int, default=20, help="batches to append")
-    demo.add_argument("--rows", type=int, default=10_000, help="rows per batch")
-    demo.add_argument("--level", type=int, choices=(1, 2), default=2, help="WAL_LEVEL")
+    demo.add_argument("--statements", type=int, default=20, help="INSERT statements to run")
+    demo.add_argument("--rows", type=int, default=500, help="rows per statement")
     args = parser.parse_args(argv)
     try:
-        return demo_wal(Path(args.data), args.batches, args.rows, args.level)
+        return run_demo(Path(args.data), args.statements, args.rows)
     except Error as exc:
         print(f"sqltopic: {exc}", file=sys.stderr)
         return 1
 
 
-def demo_wal(data: Path, batches: int, rows: int, level: int) -> int:
-    wal_dir = data / "demo" / "vnode1" / "wal"
-    with Wal.open(wal_dir, WalOptions(level=1 if level == 1 else 2)) as wal:
-        start = wal.next_version
-        print(f"WAL {wal_dir}: versions {wal.first_version}..{wal.last_version} retained")
+def run_demo(data: Path, statements: int, rows: int) -> int:
+    with Engine(data) as engine:
+        engine.execute(SETUP)
+        vgroups = engine.state.catalog.database("power").vgroups
+        start = {v: engine.state.vnode(v).wal.next_version for v in vgroups}
+        print(f"data directory {data}: database power, vgroups {list(vgroups)}, topic {TOPIC}")
         done = threading.Event()
-        follower = threading.Thread(target=_follow, args=(wal, start, done), daemon=True)
-        follower.start()
+        consumer = threading.Thread(target=_consume, args=(engine, start, done), daemon=True)
+        consumer.start()
         began = time.perf_counter()
-        for i in range(batches):
-            wal.append([data_entry(_meters(i, rows))])
+        for i in range(statements):
+            engine.execute(_insert(i, rows))
         elapsed = time.perf_counter() - began
         done.set()
-        follower.join()
-        total = batches * rows
-        print(
-            f"appended {total:,} rows in {batches} entries at WAL_LEVEL {level}: "
-            f"{total / elapsed:,.0f} rows/s; WAL now ends at version {wal.last_version}"
-        )
+        consumer.join()
+        total = statements * rows
+        print(f"inserted {total:,} rows in {statements} statements at WAL_LEVEL 2: "
+              f"{total / elapsed:,.0f} rows/s")  # fmt: skip
+        counted = engine.execute("SELECT count(*) FROM power.meters").rows[0][0]
+        print(f"SELECT count(*) FROM power.meters: {counted:,} rows retained")
     return 0
 
 
-def _follow(wal: Wal, position: int, done: threading.Event) -> None:
-    reader = wal.reader()
+def _consume(engine: Engine, positions: dict[int, int], done: threading.Event) -> None:
+    delivered = 0
     while True:
-        batch = reader.read(position)
-        for rec in batch:
-            b = rec.arrow()
-            volts = b.column("voltage")
-            print(
-                f"  read version {rec.version}: {b.num_rows} rows, first voltage "
-                f"{volts[0].as_py()} V, ingest at {rec.ingest_us} us"
-            )
-        if batch:
-            position = batch[-1].version + 1
-        elif done.is_set() and position >= wal.next_version:
-            return
-        else:
-            reader.wait_for(position, FOLLOW_WAIT_S)
+        progressed = False
+        for vgroup, position in positions.items():
+            items, next_version = engine.read_topic(TOPIC, vgroup, position, 10_000)
+            positions[vgroup] = next_version
+            progressed |= next_version != position
+            for block in items:
+                if isinstance(block, TopicBlock) and block.data.num_rows:
+                    delivered += block.data.num_rows
+                    first = block.data.slice(0, 1).to_pylist()[0]
+                    print(f"  vgroup {vgroup} versions {block.first_version}..."
+                          f"{block.last_version}: {block.data.num_rows} rows over 225 V, "
+                          f"e.g. {first['tbname']} {first['voltage']} V")  # fmt: skip
+        if not progressed:
+            if done.is_set():
+                print(f"topic {TOPIC} delivered {delivered:,} rows")
+                return
+            reader = engine.state.vnode(next(iter(positions))).reader()
+            reader.wait_for(max(positions.values()), FOLLOW_WAIT_S)
 
 
-def _meters(batch: int, rows: int) -> pa.RecordBatch:
+def _insert(statement: int, rows: int) -> str:
+    rng = random.Random(statement)
+    table = f"d{1001 + statement % 4}"
+    location = LOCATIONS[statement % len(LOCATIONS)]
     base = int(time.time() * 1000)
-    ts = pa.array([base + i for i in range(rows)], pa.timestamp("ms"))
-    current = pa.array([10.0 + (i % 7) / 10 for i in range(rows)], pa.float32())
-    voltage = pa.array([215 + (batch + i) % 10 for i in range(rows)], pa.int32())
-    phase = pa.array([0.3 + (i % 5) / 100 for i in range(rows)], pa.float32())
-    return pa.RecordBatch.from_arrays(
-        [ts, current, voltage, phase], names=["ts", "current", "voltage", "phase"]
+    values = " ".join(
+        f"({base + i}, {10 + rng.random() * 3:.2f}, {rng.randint(215, 229)}, "
+        f"{0.3 + rng.random() / 10:.3f})"
+        for i in range(rows)
     )
+    using = f"USING meters TAGS ('{location}', {statement % 4})"
+    return f"INSERT INTO {table} {using} VALUES {values}"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sqltopic.wal import Wal, open_readonly
+from sqltopic.server.engine import Engine
 
 SCRIPT = Path(sys.executable).with_name("sqltopic")
 
@@ -18,34 +18,37 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_wal_appends_and_follows(tmp_path: Path) -> None:
-    done = _run("demo-wal", "--data", str(tmp_path), "--batches", "3", "--rows", "100")
+def _delivered(stdout: str) -> int:
+    match = re.search(r"topic demo_overvoltage delivered ([\d,]+) rows", stdout)
+    assert match, stdout
+    return int(match.group(1).replace(",", ""))
+
+
+def test_demo_produces_and_consumes(tmp_path: Path) -> None:
+    done = _run("demo", "--data", str(tmp_path), "--statements", "4", "--rows", "50")
     assert done.returncode == 0, done.stderr
-    reads = re.findall(r"read version (\d+): (\d+) rows", done.stdout)
-    assert reads == [("1", "100"), ("2", "100"), ("3", "100")]
-    assert "appended 300 rows in 3 entries at WAL_LEVEL 2" in done.stdout
-    again = _run(
-        "demo-wal", "--data", str(tmp_path), "--batches", "2", "--rows", "10", "--level", "1"
-    )
+    assert "inserted 200 rows in 4 statements at WAL_LEVEL 2" in done.stdout
+    assert "SELECT count(*) FROM power.meters: 200 rows retained" in done.stdout
+    first = _delivered(done.stdout)
+    with Engine(tmp_path, background=False) as engine:
+        over = engine.execute("SELECT count(*) FROM power.meters WHERE voltage > 225").rows
+    assert first == over[0][0]
+    again = _run("demo", "--data", str(tmp_path), "--statements", "2", "--rows", "10")
     assert again.returncode == 0, again.stderr
-    assert "versions 1..3 retained" in again.stdout
-    assert re.findall(r"read version (\d+)", again.stdout) == ["4", "5"]
-    wal = open_readonly(tmp_path / "demo" / "vnode1" / "wal")
-    assert [r.arrow().num_rows for r in wal.read(1)] == [100, 100, 100, 10, 10]
+    assert "SELECT count(*) FROM power.meters: 220 rows retained" in again.stdout
 
 
-def test_demo_wal_reports_a_locked_directory_in_one_line(tmp_path: Path) -> None:
-    wal_dir = tmp_path / "demo" / "vnode1" / "wal"
-    with Wal.open(wal_dir, background=False):
-        done = _run("demo-wal", "--data", str(tmp_path), "--batches", "1")
+def test_demo_reports_a_locked_directory_in_one_line(tmp_path: Path) -> None:
+    with Engine(tmp_path, background=False):
+        done = _run("demo", "--data", str(tmp_path), "--statements", "1")
     assert done.returncode == 1
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"sqltopic: WAL directory {wal_dir} is in use by another writer")
+    assert lines[0].startswith(f"sqltopic: data directory {tmp_path} is in use by another")
 
 
 def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
-    done = _run("demo-wal", "--data", str(tmp_path), "--level", "3")
+    done = _run("demo", "--data", str(tmp_path), "--statements", "many")
     assert done.returncode == 2
-    assert "invalid choice: 3" in done.stderr
+    assert "invalid int value: 'many'" in done.stderr
