@@ -24,6 +24,8 @@ MAX_VGROUPS = 1024
 # TDengine: a super table has at most 4096 columns and 128 tags.
 MAX_COLUMNS = 4096
 MAX_TAGS = 128
+# TDengine's longest table name, in bytes (`tbname` is a VARCHAR(192)).
+MAX_NAME_BYTES = 192
 
 
 # --- databases -------------------------------------------------------------------------
@@ -116,6 +118,7 @@ def use(state: State, session: Session, stmt: st.Use) -> Result:
 def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Result:
     db = state.db_of(session, stmt.table)
     name = stmt.table.name
+    check_table_name(name)
     if _exists(state, db.name, name, stmt.if_not_exists, "super table"):
         return Result()
     columns = _columns(stmt.columns, "column")
@@ -130,6 +133,7 @@ def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Resu
 def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result:
     db = state.db_of(session, stmt.table)
     name = stmt.table.name
+    check_table_name(name)
     if _exists(state, db.name, name, stmt.if_not_exists, "table"):
         return Result()
     now = state.now_us()
@@ -195,8 +199,18 @@ def _check_schema(columns: Sequence[Column], tags: Sequence[Column]) -> None:
 
 
 def _check_name(name: str) -> None:
+    if not name:
+        raise SqlError("a column or tag needs a name")
     if name == TBNAME or name in RESERVED or name.startswith("__"):
         raise SqlError(f"{name} is a reserved name; choose another")
+
+
+def check_table_name(name: str) -> None:
+    """TDengine's limit on a table name, so that every name fits `tbname`'s VARCHAR(192)."""
+    if not name:
+        raise SqlError("a table needs a name")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise SqlError(f"table name {name[:40]}... is longer than {MAX_NAME_BYTES} bytes")
 
 
 # --- ALTER and DROP --------------------------------------------------------------------
@@ -222,6 +236,10 @@ def _check_alter(state: State, stb: SuperTable, stmt: st.AlterStable) -> None:
         _check_name(name)
         if existing is not None:
             raise AlreadyExistsError(f"{stb.name} already has a column or tag {name}")
+        if action == "add_column" and len(stb.columns) >= MAX_COLUMNS:
+            raise SqlError(f"{stb.name} has {MAX_COLUMNS} columns, the most a table may have")
+        if action == "add_tag" and len(stb.tags) >= MAX_TAGS:
+            raise SqlError(f"{stb.name} has {MAX_TAGS} tags, the most a super table may have")
         return
     kind = "column" if action == "drop_column" else "tag"
     found = stb.column(name) if kind == "column" else stb.tag(name)

@@ -28,8 +28,9 @@ _names = itertools.count()
 def select(state: State, session: Session, stmt: st.Select) -> Result:
     tree = stmt.tree.copy()
     relations: dict[str, pa.Table] = {}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in list(tree.find_all(exp.Table)):
-        if not table.name:
+        if not table.name or (not table.args.get("db") and table.name.lower() in ctes):
             continue
         name, rel, visible = _relation(state, session, table)
         relations[name] = rel

@@ -32,8 +32,11 @@ class DuckPool:
         if con is None:
             con = duckdb.connect()
             con.execute("SET TimeZone='UTC'")
-            # only relations we register may be named in a query, never Python variables
+            # only relations we register may be named in a query, never Python variables,
+            # and no query (ad hoc SELECT included) may touch files or load extensions
             con.execute("SET python_enable_replacements=false")
+            con.execute("SET enable_external_access=false")
+            con.execute("SET lock_configuration=true")
             self._local.con = con
         return con
 

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqltopic.errors import InvalidValueError, NotFoundError, SqlError
-from sqltopic.server.ddl import tag_values
+from sqltopic.errors import AlreadyExistsError, InvalidValueError, NotFoundError, SqlError
+from sqltopic.server.ddl import check_table_name, tag_values
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
 from sqltopic.server.state import State
@@ -119,6 +119,9 @@ def _target(
             raise SqlError(f"table {name} exists and is not a child table of {part.using.name}")
         return existing  # as in TDengine, the TAGS of an existing child are not applied
     assert part.using is not None
+    if (db.name, name) in state.catalog.stables:
+        raise AlreadyExistsError(f"{db.name}.{name} is a super table; name the child table")
+    check_table_name(name)
     stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
     tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
     table = Table(
@@ -204,6 +207,7 @@ def _child(
         if existing.stable != stb.name:
             raise SqlError(f"table {name} is not a child table of {stb.name}")
         return existing
+    check_table_name(name)
     given = [t for t in stb.tags if t.name in rows.column_names]
     if not given:
         raise NotFoundError(

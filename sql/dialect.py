@@ -32,6 +32,8 @@ IGNORED_DB_OPTIONS = (
     "PAGES", "PAGESIZE", "REPLICA", "SINGLE_STABLE", "STT_TRIGGER", "TABLE_PREFIX",
     "TABLE_SUFFIX", "TSDB_PAGESIZE", "KEEP_TIME_OFFSET", "STRICT", "DNODES",
 )  # fmt: skip
+# Clauses TDengine has after a SELECT that DuckDB's grammar lacks.
+_TOPIC_REFUSED_TAILS = ("PARTITION", "SLIMIT", "SOFFSET", "INTERVAL", "SESSION", "STATE_WINDOW")
 SHOW_KINDS = ("DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "USERS")
 
 
@@ -310,7 +312,15 @@ class TDengineParser(DuckDBParser):
         query = self._parse_statement()
         if query is None:
             self.raise_error("expected SELECT, STABLE or DATABASE after AS")
-        return TdCreateTopic(kind="QUERY", query=query, **args)
+        node = TdCreateTopic(kind="QUERY", query=query, **args)
+        word = self._curr.text.upper().split()[0] if self._curr else ""
+        if word in _TOPIC_REFUSED_TAILS:
+            # TDengine clauses DuckDB does not parse: refused as the invalid topic queries
+            # they are, with their position, rather than as syntax errors
+            node.meta["refused"] = (word, self._curr.start)
+            while self._curr and self._curr.token_type != TokenType.SEMICOLON:
+                self._advance()
+        return node
 
     def _td_create_user(self) -> exp.Expression:
         return self._td_user("CREATE")

@@ -12,7 +12,13 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sqltopic.errors import SqlError, SqlSyntaxError, UnsupportedStatement
+from sqltopic.errors import (
+    InvalidTopicQuery,
+    SqlError,
+    SqlSyntaxError,
+    TopicNotStateless,
+    UnsupportedStatement,
+)
 from sqltopic.sql import dialect as d
 from sqltopic.sql import statements as s
 from sqltopic.sql.types import ColumnType
@@ -214,6 +220,19 @@ def _create_topic(e: d.TdCreateTopic, sql: str, pos: s.Pos) -> s.Statement:
             **common,
         )
     query = e.args["query"]
+    refused = e.meta.get("refused")
+    if refused is not None:
+        word, offset = refused
+        at = position(sql, offset)
+        line, column = _shift(pos, at.line, at.column)
+        error = (
+            InvalidTopicQuery if word in ("PARTITION", "SLIMIT", "SOFFSET") else TopicNotStateless
+        )
+        raise error(
+            f"{word} is not allowed in a topic: a topic delivers each row as it was "
+            "written, in WAL order, and keeps no state across rows",
+            sql=sql, line=line, column=column,
+        )  # fmt: skip
     return s.CreateTopic(
         kind="query", query=query, query_sql=query.sql(dialect=d.TDengine), **common
     )

@@ -20,10 +20,10 @@ import xxhash
 MAGIC = b"\x89SQTWAL\x1a"
 
 #  magic 8s | head_hash Q | body_hash Q | version q | ingest_us q | body_len I |
-#  entry_type B | format B | reserved H
+#  entry_type B | format B | flags H
 HEADER = struct.Struct("<8sQQqqIBBH")
 HEADER_SIZE = HEADER.size  # 48
-# The header hash covers everything after itself: body_hash .. reserved.
+# The header hash covers everything after itself: body_hash .. flags.
 HEAD_HASH_FROM = 16
 RECORD_FORMAT = 1
 ALIGN = 8
@@ -36,6 +36,12 @@ INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 16
 MAX_BODY_BYTES = 1 << 30
 
 _TAIL = struct.Struct("<QqqIBBH")  # the header after magic and head_hash
+
+# Flag of the last entry of one append: entries after the last such record were written
+# by an append that never finished (a crash), so recovery cuts them all, and one append
+# is all-or-nothing across a crash too.
+FLAG_GROUP_END = 0x0001
+KNOWN_FLAGS = FLAG_GROUP_END
 _HASH = struct.Struct("<Q")
 
 
@@ -56,6 +62,11 @@ class Header:
     ingest_us: int
     body_len: int
     entry_type: int
+    flags: int = 0
+
+    @property
+    def ends_group(self) -> bool:
+        return bool(self.flags & FLAG_GROUP_END)
 
     @property
     def record_size(self) -> int:
@@ -74,10 +85,11 @@ def checksum(data: bytes | memoryview) -> int:
 
 
 def encode_header(
-    version: int, ingest_us: int, entry_type: int, body_len: int, body_hash: int
-) -> bytes:
+    version: int, ingest_us: int, entry_type: int, body_len: int, body_hash: int,
+    flags: int = FLAG_GROUP_END,
+) -> bytes:  # fmt: skip
     """Header bytes for a body of `body_len` bytes whose checksum is `body_hash`."""
-    tail = _TAIL.pack(body_hash, version, ingest_us, body_len, entry_type, RECORD_FORMAT, 0)
+    tail = _TAIL.pack(body_hash, version, ingest_us, body_len, entry_type, RECORD_FORMAT, flags)
     return MAGIC + _HASH.pack(checksum(tail)) + tail
 
 
@@ -85,8 +97,8 @@ def decode_header(buf: memoryview | bytes, offset: int) -> Header | None:
     """The header at `offset`, or None when it is short, has no magic or fails its checksum."""
     if len(buf) - offset < HEADER_SIZE:
         return None
-    magic, head_hash, body_hash, version, ingest_us, body_len, etype, fmt, _ = HEADER.unpack_from(
-        buf, offset
+    magic, head_hash, body_hash, version, ingest_us, body_len, etype, fmt, flags = (
+        HEADER.unpack_from(buf, offset)
     )
     if magic != MAGIC:
         return None
@@ -94,7 +106,9 @@ def decode_header(buf: memoryview | bytes, offset: int) -> Header | None:
         return None
     if fmt != RECORD_FORMAT or body_len > MAX_BODY_BYTES or etype not in _TYPES:
         return None
-    return Header(body_hash, version, ingest_us, body_len, etype)
+    if flags & ~KNOWN_FLAGS:
+        return None
+    return Header(body_hash, version, ingest_us, body_len, etype, flags)
 
 
 def body_ok(buf: memoryview, offset: int, header: Header) -> bool:

@@ -219,10 +219,11 @@ def _recover_tail(
         )
     result = scan(seg.view(seg.size), prev_last)
     _refuse_corruption(seg, result, synced)
+    result = _whole_groups(seg, result, synced)
     seg.index = result.index
     _check_order(seg, prev_last)
     cut = None
-    if result.bad_offset is not None:
+    if result.valid_end < seg.size:
         cut = TailCut(str(seg.log_path), result.valid_end, seg.size - result.valid_end)
     seg.size = result.valid_end
     seg.release()
@@ -236,6 +237,24 @@ def _recover_tail(
     seg.synced_size = seg.size  # fsynced just now: from here on damage is corruption
     seg.open_for_append()
     return seg, cut
+
+
+def _whole_groups(seg: Segment, result: ScanResult, synced: int) -> ScanResult:
+    """The scan cut back to the last record that ended an append: the records after it
+    belong to an append that a crash interrupted, which acknowledged nothing."""
+    if result.group_end == result.valid_end:
+        return result
+    if result.group_end < synced:
+        raise WalCorruptionError(
+            "the synced part of the WAL ends inside an append", path=str(seg.log_path),
+            offset=result.group_end,
+        )  # fmt: skip
+    result.index.truncate(result.group_entries)
+    bad = result.bad_offset if result.bad_offset is not None else result.group_end
+    return ScanResult(
+        result.index, result.group_end, bad, result.good_after_bad, result.last_ingest_us,
+        result.group_end, result.group_entries,
+    )  # fmt: skip
 
 
 def _refuse_corruption(seg: Segment, result: ScanResult, synced: int) -> None:

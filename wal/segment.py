@@ -43,6 +43,8 @@ class ScanResult:
     bad_offset: int | None  # first offset that does not hold a good record, if any
     good_after_bad: int | None  # offset of a good record beyond bad_offset, if any
     last_ingest_us: int
+    group_end: int = 0  # offset just after the last good record that ends an append
+    group_entries: int = 0  # records up to group_end
 
 
 def scan(
@@ -56,15 +58,21 @@ def scan(
     """
     index = index if index is not None else SegmentIndex()
     offset, prev, last_ingest = start, above_version, 0
+    group_end, group_entries = start, len(index)
     size = len(buf)
+    bad: int | None = None
     while offset < size:
         header = _good_header(buf, offset, prev)
         if header is None:
-            return ScanResult(index, offset, offset, _find_good(buf, offset + ALIGN), last_ingest)
+            bad = offset
+            break
         index.add(header.version, offset)
         prev, last_ingest = header.version, header.ingest_us
         offset += header.record_size
-    return ScanResult(index, offset, None, None, last_ingest)
+        if header.ends_group:
+            group_end, group_entries = offset, len(index)
+    after = _find_good(buf, bad + ALIGN) if bad is not None else None
+    return ScanResult(index, offset, bad, after, last_ingest, group_end, group_entries)
 
 
 def _good_header(buf: memoryview, offset: int, above_version: int) -> Header | None:

@@ -25,6 +25,7 @@ from sqltopic.wal.notify import VersionNotifier
 from sqltopic.wal.options import INITIAL_VERSION, Clock, WalOptions, wall_clock_us
 from sqltopic.wal.reader import WalReader, WalState
 from sqltopic.wal.record import (
+    FLAG_GROUP_END,
     MAX_BODY_BYTES,
     EntryType,
     checksum,
@@ -234,9 +235,13 @@ class Wal:
             self._active = Segment.create(self.directory, versions[0], now)
         buffers: list[object] = []
         sizes: list[int] = []
-        for (entry, length, body_hash), version in zip(prepared, versions, strict=True):
+        last = len(versions) - 1
+        for i, ((entry, length, body_hash), version) in enumerate(
+            zip(prepared, versions, strict=True)
+        ):
+            flags = FLAG_GROUP_END if i == last else 0
             buffers += [
-                encode_header(version, now, entry.entry_type, length, body_hash),
+                encode_header(version, now, entry.entry_type, length, body_hash, flags),
                 entry.body,
                 padding(length),
             ]

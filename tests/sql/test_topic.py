@@ -343,13 +343,18 @@ def test_create_wrong_topic_functions(catalog: Catalog, call: str, table: str) -
         assert err.column == len("create topic tpn as select ") + 1
 
 
-@pytest.mark.parametrize(
-    "sql", ["select * from meters partition by tbname", "select ts from meters slimit 1"]
-)
-def test_tdengine_only_clauses_are_syntax_errors(sql: str) -> None:
-    """PARTITION BY and SLIMIT do not parse in the DuckDB-based dialect."""
+def test_partition_by_is_an_invalid_topic_query() -> None:
+    """PARTITION BY does not parse in the DuckDB-based dialect; it is refused as TDengine
+    refuses it, with its position."""
+    with pytest.raises(InvalidTopicQuery) as err:
+        parse("create topic t as select * from meters partition by tbname")
+    assert (err.value.line, err.value.column) == (1, 40)
+    assert "PARTITION is not allowed in a topic" in str(err.value)
+
+
+def test_slimit_does_not_parse() -> None:
     with pytest.raises(SqlSyntaxError):
-        parse(f"create topic t as {sql}")
+        parse("create topic t as select ts from meters slimit 1")
 
 
 def test_no_current_database(catalog: Catalog) -> None:

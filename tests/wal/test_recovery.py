@@ -24,10 +24,20 @@ CHILD = Path(__file__).with_name("wal_child.py")
 FIRST_LOG = "00000000000000000001.log"
 
 
-def crashed_writer(directory: Path, count: int, level: int = 1) -> None:
-    """Append `count` entries in a child process that then dies without closing."""
+def crashed_writer(directory: Path, count: int, level: int = 1, group: int = 1) -> None:
+    """`count` appends of `group` entries each in a child process that then dies
+    without closing."""
     subprocess.run(
-        [sys.executable, str(CHILD), str(directory), str(level), "exit", str(count)],
+        [
+            sys.executable,
+            str(CHILD),
+            str(directory),
+            str(level),
+            "exit",
+            str(count),
+            "256",
+            str(group),
+        ],
         check=True,
         timeout=120,
     )
@@ -52,6 +62,23 @@ def test_torn_tail_is_cut_and_index_repaired(wal_dir: Path, open_wal: WalFactory
     assert (wal_dir / "00000000000000000001.idx").stat().st_size == 4 * 16
     assert [r.version for r in wal.reader().read(1)] == [1, 2, 3, 4]
     assert wal.append([meta_entry({"again": True})]) == [5]
+
+
+def test_an_interrupted_append_is_cut_whole(wal_dir: Path, open_wal: WalFactory) -> None:
+    crashed_writer(wal_dir, 2, group=3)  # versions 1..3, then 4..6, in two appends
+    log = wal_dir / FIRST_LOG
+    offsets = record_offsets(wal_dir)
+    with log.open("r+b") as f:
+        f.truncate(offsets[5])  # the crash came after two of the second append's entries
+    wal = open_wal()
+    assert [r.version for r in wal.reader().read(1)] == [1, 2, 3]
+    assert wal.tail_cut is not None
+    assert (wal.tail_cut.offset, wal.tail_cut.bytes_removed) == (
+        offsets[3],
+        offsets[5] - offsets[3],
+    )
+    assert log.stat().st_size == offsets[3]
+    assert wal.append([meta_entry({"next": True})]) == [4]
 
 
 def test_garbage_after_the_last_record_is_cut(wal_dir: Path, open_wal: WalFactory) -> None:

@@ -1,6 +1,7 @@
 """A WAL writer process for crash tests: appends, reports acks, dies when told.
 
-    python wal_child.py DIR LEVEL exit COUNT [SEGMENT_KB]   append COUNT entries, then os._exit
+    python wal_child.py DIR LEVEL exit COUNT [SEGMENT_KB] [GROUP]
+        COUNT appends of GROUP entries each (default 1), then os._exit
     python wal_child.py DIR LEVEL loop                      append forever, printing "ack V"
 
 Entry bodies derive from their version (see `payload`), so a reader can check that a
@@ -34,8 +35,10 @@ def main() -> None:
     opts = WalOptions(level=1 if level == 1 else 2, segment_size_kb=segment_kb)
     wal = Wal.open(directory, opts, background=False)
     if mode == "exit":
+        group = int(sys.argv[6]) if len(sys.argv) > 6 else 1
         for _ in range(int(sys.argv[4])):
-            wal.append([data_entry(payload(wal.next_version))])
+            first = wal.next_version
+            wal.append([data_entry(payload(first + k)) for k in range(group)])
         os._exit(0)  # a crash: no close, no final sync of metadata
     while True:
         (version,) = wal.append([data_entry(payload(wal.next_version))])
