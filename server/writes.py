@@ -208,6 +208,8 @@ def _child(
             raise SqlError(f"table {name} is not a child table of {stb.name}")
         return existing
     check_table_name(name)
+    if (db.name, name) in state.catalog.stables:
+        raise AlreadyExistsError(f"{db.name}.{name} is a super table, not a child table name")
     given = [t for t in stb.tags if t.name in rows.column_names]
     if not given:
         raise NotFoundError(

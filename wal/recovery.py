@@ -335,4 +335,4 @@ def _file_size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
-        raise WalCorruptionError("WAL segment file is missing", path=str(path), offset=0) from None
+        raise WalSegmentMissing("WAL segment file is missing", path=str(path), offset=0) from None

@@ -189,8 +189,9 @@ class Wal:
     def append(self, entries: Sequence[WalEntry]) -> list[int]:
         """Append entries in order; returns their versions once durable at WAL_LEVEL.
 
-        A failed append leaves nothing behind (the log is cut back). A crash during one
-        may keep a prefix of its entries, never part of an entry; none was acknowledged.
+        All or nothing: a failed append leaves nothing behind (the log is cut back), and
+        after a crash during one, recovery cuts its entries whole (the last entry of every
+        append carries the group-end flag).
         """
         if not entries:
             return []
