@@ -18,33 +18,23 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
-import json
-import os
-import platform
 import random
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
+import harness
 import pyarrow as pa
 import pyarrow.compute as pc
+from harness import Report
 
 from sqltopic.server.engine import Engine
 from sqltopic.server.topic_reader import TopicBlock
-
-Report = dict[str, Any]
 
 # Rows per INSERT statement and per Arrow write, as the brief measures them.
 ROWS_PER_STATEMENT = 1_000
@@ -79,8 +69,6 @@ DIRECT_SQL = "SELECT ts, current, voltage, location FROM backlog WHERE voltage >
 INSERT_GOAL_ROWS_S = 200_000
 WRITE_GOAL_ROWS_S = 2_000_000
 RATIO_GOAL = 0.25
-# Parent of the temporary directories: inside bench/, so on the repository's disk.
-TMP_PARENT = Path(__file__).resolve().parent / ".tmp"
 SCHEMA_SQL = (
     "CREATE DATABASE {db} VGROUPS {vgroups} WAL_LEVEL 1; USE {db}; "
     "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) "
@@ -148,9 +136,7 @@ NOTES = {
 }
 
 
-def log(message: str) -> None:
-    """Progress, on stderr so that `--json` keeps stdout to the one object."""
-    print(f"[engine_bench] {message}", file=sys.stderr, flush=True)
+log = harness.logger("engine_bench")
 
 
 @contextlib.contextmanager
@@ -484,31 +470,18 @@ def run_topics(engine: Engine, sizes: Sizes, seconds: dict[str, float]) -> tuple
 # --- the run ---------------------------------------------------------------------------
 
 
-def command(args: list[str], cwd: Path) -> str:
-    """A command's stdout, or "unknown" when it cannot run."""
-    try:
-        run = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return run.stdout.strip()
-
-
 def machine_meta(root: Path, sizes: Sizes) -> Report:
-    df = command(["df", "-T", str(root)], root).splitlines()[-1].split()  # device type .. mount
-    here = Path(__file__).resolve().parent
-    status = command(["git", "status", "--porcelain", "../server", "../sql", "../wal"], here)
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "duckdb": duckdb.__version__,
-        "git_commit": command(["git", "rev-parse", "--short", "HEAD"], here),
-        "engine_git_status": "; ".join(line.strip() for line in status.splitlines()) or "clean",
-        "tmp_dir": str(root),
-        "tmp_filesystem": f"{df[1]} on {df[0]} at {df[-1]}" if len(df) > 2 else "unknown",
-        "sizes": {"run": "quick" if sizes == QUICK else "full"} | dataclasses.asdict(sizes),
-    }
+    status = harness.command(["git", "status", "--porcelain", "../server", "../sql", "../wal"])
+    return harness.machine_meta(
+        root,
+        libraries={"pyarrow": pa.__version__, "duckdb": duckdb.__version__},
+        status={
+            "engine_git_status": "; ".join(line.strip() for line in status.splitlines()) or "clean"
+        },
+        settings={},
+        sizes=sizes,
+        quick=sizes == QUICK,
+    )
 
 
 def run(root: Path, sizes: Sizes, seed: int) -> Report:
@@ -541,42 +514,18 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     return report | {"meta": meta | {"phase_seconds": seconds}}
 
 
-def print_table(report: Report) -> None:
-    """One aligned line per key; meta's keys prefixed, its nested objects as JSON."""
-    meta = report["meta"]
-    rows = [(k, v) for k, v in report.items() if k != "meta"]
-    rows += [
-        (f"meta.{k}", json.dumps(v) if isinstance(v, dict | list) else v) for k, v in meta.items()
-    ]
-    width = max(len(key) for key, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  " + (f"{value:,}" if type(value) in (int, float) else str(value)))
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object only")
-    parser.add_argument("--quick", action="store_true", help="a 1,000,000-row backlog")
-    parser.add_argument("--dir", type=Path, default=TMP_PARENT, help="parent of the temp dir")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the INSERT values")
-    args = parser.parse_args(argv)
-    parent: Path = args.dir
-    parent.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="engine-bench-", dir=parent))
-    began = time.perf_counter()
-    try:
-        report = run(root, QUICK if args.quick else FULL, args.seed)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            parent.rmdir()  # only when empty: leave anything else alone
-    report["meta"]["total_seconds"] = round(time.perf_counter() - began, 2)
-    report["meta"]["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print_table(report)
-    return 0
+    return harness.main(
+        argv,
+        name="engine_bench",
+        doc=__doc__,
+        run=run,
+        full=FULL,
+        quick=QUICK,
+        quick_help="a 1,000,000-row backlog",
+        seed_help="seed of the INSERT values",
+        max_rss=True,
+    )
 
 
 if __name__ == "__main__":

@@ -19,14 +19,14 @@ append.
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import random
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+
+import harness
+from harness import Report
 
 from sqltopic.sql.insert import Insert, parse_insert
 from sqltopic.sql.model import Column
@@ -50,8 +50,6 @@ METERS = (
     Column("voltage", ColumnType("INT")),
     Column("phase", ColumnType("FLOAT")),
 )
-
-Report = dict[str, Any]
 
 
 def _timestamp(kind: str, row: int) -> str:
@@ -137,13 +135,11 @@ def run_variant(kind: str, seconds: float, rounds: int) -> Report:
 
 
 VARIANTS = ("integer_ts", "datetime_ts", "now_ts", "multi_table")
+log = harness.logger("insert_parse_bench")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--quick", action="store_true", help="a smoke run")
-    args = parser.parse_args(argv)
+    args = harness.arguments(__doc__, "a smoke run").parse_args(argv)
     seconds, rounds = (0.05, 1) if args.quick else (0.5, 5)
     report: Report = {
         "rows_per_statement": ROWS_PER_STATEMENT,
@@ -152,12 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.machine(),
     }
     for kind in VARIANTS:
-        print(f"running {kind}...", file=sys.stderr)
+        log(f"running {kind}...")
         report[kind] = run_variant(kind, seconds, rounds)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        _print_table(report)
+    harness.emit(report, args.json, _print_table, indent=2)
     return 0
 
 

@@ -14,19 +14,13 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
 import itertools
-import json
 import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 import pyarrow as pa
 import xxhash
+from harness import Report
 
 from sqltopic.wal import Wal, WalEntry, WalOptions, WalReader, data_entry, open_readonly
 from sqltopic.wal.options import DEFAULT_SEGMENT_SIZE_KB, WalLevel
-
-Report = dict[str, Any]
 
 MIB = 1 << 20
 # Body size of a large entry (a typical bulk-ingest batch), and the block size of both
@@ -64,8 +58,6 @@ SMALL_RUNS: list[tuple[str, WalLevel, int, int]] = [
 SEEK_RUN = "level1_small_batched"
 # Goal for both WAL/raw ratios: the WAL should keep at least half of the raw disk speed.
 RATIO_GOAL = 0.5
-# Parent of the temporary directories: inside bench/, so on the repository's disk.
-TMP_PARENT = Path(__file__).resolve().parent / ".tmp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +94,7 @@ NOTES = {
 }
 
 
-def log(message: str) -> None:
-    """Progress, on stderr so that `--json` keeps stdout to the one object."""
-    print(f"[wal_bench] {message}", file=sys.stderr, flush=True)
+log = harness.logger("wal_bench")
 
 
 def mib_s(nbytes: int, seconds: float) -> float:
@@ -350,32 +340,23 @@ def run_seeks(wal_dir: Path, count: int, rng: random.Random) -> tuple[Report, Re
     return keys, {"seek_wal_versions": last - first + 1}
 
 
-def command(args: list[str], cwd: Path) -> str:
-    """A command's stdout, or "unknown" when it cannot run."""
-    try:
-        run = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return run.stdout.strip()
-
-
 def machine_meta(root: Path, sizes: Sizes) -> Report:
-    df = command(["df", "-T", str(root)], root).splitlines()[-1].split()  # device type .. mount
-    here = Path(__file__).resolve().parent
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "xxhash": f"{xxhash.VERSION} (libxxhash {xxhash.XXHASH_VERSION})",
-        "git_commit": command(["git", "rev-parse", "--short", "HEAD"], here),
-        "wal_git_status": command(["git", "status", "--porcelain", "../wal"], here) or "clean",
-        "tmp_dir": str(root),
-        "tmp_filesystem": f"{df[1]} on {df[0]} at {df[-1]}" if len(df) > 2 else "unknown",
-        "segment_size_kb": DEFAULT_SEGMENT_SIZE_KB,
-        "small_batch_entries_per_call": SMALL_BATCH_ENTRIES,
-        "sizes": {"run": "quick" if sizes == QUICK else "full"} | dataclasses.asdict(sizes),
-    }
+    return harness.machine_meta(
+        root,
+        libraries={
+            "pyarrow": pa.__version__,
+            "xxhash": f"{xxhash.VERSION} (libxxhash {xxhash.XXHASH_VERSION})",
+        },
+        status={
+            "wal_git_status": harness.command(["git", "status", "--porcelain", "../wal"]) or "clean"
+        },
+        settings={
+            "segment_size_kb": DEFAULT_SEGMENT_SIZE_KB,
+            "small_batch_entries_per_call": SMALL_BATCH_ENTRIES,
+        },
+        sizes=sizes,
+        quick=sizes == QUICK,
+    )
 
 
 def run(root: Path, sizes: Sizes, seed: int) -> Report:
@@ -393,39 +374,17 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     return report | {"ratio_goal": RATIO_GOAL, "meta": meta}
 
 
-def print_table(report: Report) -> None:
-    """One aligned line per key; meta's keys prefixed, its nested objects as JSON."""
-    meta = report["meta"]
-    rows = [(k, v) for k, v in report.items() if k != "meta"]
-    rows += [(f"meta.{k}", json.dumps(v) if isinstance(v, dict) else v) for k, v in meta.items()]
-    width = max(len(key) for key, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  " + (f"{value:,}" if type(value) in (int, float) else str(value)))
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object only")
-    parser.add_argument("--quick", action="store_true", help="a smaller, few-second run")
-    parser.add_argument("--dir", type=Path, default=TMP_PARENT, help="parent of the temp dir")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the random seek targets")
-    args = parser.parse_args(argv)
-    parent: Path = args.dir
-    parent.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="wal-bench-", dir=parent))
-    began = time.perf_counter()
-    try:
-        report = run(root, QUICK if args.quick else FULL, args.seed)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            parent.rmdir()  # only when empty: leave anything else alone
-    report["meta"]["total_seconds"] = round(time.perf_counter() - began, 2)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print_table(report)
-    return 0
+    return harness.main(
+        argv,
+        name="wal_bench",
+        doc=__doc__,
+        run=run,
+        full=FULL,
+        quick=QUICK,
+        quick_help="a smaller, few-second run",
+        seed_help="seed of the random seek targets",
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tests.server.support import (
     table_names,
     vgroups_of,
 )
+from tests.support import run_until_killed
 
 CHILD = Path(__file__).with_name("engine_child.py")
 # A child that has not finished (or acknowledged) this long after starting is stuck.
@@ -288,30 +288,6 @@ CREATE TABLE d2 (ts TIMESTAMP, k INT);
 """
 
 
-def _insert_until_killed(data_dir: Path, start: int, acks_wanted: int) -> list[int]:
-    """Start an inserting child, read `acks_wanted` acks, SIGKILL it; the acked keys."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data_dir), "insert-loop", str(start)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    acked: list[int] = []
-    deadline = time.monotonic() + CHILD_DEADLINE_S
-    try:
-        assert proc.stdout is not None
-        while len(acked) < acks_wanted:
-            line = proc.stdout.readline()
-            assert line, f"the child exited early ({proc.poll()})"
-            acked.append(int(line.split()[1]))
-            assert time.monotonic() < deadline, "the child stopped acknowledging"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=CHILD_DEADLINE_S)
-        assert proc.returncode == -signal.SIGKILL, err
-    return acked
-
-
 @pytest.mark.crash
 def test_acknowledged_inserts_survive_sigkill(make_engine: EngineFactory, data_dir: Path) -> None:
     engine = make_engine()
@@ -320,7 +296,8 @@ def test_acknowledged_inserts_survive_sigkill(make_engine: EngineFactory, data_d
     acked: list[int] = []
     start = 1
     for wanted in (25, 40):
-        acked += _insert_until_killed(data_dir, start, wanted)
+        args = [str(data_dir), "insert-loop", str(start)]  # inserts keys start, start + 1, ...
+        acked += run_until_killed(CHILD, args, wanted, CHILD_DEADLINE_S)
         engine = make_engine()
         found = [
             k

@@ -7,50 +7,20 @@ entry, then lets the next child continue on the same directory.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sqltopic.wal import Wal, WalOptions
 from sqltopic.wal.segment import scan
+from tests.support import run_until_killed
 from tests.wal.wal_child import payload
 
 CHILD = Path(__file__).with_name("wal_child.py")
 ROUNDS = 6
 # A child that prints no ack this long after starting is stuck, not slow: fail.
 ACK_DEADLINE_S = 60.0
-
-
-def _run_until_killed(directory: Path, acks_wanted: int) -> list[int]:
-    """Start a writer, read `acks_wanted` acks, SIGKILL it; returns the acked versions."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(directory), "2", "loop"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    acked: list[int] = []
-    deadline = time.monotonic() + ACK_DEADLINE_S
-    try:
-        assert proc.stdout is not None
-        while len(acked) < acks_wanted:
-            line = proc.stdout.readline()
-            assert line, f"writer exited early with {proc.poll()}"
-            acked.append(int(line.split()[1]))
-            assert time.monotonic() < deadline, "writer stopped acknowledging"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            # acks still in the pipe were acknowledged before the kill too
-            acked += [int(line.split()[1]) for line in proc.stdout.read().splitlines()]
-            proc.stdout.close()
-    return acked
 
 
 def _check_directory(directory: Path, acked: list[int]) -> int:
@@ -80,7 +50,9 @@ def test_sigkill_never_loses_acknowledged_versions(tmp_path: Path) -> None:
     all_acked: list[int] = []
     last = 0
     for _ in range(ROUNDS):
-        acked = _run_until_killed(directory, rng.randint(1, 120))
+        # a writer on `directory`, killed after a random number of acks
+        args = [str(directory), "2", "loop"]
+        acked = run_until_killed(CHILD, args, rng.randint(1, 120), ACK_DEADLINE_S)
         assert acked, "the writer acknowledged nothing"
         assert acked[0] > last, "versions were reused after recovery"
         all_acked += acked

@@ -11,6 +11,7 @@ import pytest
 
 from sqltopic.errors import VersionNotRetained
 from sqltopic.wal import data_entry, meta_entry, open_readonly
+from tests.support import append_meters
 
 if TYPE_CHECKING:
     from tests.conftest import FakeClock, WalFactory
@@ -20,8 +21,7 @@ Meters = Callable[..., pa.RecordBatch]
 
 def test_batches_are_bounded_by_count_and_bytes(open_wal: WalFactory, meters: Meters) -> None:
     wal = open_wal()
-    for i in range(10):
-        wal.append([data_entry(meters(100, start=i * 100))])
+    append_meters(wal, meters, 10, rows=100)
     reader = wal.reader()
     assert [r.version for r in reader.read(3, max_entries=4)] == [3, 4, 5, 6]
     three = sum(r.body.nbytes for r in reader.read(1, max_entries=3))
@@ -33,8 +33,7 @@ def test_batches_are_bounded_by_count_and_bytes(open_wal: WalFactory, meters: Me
 
 def test_reads_cross_segments(open_wal: WalFactory, meters: Meters) -> None:
     wal = open_wal(segment_size_kb=1)
-    for i in range(12):
-        wal.append([data_entry(meters(20, start=i * 20))])
+    append_meters(wal, meters, 12)
     assert len(wal.state().segments) > 4
     reader = wal.reader()
     for start in range(1, 13):
@@ -84,8 +83,7 @@ def test_readonly_snapshot_sees_durable_data(
     open_wal: WalFactory, wal_dir: Path, meters: Meters
 ) -> None:
     wal = open_wal(segment_size_kb=1)
-    for i in range(8):
-        wal.append([data_entry(meters(20, start=i * 20))])
+    append_meters(wal, meters, 8)
     snapshot = open_readonly(wal_dir)  # no lock: a live writer keeps going
     wal.append([meta_entry({"later": True})])
     assert (snapshot.first_version, snapshot.last_version, snapshot.next_version) == (1, 8, 9)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -15,6 +15,7 @@ import pytest
 from sqltopic.errors import WalCorruptionError
 from sqltopic.wal import Wal, data_entry, meta_entry
 from sqltopic.wal.record import HEADER_SIZE
+from tests.support import append_meters
 
 if TYPE_CHECKING:
     from tests.conftest import WalFactory
@@ -43,10 +44,34 @@ def crashed_writer(directory: Path, count: int, level: int = 1, group: int = 1) 
     )
 
 
+def closed_small_segments(open_wal: WalFactory, meters: Meters, **options: Any) -> None:
+    """Six entries of 20 meters rows in a WAL of 1 KiB segments (so over several
+    segments) with `options`, then closed."""
+    wal = open_wal(segment_size_kb=1, **options)
+    append_meters(wal, meters, 6)
+    wal.close()
+
+
+def closed_cleanly(open_wal: WalFactory, meters: Meters) -> None:
+    """Two entries of 10 meters rows in one append, then a clean close: metadata records
+    the whole segment as synced."""
+    wal = open_wal()
+    wal.append([data_entry(meters(10)), data_entry(meters(10))])
+    wal.close()
+
+
 def record_offsets(wal_dir: Path) -> list[int]:
     """Byte offsets of the records of the first segment, from a read-only scan."""
     idx = (wal_dir / "00000000000000000001.idx").read_bytes()
     return [int.from_bytes(idx[i + 8 : i + 16], "little") for i in range(0, len(idx), 16)]
+
+
+def flip_bits(path: Path, offset: int, mask: int) -> bytes:
+    """XOR the byte at `offset` of the file `path` with `mask`; returns the new content."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+    return bytes(data)
 
 
 def test_torn_tail_is_cut_and_index_repaired(wal_dir: Path, open_wal: WalFactory) -> None:
@@ -108,23 +133,19 @@ def test_bad_record_followed_by_good_one_is_corruption(wal_dir: Path) -> None:
     crashed_writer(wal_dir, 5)
     log = wal_dir / FIRST_LOG
     offsets = record_offsets(wal_dir)
-    data = bytearray(log.read_bytes())
-    data[offsets[2] + HEADER_SIZE + 5] ^= 0xFF  # a body byte of version 3
-    log.write_bytes(bytes(data))
+    damaged = flip_bits(log, offsets[2] + HEADER_SIZE + 5, 0xFF)  # a body byte of version 3
     with pytest.raises(WalCorruptionError) as err:
         Wal.open(wal_dir, background=False)
     assert err.value.path == str(log)
     assert err.value.offset == offsets[2]
     assert "followed by a good one" in str(err.value)
-    assert log.read_bytes() == bytes(data)  # nothing was cut
+    assert log.read_bytes() == damaged  # nothing was cut
 
 
 def test_a_synced_log_cut_short_is_corruption(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal()
-    wal.append([data_entry(meters(10)), data_entry(meters(10))])
-    wal.close()  # clean close: metadata records the whole segment as synced
+    closed_cleanly(open_wal, meters)
     log = wal_dir / FIRST_LOG
     size = log.stat().st_size
     with log.open("r+b") as f:
@@ -137,27 +158,21 @@ def test_a_synced_log_cut_short_is_corruption(
 def test_damage_below_the_synced_size_is_corruption(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal()
-    wal.append([data_entry(meters(10)), data_entry(meters(10))])
-    wal.close()  # clean close: metadata records the whole segment as synced
+    closed_cleanly(open_wal, meters)
     log = wal_dir / FIRST_LOG
     offsets = record_offsets(wal_dir)
-    data = bytearray(log.read_bytes())
-    data[offsets[1] + HEADER_SIZE + 2] ^= 0x10  # the last record: it looks torn, but was synced
-    log.write_bytes(bytes(data))
+    # the last record: it looks torn, but was synced
+    damaged = flip_bits(log, offsets[1] + HEADER_SIZE + 2, 0x10)
     with pytest.raises(WalCorruptionError, match="below the last synced size") as err:
         Wal.open(wal_dir, background=False)
     assert (err.value.path, err.value.offset) == (str(log), offsets[1])
-    assert log.read_bytes() == bytes(data)
+    assert log.read_bytes() == damaged
 
 
 def test_a_listed_segment_that_is_gone_is_corruption(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal(segment_size_kb=1)
-    for i in range(6):
-        wal.append([data_entry(meters(20, start=i * 20))])
-    wal.close()
+    closed_small_segments(open_wal, meters)
     second = sorted(wal_dir.glob("*.log"))[1]
     second.unlink()
     with pytest.raises(WalCorruptionError, match=r"is missing: it is listed in meta\.json"):
@@ -208,14 +223,9 @@ def test_only_the_unsynced_tail_is_cut_after_a_crash(wal_dir: Path, open_wal: Wa
 def test_sealed_segment_damage_is_reported_on_read(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal(segment_size_kb=1)
-    for i in range(6):
-        wal.append([data_entry(meters(20, start=i * 20))])
-    wal.close()
+    closed_small_segments(open_wal, meters)
     log = wal_dir / FIRST_LOG
-    data = bytearray(log.read_bytes())
-    data[HEADER_SIZE + 100] ^= 0x01
-    log.write_bytes(bytes(data))
+    flip_bits(log, HEADER_SIZE + 100, 0x01)
     wal = open_wal(segment_size_kb=1)  # sealed segments are checked cheaply at open...
     with pytest.raises(WalCorruptionError) as err:
         wal.reader().read(1)  # ...and fully on read: never returned as data
@@ -226,10 +236,7 @@ def test_sealed_segment_damage_is_reported_on_read(
 def test_truncated_sealed_segment_fails_the_open(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal(segment_size_kb=1)
-    for i in range(6):
-        wal.append([data_entry(meters(20, start=i * 20))])
-    wal.close()
+    closed_small_segments(open_wal, meters)
     log = wal_dir / FIRST_LOG
     with log.open("r+b") as f:
         f.truncate(log.stat().st_size - 1)
@@ -240,10 +247,7 @@ def test_truncated_sealed_segment_fails_the_open(
 def test_lost_or_damaged_index_is_rebuilt(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal(segment_size_kb=1)
-    for i in range(6):
-        wal.append([data_entry(meters(20, start=i * 20))])
-    wal.close()
+    closed_small_segments(open_wal, meters)
     idx_files = sorted(wal_dir.glob("*.idx"))
     idx_files[0].unlink()
     idx_files[1].write_bytes(b"\x07" * 32)
@@ -263,10 +267,7 @@ def test_unreadable_metadata_is_corruption(wal_dir: Path, open_wal: WalFactory) 
 def test_deletion_interrupted_after_metadata_is_finished_at_open(
     wal_dir: Path, open_wal: WalFactory, meters: Meters
 ) -> None:
-    wal = open_wal(segment_size_kb=1, retention_period_s=0)
-    for i in range(6):
-        wal.append([data_entry(meters(20, start=i * 20))])
-    wal.close()
+    closed_small_segments(open_wal, meters, retention_period_s=0)
     doomed = sorted(wal_dir.glob("*.log"))[0]
     kept = doomed.read_bytes()
     wal = open_wal(segment_size_kb=1, retention_period_s=0)

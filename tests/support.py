@@ -1,0 +1,53 @@
+"""Helpers shared by the WAL and engine tests: killing a writing child process at a chosen
+point, and filling a WAL with meters entries."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from sqltopic.wal import Wal, data_entry
+
+
+def run_until_killed(
+    script: Path, args: list[str], acks_wanted: int, deadline_s: float
+) -> list[int]:
+    """Run `script` with `args` in a child that prints "ack N" once each write is
+    acknowledged; read `acks_wanted` acks and SIGKILL it. Returns every acknowledged N,
+    those still in the pipe at the kill included (they were acknowledged before it). The
+    child must ack within `deadline_s` of starting, and die of the kill."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    acked: list[int] = []
+    deadline = time.monotonic() + deadline_s
+    try:
+        assert proc.stdout is not None
+        while len(acked) < acks_wanted:
+            line = proc.stdout.readline()
+            assert line, f"the child exited early ({proc.poll()})"
+            acked.append(int(line.split()[1]))
+            assert time.monotonic() < deadline, "the child stopped acknowledging"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        rest, err = proc.communicate(timeout=deadline_s)
+        assert proc.returncode == -signal.SIGKILL, err
+    return acked + [int(line.split()[1]) for line in rest.splitlines()]
+
+
+def append_meters(
+    wal: Wal, meters: Callable[..., pa.RecordBatch], count: int, rows: int = 20
+) -> None:
+    """`count` appends of one entry each: `rows` meters rows, numbered on from the last's."""
+    for i in range(count):
+        wal.append([data_entry(meters(rows, start=i * rows))])
