@@ -34,7 +34,7 @@ READ_BYTES = 64 << 20
 # Entries fetched from the WAL at a time while a read fills up to max_rows: a read
 # stops once it has enough rows, and should not verify many entries it then leaves
 # for the next read.
-FETCH_ENTRIES = 64
+FETCH_ENTRIES = 16
 
 
 @dataclass(frozen=True)
@@ -203,11 +203,13 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     columns = cat.columns_of(topic.db, topic.target or "")
     tags = _used_tags(cat, topic)
     schema = data_schema(columns, db.precision)
-    full = context_schema(schema, tags, db.precision, tbname=True)
+    # the compiled SQL quotes every identifier: `"tbname"` appears iff the topic names it
+    tbname = f'"{TBNAME}"' in topic.select_sql
+    full = context_schema(schema, tags, db.precision, tbname=tbname)
     batches = [
         with_context(
             conform(e.batch, schema), e.table.name, e.table.tags, tags, db.precision,
-            tbname=True, schema=full,
+            tbname=tbname, schema=full,
         )
         for e in pending
     ]  # fmt: skip
