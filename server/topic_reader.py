@@ -19,7 +19,7 @@ import pyarrow as pa
 from sqltopic.errors import NotFoundError
 from sqltopic.server.batches import conform, constant
 from sqltopic.server.state import State
-from sqltopic.server.vnode import entry_table
+from sqltopic.server.vnode import entry_table_keyed
 from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema, tags_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
@@ -142,8 +142,8 @@ class _Scope:
         return cls(state, topic, {t.name: t for t in tables})
 
     def entry(self, rec: WalRecord) -> _Entry | None:
-        batch = rec.arrow()
-        owner = entry_table(batch)
+        batch, key = rec.arrow_keyed()
+        owner = entry_table_keyed(batch, key)
         table = self.tables.get(owner.name)
         if table is None or not owner.is_of(table):
             return None  # another table's, or an earlier table's of the same name

@@ -68,6 +68,21 @@ class EntryTable:
         return self.name == table.name and self.uid == table.uid
 
 
+def entry_table_keyed(batch: pa.RecordBatch, key: bytes) -> EntryTable:
+    """`entry_table`, remembered under the entry's schema bytes (see decode_arrow_keyed)."""
+    owner = _OWNERS.get(key)
+    if owner is None:
+        if len(_OWNERS) >= OWNERS_KEPT:
+            _OWNERS.clear()
+        owner = _OWNERS[key] = entry_table(batch)
+    return owner
+
+
+# Entry schemas whose owner is remembered: one per table written, tiny each.
+OWNERS_KEPT = 16_384
+_OWNERS: dict[bytes, EntryTable] = {}
+
+
 def entry_table(batch: pa.RecordBatch) -> EntryTable:
     meta = batch.schema.metadata or {}
     stable = meta.get(STABLE_KEY, b"").decode()

@@ -46,10 +46,16 @@ def encode_arrow(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
 
 
 def decode_arrow(body: memoryview | bytes | pa.Buffer) -> pa.RecordBatch:
-    """The record batch in a data body. Zero-copy when `body` is 8-byte aligned memory.
+    """The record batch in a data body. Zero-copy when `body` is 8-byte aligned memory."""
+    return decode_arrow_keyed(body)[0]
 
-    Schemas are cached by the bytes of their IPC message: a table's entries all carry
-    the same one, and parsing it costs more than reading the batch.
+
+def decode_arrow_keyed(body: memoryview | bytes | pa.Buffer) -> tuple[pa.RecordBatch, bytes]:
+    """The record batch, and the bytes of its schema message: equal bytes, equal schema
+    (callers cache what they derive from a schema under them).
+
+    Schemas are cached by those bytes: a table's entries all carry the same one, and
+    parsing it costs more than reading the batch.
     """
     buf = body if isinstance(body, pa.Buffer) else pa.py_buffer(body)
     reader = pa.BufferReader(buf)
@@ -60,7 +66,7 @@ def decode_arrow(body: memoryview | bytes | pa.Buffer) -> pa.RecordBatch:
         if len(_SCHEMAS) >= SCHEMAS_KEPT:
             _SCHEMAS.clear()
         schema = _SCHEMAS[key] = pa.ipc.read_schema(first)
-    return pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema)
+    return pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema), key
 
 
 # Distinct entry schemas cached: one per table written (its metadata names the table).

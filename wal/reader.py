@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
-from sqltopic.wal.codec import decode_arrow, decode_json
+from sqltopic.wal.codec import decode_arrow, decode_arrow_keyed, decode_json
 from sqltopic.wal.notify import VersionNotifier
 from sqltopic.wal.record import EntryType
 from sqltopic.wal.segment import Segment
@@ -56,6 +56,10 @@ class WalRecord:
     def arrow(self) -> pa.RecordBatch:
         """The record batch of a data entry, sharing memory with the WAL file."""
         return decode_arrow(self.body)
+
+    def arrow_keyed(self) -> tuple[pa.RecordBatch, bytes]:
+        """The record batch and its schema's bytes (see `codec.decode_arrow_keyed`)."""
+        return decode_arrow_keyed(self.body)
 
     def json(self) -> dict[str, Any]:
         """The JSON object of a meta or control entry."""
