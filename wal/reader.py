@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -44,9 +44,9 @@ class WalState:
         return self.next_version
 
 
-@dataclass(frozen=True, slots=True)
-class WalRecord:
-    """One entry as read back. `body` is a read-only view into the mapped segment."""
+class WalRecord(NamedTuple):
+    """One entry as read back. `body` is a read-only view into the mapped segment. (A
+    named tuple: one is made per entry read, and that is the hot path of every poll.)"""
 
     version: int
     entry_type: EntryType
@@ -64,6 +64,9 @@ class WalRecord:
     def json(self) -> dict[str, Any]:
         """The JSON object of a meta or control entry."""
         return decode_json(self.body)
+
+
+_ENTRY_TYPES = {int(t): t for t in EntryType}  # a dict lookup beats EntryType(n)
 
 
 class WalReader:
@@ -145,9 +148,8 @@ class WalReader:
                 header, body = seg.record(i, seg.end_of(i))
                 if out and header.body_len > budget:
                     return out
-                out.append(
-                    WalRecord(header.version, EntryType(header.entry_type), header.ingest_us, body)
-                )
+                kind = _ENTRY_TYPES[header.entry_type]
+                out.append(WalRecord(header.version, kind, header.ingest_us, body))
                 budget -= header.body_len
                 if len(out) >= max_entries:
                     return out
