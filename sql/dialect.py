@@ -66,7 +66,7 @@ class TdColumnDef(exp.Expression):
 class TdValue(exp.Expression):
     """A constant as written (a TAGS or SET TAG value): `12`, `'a'`, `NOW + 1s`, NULL.
 
-    Kept as raw text and classified by the INSERT value rules (`sql/values.py`), so a tag
+    Kept as raw text and classified by the INSERT value rules (`sql/scan.py`), so a tag
     accepts exactly what a VALUES list does. `meta["start"]` is its offset in the statement.
     """
 

@@ -5,7 +5,7 @@
         [[db.]tb2 [USING ...] [(col, ...)] VALUES (...) ...] ...
 
 The statement head (table names, USING ... TAGS, column lists, VALUES) is read here by
-a small cursor over the text; each VALUES list is handed to `sql/values.py`, whose
+a small cursor over the text; each VALUES list is handed to `sql/scan.py`, whose
 whole-tuple regex does the bulk of the work. Identifiers are lower-cased (also inside
 backticks, as everywhere in sqltopic). Syntax errors are `SqlSyntaxError`s with the line
 and column in the whole text and a message saying what was expected.
@@ -17,8 +17,7 @@ import re
 from dataclasses import dataclass
 
 from sqltopic.errors import SqlSyntaxError, UnsupportedStatement
-from sqltopic.sql.statements import Pos, Statement, TableRef, Value
-from sqltopic.sql.values import (
+from sqltopic.sql.scan import (
     ValueRows,
     found,
     line_col,
@@ -28,6 +27,7 @@ from sqltopic.sql.values import (
     syntax_error,
     token_value,
 )
+from sqltopic.sql.statements import Pos, Statement, TableRef, Value
 
 # An identifier as TDengine takes it unquoted, or anything between backticks.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|`([^`]*)`")

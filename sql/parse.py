@@ -21,8 +21,8 @@ from sqltopic.errors import (
 )
 from sqltopic.sql import dialect as d
 from sqltopic.sql import statements as s
+from sqltopic.sql.scan import bad_offset, token_value
 from sqltopic.sql.types import ColumnType
-from sqltopic.sql.values import bad_offset, token_value
 
 # Quoted strings, quoted identifiers and comments, whose `;` do not end a statement.
 _SKIP_OR_SEMI = re.compile(

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from sqltopic.errors import InvalidValueError
 from sqltopic.sql.insert import parse_insert
 from sqltopic.sql.model import Column
+from sqltopic.sql.scan import ValueRows
 from sqltopic.sql.statements import Pos, Value
 from sqltopic.sql.types import INTEGER_RANGES, ColumnType, Precision
-from sqltopic.sql.values import ValueRows, convert_value, slow_column, to_arrow
+from sqltopic.sql.values import convert_value, slow_column, to_arrow
 
 NOW_US = 1_700_000_000_123_456  # 2023-11-14 22:13:20.123456 UTC
 NOW_MS = NOW_US // 1_000
