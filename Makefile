@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench
+.PHONY: run test lint typecheck pytest setup clean bench proto
 
 setup: $(STAMP)
 
@@ -28,6 +28,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q -p no:cacheprovider tests/proto/test_generated.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p sqltopic
@@ -37,6 +38,19 @@ pytest: $(STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
+
+# Regenerate the gRPC stubs from proto/sqltopic/v1/sqltopic.proto. protoc names modules
+# after the path below its -I root, so the root is $(VENV)/pkgroot (which holds the
+# package as `sqltopic/`): the stubs then import each other as `sqltopic.proto.sqltopic.v1`.
+# tests/proto/test_generated.py runs the same command and fails when the committed files
+# differ; `make lint` runs that test.
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I $(VENV)/pkgroot \
+		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
+		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
+		--python_out=$(VENV)/pkgroot --grpc_python_out=$(VENV)/pkgroot \
+		--mypy_out=$(VENV)/pkgroot --mypy_grpc_out=$(VENV)/pkgroot \
+		$(VENV)/pkgroot/sqltopic/proto/sqltopic/v1/sqltopic.proto
 
 bench: $(STAMP)
 	$(BIN)/python bench/wal_bench.py

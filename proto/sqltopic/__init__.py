@@ -1,0 +1,1 @@
+"""Protocol buffers of package `sqltopic` (mirrors the proto package path)."""
