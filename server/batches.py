@@ -8,12 +8,14 @@ besides the data: tag values, `tbname`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.errors import VersionNotRetained
 from sqltopic.server.vnode import EntryTable, entry_table
 from sqltopic.sql.layout import CIDS_KEY
 from sqltopic.sql.model import TBNAME, Column
@@ -32,12 +34,22 @@ class DataEntry:
 
 
 def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry]:
-    """Every data entry from `from_version` to the readable end, in WAL order."""
-    for records in reader.batches(from_version, max_entries=SCAN_ENTRIES):
+    """Every data entry the WAL retains from `from_version` to the readable end, in WAL
+    order (versions retention has deleted are skipped, even while this runs)."""
+    version = max(from_version, reader.first_version)
+    while True:
+        try:
+            records = reader.read(version, max_entries=SCAN_ENTRIES)
+        except VersionNotRetained as gone:
+            version = gone.first_version
+            continue
+        if not records:
+            return
         for rec in records:
             if rec.entry_type is EntryType.DATA:
                 batch = rec.arrow()
                 yield DataEntry(rec.version, entry_table(batch), batch)
+        version = records[-1].version + 1
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -77,8 +89,13 @@ class _Constants:
     def __init__(self) -> None:
         self._zeros = pa.array([], pa.int32())
         self._arrays: dict[tuple[str, Any], pa.Array] = {}
+        self._lock = threading.Lock()  # readers of different vgroups share the cache
 
     def get(self, value: Any, type_: pa.DataType, n: int) -> pa.Array:
+        with self._lock:
+            return self._get(value, type_, n)
+
+    def _get(self, value: Any, type_: pa.DataType, n: int) -> pa.Array:
         if n > len(self._zeros):
             self._zeros = pa.repeat(pa.scalar(0, pa.int32()), max(n, 2 * len(self._zeros)))
             self._arrays.clear()

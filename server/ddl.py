@@ -40,10 +40,16 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
     vgroups, precision, wal = _database_options(stmt.options)
     first = state.catalog.next_vgroup
     db = Database(name, tuple(range(first, first + vgroups)), precision, wal, state.now_us())
-    opened = [
-        Vnode.open(state.data_dir, db, v, clock=state.clock, background=state.background)
-        for v in db.vgroups
-    ]
+    opened: list[Vnode] = []
+    try:
+        for v in db.vgroups:
+            opened.append(
+                Vnode.open(state.data_dir, db, v, clock=state.clock, background=state.background)
+            )
+    except BaseException:
+        for vnode in opened:
+            vnode.close()
+        raise
     state.catalog.databases[name] = db
     state.catalog.next_vgroup = first + vgroups
     state.vnodes.update({v.vgroup: v for v in opened})

@@ -8,7 +8,7 @@ server puts a network in front of exactly this object.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +125,22 @@ class Engine:
 
     def close(self) -> None:
         state = self._state
-        with state.lock.exclusive():
-            # no DDL event lies beyond these versions: the next start replays nothing
-            checked = {v: n.wal.last_version for v, n in state.vnodes.items()}
-            for vnode in state.vnodes.values():
-                vnode.close()
-            state.store.commit(state.catalog, [], checked)
-            state.store.close()
-        self._lock.release()
+        try:
+            with state.lock.exclusive():
+                # No DDL event lies beyond these versions, so the next start replays
+                # nothing, except in vgroups whose events the catalog failed to commit.
+                checked = {
+                    v: n.wal.last_version
+                    for v, n in state.vnodes.items()
+                    if v not in state.unapplied
+                }
+                try:
+                    _close_all(state.vnodes.values())
+                    state.store.commit(state.catalog, [], checked)
+                finally:
+                    state.store.close()
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> Engine:
         return self
@@ -143,22 +151,43 @@ class Engine:
 
 def _open_state(path: Path, clock: Clock, background: bool) -> State:
     store = CatalogStore(path / CATALOG_FILE)
-    catalog, applied = store.load()
     vnodes: dict[int, Vnode] = {}
-    for db in catalog.databases.values():
-        for vgroup in db.vgroups:
-            vnodes[vgroup] = Vnode.open(path, db, vgroup, clock=clock, background=background)
-    state = State(path, catalog, store, vnodes, clock, background)
-    _replay(state, applied)
+    try:
+        catalog, applied = store.load()
+        for db in catalog.databases.values():
+            for vgroup in db.vgroups:
+                vnodes[vgroup] = Vnode.open(path, db, vgroup, clock=clock, background=background)
+        state = State(path, catalog, store, vnodes, clock, background)
+        _replay(state, applied)
+    except BaseException:
+        _close_all(vnodes.values())
+        store.close()
+        raise
     return state
+
+
+def _close_all(vnodes: Iterable[Vnode]) -> None:
+    """Close every vnode, even when some fail; the first failure is raised after."""
+    failure: BaseException | None = None
+    for vnode in vnodes:
+        try:
+            vnode.close()
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 def _replay(state: State, applied: dict[int, int]) -> None:
     """Apply DDL events that reached a WAL but not the catalog (a crash in between)."""
     for vgroup, vnode in state.vnodes.items():
-        start = applied.get(vgroup, 0) + 1
+        reader = vnode.reader()
+        # retention may have deleted versions past the last applied one: they held no
+        # event the catalog lacks (an unapplied event's segment would be deleted only
+        # after it, and the catalog would then no longer need it anyway)
+        start = max(applied.get(vgroup, 0) + 1, reader.first_version)
         keys: list[Any] = []
-        for records in vnode.reader().batches(start):
+        for records in reader.batches(start):
             for rec in records:
                 if rec.entry_type is EntryType.META:
                     keys += apply(state.catalog, rec.json())

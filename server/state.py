@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ class State:
     lock: RWLock = field(default_factory=RWLock)
     duck: DuckPool = field(default_factory=DuckPool)
     generation: int = 0  # bumped by every catalog change; caches derived from it compare
+    # vgroups whose WAL holds DDL events the catalog failed to commit (replayed at open)
+    unapplied: set[int] = field(default_factory=set)
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
 
@@ -71,33 +74,59 @@ class State:
 
     def commit(self, keys: list[Key] | list[tuple[str, str, str]]) -> None:
         """Persist catalog objects changed in memory (databases, topics, users)."""
-        self.store.commit(self.catalog, keys)
-        self.generation += 1
+        try:
+            self.store.commit(self.catalog, keys)
+        except BaseException:
+            self._reload()
+            raise
+        finally:
+            self.generation += 1
 
     def commit_events(self, events: dict[int, list[Event]], extra: list[Key] | None = None) -> None:
         """Append each vgroup's DDL events to its WAL, apply them to the catalog, and
         commit the catalog with the versions applied (the order start-up replay needs)."""
-        entries = {v: [meta_entry(e) for e in evs] for v, evs in events.items()}
-        self.write_entries(entries, [e for evs in events.values() for e in evs], extra)
+        self.write_entries({v: [meta_entry(e) for e in evs] for v, evs in events.items()}, extra)
 
     def write_entries(
-        self,
-        entries: dict[int, list[WalEntry]],
-        events: list[Event],
-        extra: list[Key] | None = None,
+        self, entries: dict[int, list[WalEntry]], extra: list[Key] | None = None
     ) -> None:
-        """Append entries (one append per vgroup: atomic there), then apply `events` (the
-        meta entries among them) to the catalog and commit it with the applied versions."""
+        """Append entries (one append per vgroup: atomic there), then apply the DDL events
+        among those that reached a WAL to the catalog, and commit it with the versions
+        applied. The WAL is the source of truth: when some vgroups' appends fail and
+        others' succeed, the events that were written still take effect (and the first
+        failure is raised after)."""
         applied: dict[int, int] = {}
+        written: dict[bytes, Event] = {}  # a stable's event goes to every vnode, once here
+        failure: BaseException | None = None
         for vgroup, batch in entries.items():
-            versions = self.vnode(vgroup).wal.append(batch)
-            if any(e.entry_type is EntryType.META for e in batch):
-                applied[vgroup] = versions[-1]
-        if not events and not extra:
-            return
+            try:
+                versions = self.vnode(vgroup).wal.append(batch)
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            for entry in batch:
+                if entry.entry_type is EntryType.META:
+                    applied[vgroup] = versions[-1]
+                    written.setdefault(bytes(entry.body), json.loads(bytes(entry.body)))
+        if written or extra:
+            self._apply(list(written.values()), extra, applied)
+        if failure is not None:
+            raise failure
+
+    def _apply(self, events: list[Event], extra: list[Key] | None, applied: dict[int, int]) -> None:
         keys: list[Key] = list(extra or [])
-        unique = {id(e): e for e in events}  # a stable's event goes to every vnode,
-        for e in unique.values():  # but changes the catalog once
+        for e in events:
             keys += apply(self.catalog, e)
-        self.store.commit(self.catalog, dict.fromkeys(keys), applied)
-        self.generation += 1
+        try:
+            self.store.commit(self.catalog, dict.fromkeys(keys), applied)
+        except BaseException:
+            # Memory must match disk: the events stay in the WALs, and the next open
+            # replays them (their vgroups must not be marked checked at close).
+            self.unapplied.update(applied)
+            self._reload()
+            raise
+        finally:
+            self.generation += 1
+
+    def _reload(self) -> None:
+        self.catalog, _ = self.store.load()

@@ -23,7 +23,6 @@ from sqltopic.server.routing import vgroup_for
 from sqltopic.server.state import State
 from sqltopic.server.vnode import tag_batch
 from sqltopic.sql import events
-from sqltopic.sql.events import Event
 from sqltopic.sql.insert import Insert, InsertPart
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
@@ -45,7 +44,6 @@ class Plan:
     """What a write will append, per vgroup, and the DDL events among it."""
 
     entries: dict[int, list[WalEntry]] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
     created: dict[tuple[str, str], Table] = field(default_factory=dict)
     rows: int = 0
     exclusive: bool = False
@@ -60,7 +58,6 @@ class Plan:
             raise _NeedsExclusive
         event = events.create_table(table)
         self.entries.setdefault(table.vgroup, []).append(meta_entry(event))
-        self.events.append(event)
         self.created[(table.db, table.name)] = table
 
 
@@ -69,13 +66,13 @@ def _run(state: State, build: Any) -> int:
     try:
         with state.lock.shared():
             plan = build(Plan())
-            state.write_entries(plan.entries, plan.events)
+            state.write_entries(plan.entries)
             return int(plan.rows)
     except _NeedsExclusive:
         pass
     with state.lock.exclusive():
         plan = build(Plan(exclusive=True))
-        state.write_entries(plan.entries, plan.events)
+        state.write_entries(plan.entries)
         return int(plan.rows)
 
 
@@ -246,12 +243,13 @@ def write_arrow(
         db = state.db_of(session, ref)
         stb = state.catalog.stables.get((db.name, ref.name))
         if stb is not None:
-            checked = _check_arrow(table, _stable_fields(stb), stb.name, db)
+            checked = _check_arrow(table, _stable_fields(stb), stb.name, db, stb.columns[0].name)
             _split_by_table(state, plan, db, stb, checked, now)
         else:
             tb = state.catalog.table(db.name, ref.name)
             columns = _table_columns(state, plan, tb)
-            checked = _check_arrow(table, {c.name: c for c in columns}, tb.name, db)
+            fields = {c.name: c for c in columns}
+            checked = _check_arrow(table, fields, tb.name, db, columns[0].name)
             if columns[0].name not in checked.column_names:
                 raise SqlError(f"the timestamp column {columns[0].name} must be given")
             for batch in checked.combine_chunks().to_batches():
@@ -267,9 +265,11 @@ def _stable_fields(stb: SuperTable) -> dict[str, Column]:
     return fields
 
 
-def _check_arrow(table: pa.Table, fields: dict[str, Column], target: str, db: Database) -> pa.Table:
-    """Columns cast to their types and checked (lengths, NULL timestamps); unknown
-    columns are errors, naming the column."""
+def _check_arrow(
+    table: pa.Table, fields: dict[str, Column], target: str, db: Database, key: str
+) -> pa.Table:
+    """Columns cast to their types and checked (lengths, no NULL in the `key` timestamp);
+    unknown columns are errors, naming the column."""
     arrays, names = [], []
     for name in table.column_names:
         col = fields.get(name.lower())
@@ -277,13 +277,13 @@ def _check_arrow(table: pa.Table, fields: dict[str, Column], target: str, db: Da
             raise NotFoundError(f"{target} has no column {name}")
         if col.name in names:
             raise SqlError(f"column {col.name} is given twice in the write to {target}")
-        arrays.append(_cast_column(table.column(name), col, target, db))
+        arrays.append(_cast_column(table.column(name), col, target, db, key=col.name == key))
         names.append(col.name)
     return pa.Table.from_arrays(arrays, names=names)
 
 
 def _cast_column(
-    values: pa.ChunkedArray, col: Column, target: str, db: Database
+    values: pa.ChunkedArray, col: Column, target: str, db: Database, *, key: bool
 ) -> pa.ChunkedArray:
     want = col.type.arrow(db.precision)
     try:
@@ -293,7 +293,7 @@ def _cast_column(
             f"column {col.name} of {target} is {values.type}, which does not convert to "
             f"{col.type.sql()}: {exc}"
         ) from None
-    if col.type.name == "TIMESTAMP" and col.name != TBNAME and out.null_count:
+    if key and out.null_count:
         first = pc.index(pc.is_null(out), True).as_py()
         raise InvalidValueError(f"NULL timestamp in column {col.name} of {target}, row {first + 1}")
     if col.type.is_string and col.type.length is not None:

@@ -127,6 +127,7 @@ class Segment:
         self._map: mmap.mmap | None = None
         self._view: memoryview | None = None
         self._map_lock = threading.Lock()
+        self.broken = False  # a failed write could not be cut back
 
     # --- names and facts -------------------------------------------------------------
 
@@ -196,7 +197,12 @@ class Segment:
                 offset += size
             write_all(self._idx_fd, [self.index.encode(count)])
         except OSError:
-            self._rollback(start, count)
+            try:
+                self._rollback(start, count)
+            except OSError:
+                # The file now holds a partial record at an unknown length: nothing may
+                # be appended after it. The writer stops taking writes.
+                self.broken = True
             raise
 
     def _rollback(self, size: int, count: int) -> None:

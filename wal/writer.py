@@ -133,7 +133,10 @@ class Wal:
         with self._lock:
             try:
                 if self._active is not None and self._failure is None:
-                    self._active.sync_all()
+                    try:
+                        self._active.sync_all()
+                    except OSError as exc:
+                        raise self._fail("fsync at close", exc) from exc
                     self._save_meta()
                     self._refresh_state(self._written_seq)
             finally:
@@ -249,7 +252,9 @@ class Wal:
             sizes.append(padded_size(length))
         try:
             self._active.append(buffers, versions, sizes)
-        except OSError:
+        except OSError as exc:
+            if self._active.broken:
+                raise self._fail("cutting back a failed write", exc) from exc
             if not len(self._active.index):
                 # An empty segment is named by a version that was never written: drop it,
                 # so the next append (maybe at another version) starts a correctly named one.
