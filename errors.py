@@ -87,6 +87,44 @@ class SchemaInUseError(SqlError):
     """Dropping or altering a column, tag or object that something else depends on."""
 
 
+# --- consuming ---------------------------------------------------------------------------
+
+
+class OffsetOutOfRange(Error):
+    """A position, seek or commit outside the vgroup's [begin, end] range of versions."""
+
+    def __init__(self, message: str, *, begin: int | None = None, end: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.begin = begin
+        self.end = end
+
+
+class NoCommittedOffset(OffsetOutOfRange):
+    """`auto.offset.reset` is `none` and the group has no committed offset there."""
+
+
+class TopicDropped(Error):
+    """The topic was dropped (DROP TOPIC ... FORCE) while it was subscribed."""
+
+
+class NoPermission(Error):
+    """The user may not consume the topic (or run the statement)."""
+
+
+class AuthenticationFailed(Error):
+    """Wrong user or password, or a missing, unknown or expired session token."""
+
+
+class ConsumerFenced(Error):
+    """A poll or commit by a consumer the current assignment does not name: refresh the
+    assignment (or rejoin the group)."""
+
+
+class RebalanceInProgress(Error):
+    """A vnode has not yet learnt the newest assignment: retry shortly."""
+
+
 # --- write-ahead log -----------------------------------------------------------------
 
 
