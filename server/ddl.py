@@ -53,7 +53,13 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
     state.catalog.databases[name] = db
     state.catalog.next_vgroup = first + vgroups
     state.vnodes.update({v.vgroup: v for v in opened})
-    state.commit([("database", "", name)])
+    try:
+        state.commit([("database", "", name)])
+    except BaseException:
+        for vnode in opened:  # the catalog was reloaded without the database
+            state.vnodes.pop(vnode.vgroup, None)
+            vnode.close()
+        raise
     return Result(affected_rows=0)
 
 

@@ -125,3 +125,22 @@ def test_arrow_writes_accept_null_timestamp_tags(tmp_path: Path) -> None:
         bad = data.set_column(1, "ts", pa.array([None], pa.timestamp("ms")))
         with pytest.raises(Exception, match="NULL timestamp in column ts"):
             engine.write("s", bad)
+
+
+def test_a_failed_create_database_commit_can_be_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Engine(tmp_path, background=False) as engine:
+        real_commit = CatalogStore.commit
+
+        def full(*args: Any, **kwargs: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(CatalogStore, "commit", full)
+        with pytest.raises(OSError, match="No space left"):
+            engine.execute("CREATE DATABASE db VGROUPS 2")
+        monkeypatch.setattr(CatalogStore, "commit", real_commit)
+        assert "db" not in engine.state.catalog.databases
+        assert engine.state.vnodes == {}
+        engine.execute("CREATE DATABASE db VGROUPS 2")  # not WalLockedError
+        assert engine.state.catalog.database("db").vgroups == (1, 2)
