@@ -10,7 +10,7 @@ an unparsed `exp.Command` is refused there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
@@ -543,10 +543,18 @@ class TDengineTokenizer(DuckDB.Tokenizer):
     QUOTES = ["'", '"']
     IDENTIFIERS = ["`"]
     STRING_ESCAPES = ["'", '"', "\\"]
+    # no `\xHH` / `\0NN` codes: TDengine keeps `\x` as written (see TDengine.UNESCAPED_SEQUENCES)
+    NUMERIC_ESCAPES: ClassVar[dict[str, tuple[int, int, int, int]]] = {}
 
 
 class TDengine(DuckDB):
     """sqltopic's dialect: `sqlglot.parse(sql, read=TDengine)`."""
+
+    # TDengine's string escapes (its `trimString`), the same as INSERT values read them
+    # (`sql/scan.py`): `\%`, `\_` (LIKE) and `\x` keep their backslash.
+    UNESCAPED_SEQUENCES = {
+        "\\n": "\n", "\\r": "\r", "\\t": "\t", "\\%": "\\%", "\\_": "\\_", "\\x": "\\x",
+    }  # fmt: skip
 
     Tokenizer = TDengineTokenizer
     Parser = TDengineParser
