@@ -312,18 +312,30 @@ class TDengineParser(DuckDBParser):
             return TdCreateTopic(kind="DATABASE", target=self._td_name("database"), **args)
         if meta:
             self.raise_error(f"{meta} META applies to STABLE and DATABASE topics only")
-        query = self._parse_statement()
+        event_window = self._td_find_word("EVENT_WINDOW")
+        query = self._parse_statement() if event_window is None else exp.select("*")
         if query is None:
             self.raise_error("expected SELECT, STABLE or DATABASE after AS")
         node = TdCreateTopic(kind="QUERY", query=query, **args)
         word = self._curr.text.upper().split()[0] if self._curr else ""
-        if word in _TOPIC_REFUSED_TAILS:
+        if event_window is not None or word in _TOPIC_REFUSED_TAILS:
             # TDengine clauses DuckDB does not parse: refused as the invalid topic queries
-            # they are, with their position, rather than as syntax errors
-            node.meta["refused"] = (word, self._curr.start)
+            # they are, with their position, rather than as syntax errors. (EVENT_WINDOW's
+            # START WITH would read as a hierarchical query: it is looked for first.)
+            start = event_window if event_window is not None else self._curr.start
+            node.meta["refused"] = ("EVENT_WINDOW" if event_window is not None else word, start)
             while self._curr and self._curr.token_type != TokenType.SEMICOLON:
                 self._advance()
         return node
+
+    def _td_find_word(self, word: str) -> int | None:
+        """The offset of `word` among the statement's remaining tokens, if any."""
+        for token in self._tokens[self._index :]:
+            if token.token_type == TokenType.SEMICOLON:
+                return None
+            if token.token_type == TokenType.VAR and token.text.upper() == word:
+                return token.start
+        return None
 
     def _td_create_user(self) -> exp.Expression:
         return self._td_user("CREATE")

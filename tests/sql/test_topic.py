@@ -815,3 +815,13 @@ def test_batch_timestamps_in_each_precision(catalog: Catalog, precision: Precisi
     con = duckdb.connect()
     con.register(layout.BATCH, batch)
     assert con.sql(topic.select_sql).to_arrow_table().column("v").to_pylist() == [1, 2, 3]
+
+
+def test_event_window_is_a_stateful_topic() -> None:
+    """EVENT_WINDOW's START WITH would parse as a hierarchical query; it is refused first,
+    as TDengine refuses windows in topics."""
+    with pytest.raises(TopicNotStateless) as err:
+        parse(
+            "create topic t as select ts from meters event_window start with v > 1 end with v < 1"
+        )
+    assert (err.value.line, err.value.column) == (1, 41)
