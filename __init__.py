@@ -2,10 +2,13 @@
 
 The repository root is this package: `wal/`, `sql/`, `server/`, `proto/` and
 `spark_jobs/` are its subpackages (see docs/architecture.md for the layers). Importing
-`sqltopic` itself stays light: it loads only the error classes.
+`sqltopic` itself stays light: it loads only the error classes; `sqltopic.connect`
+(the client, with grpc and pyarrow) loads on first use.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from sqltopic.errors import (
     AlreadyExistsError,
@@ -34,6 +37,9 @@ from sqltopic.errors import (
     WalError,
     WalLockedError,
 )
+
+if TYPE_CHECKING:
+    from sqltopic.client import connect
 
 __version__ = "0.1.0"
 
@@ -64,4 +70,14 @@ __all__ = [
     "WalError",
     "WalLockedError",
     "__version__",
+    "connect",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """PEP 562: `connect` imports the client (grpc, pyarrow) only when first used."""
+    if name == "connect":
+        from sqltopic.client import connect  # noqa: PLC0415
+
+        return connect
+    raise AttributeError(f"module 'sqltopic' has no attribute {name!r}")

@@ -1,14 +1,16 @@
 """The `sqltopic` command line. It sits on top of every other layer.
 
-Until the server lands, `sqltopic demo` shows the embedded engine at work on a data
-directory: it creates the `power` database, the `meters` super table and a topic, a
-producer INSERTs smart-meter rows, and a consumer reads the topic back from each vnode
-as the rows arrive.
+`sqltopic server` serves a data directory over gRPC (docs/protocol.md). `sqltopic demo`
+shows the embedded engine at work on a data directory: it creates the `power` database,
+the `meters` super table and a topic, a producer INSERTs smart-meter rows, and a
+consumer reads the topic back from each vnode as the rows arrive.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import random
 import sys
 import threading
@@ -18,6 +20,8 @@ from pathlib import Path
 
 from sqltopic.errors import Error
 from sqltopic.server.engine import Engine
+from sqltopic.server.grpc_server import ServerConfig
+from sqltopic.server.grpc_server import run as run_server
 from sqltopic.server.topic_reader import TopicBlock
 
 # How long the consumer waits for new versions before looking again: short enough to
@@ -32,6 +36,9 @@ CREATE STABLE IF NOT EXISTS meters (ts TIMESTAMP, current FLOAT, voltage INT, ph
 CREATE TOPIC IF NOT EXISTS {TOPIC} AS
     SELECT ts, current, voltage, location, tbname FROM power.meters WHERE voltage > 225;
 """
+# Where `server` takes the root password when --root-password is not given.
+ROOT_PASSWORD_ENV = "SQLTOPIC_ROOT_PASSWORD"
+DEFAULT_ROOT_PASSWORD = "taosdata"
 LOCATIONS = ("California.SanFrancisco", "California.LosAngeles", "California.SanDiego")
 
 
@@ -42,12 +49,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--data", default="./sqltopic-data", help="data directory")
     demo.add_argument("--statements", type=int, default=20, help="INSERT statements to run")
     demo.add_argument("--rows", type=int, default=500, help="rows per statement")
+    _add_server(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "server":
+            return _server(args)
         return run_demo(Path(args.data), args.statements, args.rows)
-    except Error as exc:
+    except (Error, OSError) as exc:
         print(f"sqltopic: {exc}", file=sys.stderr)
         return 1
+
+
+def _add_server(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    server = sub.add_parser("server", help="serve a data directory over gRPC")
+    server.add_argument("--data", default="./sqltopic-data", help="data directory")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    server.add_argument("--port", type=int, default=6030, help="port to listen on")
+    server.add_argument(
+        "--root-password",
+        default=os.environ.get(ROOT_PASSWORD_ENV, DEFAULT_ROOT_PASSWORD),
+        help=f"password of user root (default: ${ROOT_PASSWORD_ENV} or taosdata)",
+    )
+
+
+def _server(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    data = Path(args.data)
+    config = ServerConfig(data, args.host, args.port, args.root_password)
+
+    def ready(address: str) -> None:
+        print(f"sqltopic server listening on {address}, data {data}", flush=True)
+
+    run_server(config, ready)
+    return 0
 
 
 def run_demo(data: Path, statements: int, rows: int) -> int:

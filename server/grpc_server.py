@@ -1,0 +1,91 @@
+"""`sqltopic server`: one grpc.aio server in front of one engine.
+
+It hosts the `Session` and `Sql` services, the standard health service (SERVING, and
+NOT_SERVING once a graceful shutdown starts) and server reflection. SIGTERM or SIGINT
+stop it gracefully: health goes NOT_SERVING, in-flight calls get `SHUTDOWN_GRACE_S` to
+finish, then the engine closes (WALs synced, catalog committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+
+from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.auth import Sessions
+from sqltopic.server.engine import Engine
+from sqltopic.server.sql_service import SessionService, SqlService
+
+log = logging.getLogger("sqltopic.server")
+
+# Long enough for a running statement or write to finish, short enough that a stop
+# request (systemd, Ctrl-C) does not hang.
+SHUTDOWN_GRACE_S = 10.0
+# The services this server hosts, by full name (for health and reflection).
+SERVICES = tuple(pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql"))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data: Path
+    host: str = "127.0.0.1"
+    port: int = 6030
+    root_password: str = "taosdata"
+
+
+def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
+    """Open the engine, serve until SIGTERM/SIGINT, then close it. Raises WalLockedError
+    when another server holds the data directory. `ready` gets the bound address."""
+    engine = Engine(config.data)
+    try:
+        asyncio.run(_serve(engine, config, ready))
+    finally:
+        engine.close()
+
+
+async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
+    server = aio.server(options=MESSAGE_OPTIONS)
+    sessions = Sessions(config.root_password)
+    pb_grpc.add_SessionServicer_to_server(SessionService(sessions), server)
+    pb_grpc.add_SqlServicer_to_server(SqlService(engine, sessions), server)
+    health_servicer = await _add_health(server)
+    reflection.enable_server_reflection(
+        (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{config.host}:{config.port}"
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    stop = _stop_on_signals()
+    ready(f"{config.host}:{port}")
+    await stop.wait()
+    log.info("shutting down")
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(SHUTDOWN_GRACE_S)
+
+
+async def _add_health(server: aio.Server) -> health.aio.HealthServicer:
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    for name in ("", *SERVICES):
+        await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return servicer
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -1,0 +1,138 @@
+"""The `Session` and `Sql` gRPC services: log in and out, run SQL with results streamed
+as chunked Arrow IPC, and fast Arrow writes. Engine work runs off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib.metadata import version
+
+import pyarrow as pa
+
+from sqltopic.errors import InvalidValueError
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, chunks, from_ipc, to_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.auth import Sessions
+from sqltopic.server.engine import Engine
+from sqltopic.server.result import Session
+from sqltopic.server.rpc import Context, fail
+
+# The installed distribution's version, as Login reports it.
+SERVER_VERSION = version("sqltopic")
+
+
+class SessionService(pb_grpc.SessionServicer):
+    """Login hands out tokens; Logout ends the token of the call."""
+
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
+
+    async def Login(self, request: pb.LoginRequest, context: Context) -> pb.LoginResponse:
+        try:
+            token, session = self._sessions.login(request.user, request.password)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.LoginResponse(
+            token=token,
+            server_version=SERVER_VERSION,
+            user=session.user,
+            max_request_bytes=MAX_MESSAGE_BYTES,
+            max_chunk_bytes=MAX_CHUNK_BYTES,
+        )
+
+    async def Logout(self, request: pb.LogoutRequest, context: Context) -> pb.LogoutResponse:
+        try:
+            self._sessions.logout(context.invocation_metadata())
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.LogoutResponse()
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A statement's result, ready to stream."""
+
+    header: pb.ResultHeader
+    stream: pa.Buffer
+
+
+class SqlService(pb_grpc.SqlServicer):
+    """Execute and Write over one engine, in the caller's session."""
+
+    def __init__(self, engine: Engine, sessions: Sessions) -> None:
+        self._engine = engine
+        self._sessions = sessions
+
+    async def Execute(
+        self, request: pb.ExecuteRequest, context: Context
+    ) -> AsyncIterator[pb.ExecuteResponse]:
+        try:
+            session = self._sessions.session(context.invocation_metadata())
+            database = request.database if request.HasField("database") else None
+            outcome = await asyncio.to_thread(self._execute, request.sql, session, database)
+        except Exception as exc:
+            await fail(context, exc)
+        yield pb.ExecuteResponse(header=outcome.header)
+        for chunk in chunks(outcome.stream):
+            yield pb.ExecuteResponse(arrow_ipc=chunk)
+
+    async def Write(
+        self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context
+    ) -> pb.WriteResponse:
+        try:
+            session = self._sessions.session(context.invocation_metadata())
+            target, database, parts = await _gather_write(request_iterator)
+            rows = await asyncio.to_thread(self._write, target, parts, session, database)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.WriteResponse(rows=rows)
+
+    def _execute(self, sql: str, session: Session, database: str | None) -> _Outcome:
+        result = self._engine.execute(sql, _for_call(session, database))
+        header = pb.ResultHeader(
+            columns=result.columns,
+            row_count=result.table.num_rows,
+            affected_rows=result.affected_rows,
+            database=session.db or "",
+        )
+        return _Outcome(header, to_ipc(result.table))
+
+    def _write(
+        self, target: str, parts: list[bytes], session: Session, database: str | None
+    ) -> int:
+        try:
+            table = from_ipc(parts)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InvalidValueError(
+                f"Write: the payload is not an Arrow IPC stream: {exc}"
+            ) from None
+        return self._engine.write(target, table, _for_call(session, database))
+
+
+async def _gather_write(
+    frames: AsyncIterator[pb.WriteRequest],
+) -> tuple[str, str | None, list[bytes]]:
+    """The target, database override and Arrow chunks of a Write call's frames."""
+    target = ""
+    database: str | None = None
+    parts: list[bytes] = []
+    first = True
+    async for frame in frames:
+        if first:
+            target = frame.target
+            database = frame.database if frame.HasField("database") else None
+            first = False
+        if frame.arrow_ipc:
+            parts.append(frame.arrow_ipc)
+    if not target:
+        raise InvalidValueError("Write: the first frame must name the target table")
+    return target, database, parts
+
+
+def _for_call(session: Session, database: str | None) -> Session:
+    """The session a call runs in: its own, or a copy with the database overridden."""
+    if database is None:
+        return session
+    return Session(db=database, user=session.user)

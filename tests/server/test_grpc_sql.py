@@ -1,0 +1,297 @@
+"""End-to-end: a real `sqltopic server` process on a free port, driven through the
+Python client and plain gRPC stubs (Session, Sql, health)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import grpc
+import pyarrow as pa
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+from sqltopic.client import Connection, connect
+from sqltopic.errors import (
+    AuthenticationFailed,
+    InvalidTopicQuery,
+    SqlSyntaxError,
+    TopicNotFound,
+)
+from sqltopic.proto.arrow_ipc import MAX_FRAME_BYTES, MESSAGE_OPTIONS, from_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+
+# Starting Python, DuckDB and grpc takes a few seconds on a slow CI machine.
+START_DEADLINE_S = 60.0
+# A graceful stop waits up to the server's shutdown grace, then closes the engine.
+STOP_DEADLINE_S = 60.0
+READY = "sqltopic server listening on"
+POWER = """
+CREATE DATABASE power VGROUPS 2;
+USE power;
+CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)
+    TAGS (location VARCHAR(64), groupid INT);
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """`python -m sqltopic.cli server` on `data`; `start()` waits for its ready line."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(data)]
+        args += ["--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_ready(self) -> str:
+        """The ready line; fails if the process exits or the deadline passes first."""
+        while True:
+            line = self._lines.get(timeout=START_DEADLINE_S)
+            if line is None:
+                raise AssertionError(f"server exited: {self.stderr()}")
+            if line.startswith(READY):
+                return line
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=STOP_DEADLINE_S)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_DEADLINE_S)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        if self.proc.poll() is None:
+            return ""
+        return self.proc.stderr.read()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def server(data: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(data)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def conn(server: ServerProcess) -> Iterator[Connection]:
+    with connect(server.address) as connection:
+        yield connection
+
+
+@pytest.fixture
+def power(conn: Connection) -> Connection:
+    conn.execute(POWER)
+    return conn
+
+
+def _meters(rows: int, table: str = "d1") -> pa.Table:
+    return pa.table({
+        "tbname": [table] * rows,
+        "location": ["California.SanFrancisco"] * rows,
+        "groupid": pa.array([2] * rows, pa.int32()),
+        "ts": pa.array(range(1_000, 1_000 + rows), pa.timestamp("ms")),
+        "current": pa.array([10.5] * rows, pa.float32()),
+        "voltage": pa.array([i % 300 for i in range(rows)], pa.int32()),
+        "phase": pa.array([0.25] * rows, pa.float32()),
+    })  # fmt: skip
+
+
+def _token(address: str) -> tuple[grpc.Channel, str]:
+    channel = grpc.insecure_channel(address, options=MESSAGE_OPTIONS)
+    login = pb_grpc.SessionStub(channel).Login(
+        pb.LoginRequest(user="root", password="taosdata"), timeout=30
+    )
+    return channel, login.token
+
+
+def _call(exc: grpc.RpcError) -> grpc.Call:
+    """A failed call's status: every RpcError a stub raises is also its grpc.Call."""
+    return cast("grpc.Call", exc)
+
+
+def test_login_and_wrong_password(server: ServerProcess) -> None:
+    with connect(server.address) as conn:
+        assert conn.execute("SHOW DATABASES").columns
+    with pytest.raises(AuthenticationFailed, match="wrong user or password"):
+        connect(server.address, password="nope")
+    with pytest.raises(AuthenticationFailed):
+        connect(server.address, user="alice")
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [(), (("authorization", "Bearer not-a-token"),), (("authorization", "Basic x"),)],
+    ids=["missing", "unknown", "malformed"],
+)
+def test_calls_without_a_valid_token_fail_and_the_server_keeps_serving(
+    server: ServerProcess, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    request = pb.ExecuteRequest(sql="SHOW DATABASES")
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.SqlStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Execute(request, metadata=metadata, timeout=30))
+    call = _call(info.value)
+    assert call.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert ("sqltopic-error", "AuthenticationFailed") in tuple(call.trailing_metadata() or ())
+    with connect(server.address) as conn:
+        assert conn.execute("SHOW DATABASES").columns
+
+
+def test_logout_ends_the_token(server: ServerProcess) -> None:
+    channel, token = _token(server.address)
+    meta = (("authorization", f"Bearer {token}"),)
+    request = pb.ExecuteRequest(sql="SHOW DATABASES")
+    with channel:
+        pb_grpc.SessionStub(channel).Logout(pb.LogoutRequest(), metadata=meta, timeout=30)
+        stub = pb_grpc.SqlStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Execute(request, metadata=meta, timeout=30))
+    assert _call(info.value).code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_ddl_insert_select(power: Connection) -> None:
+    inserted = power.execute(
+        "INSERT INTO d1 USING meters TAGS ('California.SanFrancisco', 2) "
+        "VALUES (1000, 10.5, 219, 0.25) (2000, 12.0, 231, 0.5)"
+    )
+    assert inserted.affected_rows == 2
+    assert inserted.database == "power"
+    result = power.execute("SELECT ts, voltage, location, groupid FROM meters ORDER BY ts")
+    assert result.columns == ["ts", "voltage", "location", "groupid"]
+    assert [row[1:] for row in result.rows] == [
+        (219, "California.SanFrancisco", 2),
+        (231, "California.SanFrancisco", 2),
+    ]
+
+
+def test_query_returns_an_arrow_table(power: Connection) -> None:
+    power.execute("INSERT INTO d1 USING meters TAGS ('x', 1) VALUES (1000, 1.0, 220, 0.1)")
+    table = power.query("SELECT voltage FROM meters")
+    assert isinstance(table, pa.Table)
+    assert table.to_pydict() == {"voltage": [220]}
+
+
+def test_connect_with_a_database(server: ServerProcess, power: Connection) -> None:
+    with connect(server.address, database="power") as other:
+        assert other.execute("SELECT count(*) FROM meters").rows == [(0,)]
+
+
+def test_write_through_the_super_table(power: Connection) -> None:
+    assert power.write("meters", _meters(10_000)) == 10_000
+    assert power.execute("SELECT count(*) FROM meters").rows == [(10_000,)]
+
+
+def test_a_large_result_streams_in_chunks(server: ServerProcess, power: Connection) -> None:
+    rows = 300_000
+    assert power.write("power.meters", _meters(rows)) == rows
+    channel, token = _token(server.address)
+    with channel:
+        meta = (("authorization", f"Bearer {token}"),)
+        request = pb.ExecuteRequest(sql="SELECT * FROM meters", database="power")
+        frames = list(pb_grpc.SqlStub(channel).Execute(request, metadata=meta, timeout=120))
+    assert frames[0].header.row_count == rows
+    assert all(frame.ByteSize() <= MAX_FRAME_BYTES for frame in frames)
+    parts = [frame.arrow_ipc for frame in frames if frame.arrow_ipc]
+    assert len(parts) > 1
+    table = from_ipc(parts)
+    assert table.num_rows == rows
+    assert (
+        table.column("voltage").to_pylist()
+        == power.query("SELECT voltage FROM meters").column("voltage").to_pylist()
+    )
+
+
+def test_sql_errors_keep_their_class_and_position(power: Connection) -> None:
+    with pytest.raises(SqlSyntaxError) as syntax:
+        power.execute("SELECT FROM WHERE")
+    assert syntax.value.line == 1
+    assert syntax.value.column is not None
+    with pytest.raises(TopicNotFound, match="topic t does not exist") as missing:
+        power.execute("DROP TOPIC t")
+    assert (missing.value.line, missing.value.column) == (1, 1)
+    with pytest.raises(InvalidTopicQuery) as invalid:
+        power.execute("CREATE TOPIC bad AS SELECT DISTINCT voltage FROM meters")
+    assert invalid.value.line is not None
+    assert power.execute("SELECT count(*) FROM meters").rows == [(0,)]
+
+
+def test_health_is_serving(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "sqltopic.v1.Session", "sqltopic.v1.Sql"):
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=30)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_second_server_on_the_same_directory_fails(server: ServerProcess) -> None:
+    second = ServerProcess(server.data)
+    try:
+        code = second.proc.wait(timeout=START_DEADLINE_S)
+        err = second.stderr()
+    finally:
+        second.kill()
+    assert code != 0
+    assert "is in use by another writer" in err
+    with connect(server.address) as conn:
+        assert conn.execute("SHOW DATABASES").columns
+
+
+def test_sigterm_stops_cleanly_and_a_restart_keeps_the_data(data: Path) -> None:
+    first = ServerProcess(data)
+    try:
+        first.wait_ready()
+        with connect(first.address) as conn:
+            conn.execute(POWER)
+            conn.write("meters", _meters(1_000))
+        assert first.stop() == 0
+    finally:
+        first.kill()
+    again = ServerProcess(data)
+    try:
+        again.wait_ready()
+        with connect(again.address, database="power") as conn:
+            assert conn.execute("SELECT count(*) FROM meters").rows == [(1_000,)]
+        assert again.stop() == 0
+    finally:
+        again.kill()
