@@ -18,7 +18,7 @@ import pyarrow as pa
 from sqltopic.errors import VersionNotRetained
 from sqltopic.server.vnode import EntryTable, entry_table
 from sqltopic.sql.layout import CIDS_KEY
-from sqltopic.sql.model import TBNAME, Column
+from sqltopic.sql.model import TBNAME, Column, Table
 from sqltopic.wal import EntryType, WalReader
 
 # A scan reads the WAL in batches of this many entries: large enough to amortise the
@@ -121,35 +121,28 @@ def constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
 
 
 def with_context(
-    batch: pa.RecordBatch,
-    table: str,
-    tags: dict[str, Any],
+    data: pa.Table,
+    owners: Sequence[Table],
+    lengths: Sequence[int],
     tag_columns: Sequence[Column],
     precision: Any,
     *,
     tbname: bool,
-    schema: pa.Schema | None = None,
-) -> pa.RecordBatch:
-    """`batch` plus a constant column per tag in `tag_columns` and, if asked, `tbname`.
-    `schema` is `context_schema(...)` of the same arguments, when the caller has it."""
-    n = batch.num_rows
-    arrays = list(batch.columns)
+) -> pa.Table:
+    """`data` (the rows of entries whose owners and row counts are given, in order) plus
+    a column per tag in `tag_columns` and, if asked, `tbname`. Each column is added whole,
+    one constant chunk per entry: much cheaper than rebuilding every entry's batch."""
     for col in tag_columns:
-        arrays.append(constant(tags.get(col.name), col.type.arrow(precision), n))
+        values = [t.tags.get(col.name) for t in owners]
+        data = _constant_column(data, col.name, col.type.arrow(precision), values, lengths)
     if tbname:
-        arrays.append(constant(table, pa.string(), n))
-    if schema is None:
-        schema = context_schema(batch.schema, tag_columns, precision, tbname=tbname)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        data = _constant_column(data, TBNAME, pa.string(), [t.name for t in owners], lengths)
+    return data
 
 
-def context_schema(
-    data: pa.Schema, tag_columns: Sequence[Column], precision: Any, *, tbname: bool
-) -> pa.Schema:
-    """The schema `with_context` gives: data fields, then dictionary-encoded constants."""
-    fields = [f.remove_metadata() if f.metadata else f for f in data]
-    for col in tag_columns:
-        fields.append(pa.field(col.name, pa.dictionary(pa.int32(), col.type.arrow(precision))))
-    if tbname:
-        fields.append(pa.field(TBNAME, pa.dictionary(pa.int32(), pa.string())))
-    return pa.schema(fields)
+def _constant_column(
+    data: pa.Table, name: str, type_: pa.DataType, values: Sequence[Any], lengths: Sequence[int]
+) -> pa.Table:
+    chunks = [constant(v, type_, n) for v, n in zip(values, lengths, strict=True)]
+    column = pa.chunked_array(chunks, type=pa.dictionary(pa.int32(), type_))
+    return data.append_column(pa.field(name, column.type), column)

@@ -77,18 +77,17 @@ def _collect(
 ) -> pa.Table:  # fmt: skip
     schema = data_schema(columns, db.precision)
     vgroups = sorted({t.vgroup for t in tables.values()})
-    batches = []
+    batches, owners = [], []
     for vgroup in vgroups:
         for entry in data_entries(state.vnode(vgroup).reader()):
             tb = tables.get(entry.table.name)
             if tb is None or tb.vgroup != vgroup or not entry.table.is_of(tb):
                 continue  # another table's, or an earlier table's of the same name
-            data = conform(entry.batch, schema)
-            batches.append(with_context(data, tb.name, tb.tags, tags, db.precision, tbname=True))
-    if batches:
-        return pa.Table.from_batches(batches)
-    empty = pa.RecordBatch.from_pylist([], schema=schema)
-    return pa.Table.from_batches([with_context(empty, "", {}, tags, db.precision, tbname=True)])
+            batches.append(conform(entry.batch, schema))
+            owners.append(tb)
+    data = pa.Table.from_batches(batches, schema=schema)
+    lengths = [b.num_rows for b in batches]
+    return with_context(data, owners, lengths, tags, db.precision, tbname=True)
 
 
 def _expand_star(table: exp.Table, visible: list[str]) -> None:

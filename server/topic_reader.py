@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import NotFoundError
-from sqltopic.server.batches import conform, constant
+from sqltopic.server.batches import conform, with_context
 from sqltopic.server.state import State
 from sqltopic.server.vnode import entry_table_keyed
 from sqltopic.sql import layout
@@ -203,15 +203,13 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     columns = cat.columns_of(topic.db, topic.target or "")
     tags = _used_tags(cat, topic)
     schema = data_schema(columns, db.precision)
-    batch = pa.Table.from_batches([conform(e.batch, schema) for e in pending], schema=schema)
-    # constant columns are added whole, a chunk per entry (much cheaper than per batch)
-    for tag in tags:
-        values = [e.table.tags.get(tag.name) for e in pending]
-        batch = _append_constants(batch, tag.name, tag.type.arrow(db.precision), values, pending)
-    # the compiled SQL quotes every identifier: `"tbname"` appears iff the topic names it
-    if f'"{TBNAME}"' in topic.select_sql:
-        tables = [e.table.name for e in pending]
-        batch = _append_constants(batch, TBNAME, pa.string(), tables, pending)
+    data = pa.Table.from_batches([conform(e.batch, schema) for e in pending], schema=schema)
+    batch = with_context(
+        data, [e.table for e in pending], [e.batch.num_rows for e in pending], tags,
+        db.precision,
+        # the compiled SQL quotes every identifier: `"tbname"` appears iff the topic names it
+        tbname=f'"{TBNAME}"' in topic.select_sql,
+    )  # fmt: skip
     con = state.duck.get()
     con.register(layout.BATCH, batch)
     try:
@@ -222,14 +220,6 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     names = {e.table.name for e in pending}
     only = next(iter(names)) if len(names) == 1 else None
     return TopicBlock(only, data, pending[0].version, pending[-1].version)
-
-
-def _append_constants(
-    batch: pa.Table, name: str, type_: pa.DataType, values: list[Any], pending: list[_Entry]
-) -> pa.Table:
-    """`batch` plus a column holding values[i] on every row of entry i."""
-    chunks = [constant(v, type_, e.batch.num_rows) for v, e in zip(values, pending, strict=True)]
-    return batch.append_column(pa.field(name, chunks[0].type), pa.chunked_array(chunks))
 
 
 def _used_tags(cat: Catalog, topic: Topic) -> tuple[Column, ...]:
