@@ -1,4 +1,5 @@
-"""Shared fixtures: WAL factories over temp directories and an injectable clock."""
+"""Shared fixtures: WAL factories over temp directories, an injectable clock, and a real
+server process (`server`, `conn`, `power` from tests/live_server.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.wal import Wal, WalOptions
+
+# The live-server fixtures, for every test folder.
+pytest_plugins = ["tests.live_server"]
 
 
 class FakeClock:

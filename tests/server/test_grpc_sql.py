@@ -3,14 +3,6 @@ Python client and plain gRPC stubs (Session, Sql, health)."""
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
-import socket
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -29,99 +21,7 @@ from sqltopic.errors import (
 from sqltopic.proto.arrow_ipc import MAX_FRAME_BYTES, MESSAGE_OPTIONS, from_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-
-# Starting Python, DuckDB and grpc takes a few seconds on a slow CI machine.
-START_DEADLINE_S = 60.0
-# A graceful stop waits up to the server's shutdown grace, then closes the engine.
-STOP_DEADLINE_S = 60.0
-READY = "sqltopic server listening on"
-POWER = """
-CREATE DATABASE power VGROUPS 2;
-USE power;
-CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)
-    TAGS (location VARCHAR(64), groupid INT);
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class ServerProcess:
-    """`python -m sqltopic.cli server` on `data`; `start()` waits for its ready line."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(data)]
-        args += ["--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_ready(self) -> str:
-        """The ready line; fails if the process exits or the deadline passes first."""
-        while True:
-            line = self._lines.get(timeout=START_DEADLINE_S)
-            if line is None:
-                raise AssertionError(f"server exited: {self.stderr()}")
-            if line.startswith(READY):
-                return line
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=STOP_DEADLINE_S)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=STOP_DEADLINE_S)
-
-    def stderr(self) -> str:
-        assert self.proc.stderr is not None
-        if self.proc.poll() is None:
-            return ""
-        return self.proc.stderr.read()
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def server(data: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(data)
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        proc.kill()
-
-
-@pytest.fixture
-def conn(server: ServerProcess) -> Iterator[Connection]:
-    with connect(server.address) as connection:
-        yield connection
-
-
-@pytest.fixture
-def power(conn: Connection) -> Connection:
-    conn.execute(POWER)
-    return conn
+from tests.live_server import POWER, START_DEADLINE_S, ServerProcess
 
 
 def _meters(rows: int, table: str = "d1") -> pa.Table:
@@ -190,14 +90,14 @@ def test_logout_ends_the_token(server: ServerProcess) -> None:
     assert _call(info.value).code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_ddl_insert_select(power: Connection) -> None:
-    inserted = power.execute(
+def test_ddl_insert_select(live_power: Connection) -> None:
+    inserted = live_power.execute(
         "INSERT INTO d1 USING meters TAGS ('California.SanFrancisco', 2) "
         "VALUES (1000, 10.5, 219, 0.25) (2000, 12.0, 231, 0.5)"
     )
     assert inserted.affected_rows == 2
     assert inserted.database == "power"
-    result = power.execute("SELECT ts, voltage, location, groupid FROM meters ORDER BY ts")
+    result = live_power.execute("SELECT ts, voltage, location, groupid FROM meters ORDER BY ts")
     assert result.columns == ["ts", "voltage", "location", "groupid"]
     assert [row[1:] for row in result.rows] == [
         (219, "California.SanFrancisco", 2),
@@ -205,26 +105,26 @@ def test_ddl_insert_select(power: Connection) -> None:
     ]
 
 
-def test_query_returns_an_arrow_table(power: Connection) -> None:
-    power.execute("INSERT INTO d1 USING meters TAGS ('x', 1) VALUES (1000, 1.0, 220, 0.1)")
-    table = power.query("SELECT voltage FROM meters")
+def test_query_returns_an_arrow_table(live_power: Connection) -> None:
+    live_power.execute("INSERT INTO d1 USING meters TAGS ('x', 1) VALUES (1000, 1.0, 220, 0.1)")
+    table = live_power.query("SELECT voltage FROM meters")
     assert isinstance(table, pa.Table)
     assert table.to_pydict() == {"voltage": [220]}
 
 
-def test_connect_with_a_database(server: ServerProcess, power: Connection) -> None:
+def test_connect_with_a_database(server: ServerProcess, live_power: Connection) -> None:
     with connect(server.address, database="power") as other:
         assert other.execute("SELECT count(*) FROM meters").rows == [(0,)]
 
 
-def test_write_through_the_super_table(power: Connection) -> None:
-    assert power.write("meters", _meters(10_000)) == 10_000
-    assert power.execute("SELECT count(*) FROM meters").rows == [(10_000,)]
+def test_write_through_the_super_table(live_power: Connection) -> None:
+    assert live_power.write("meters", _meters(10_000)) == 10_000
+    assert live_power.execute("SELECT count(*) FROM meters").rows == [(10_000,)]
 
 
-def test_a_large_result_streams_in_chunks(server: ServerProcess, power: Connection) -> None:
+def test_a_large_result_streams_in_chunks(server: ServerProcess, live_power: Connection) -> None:
     rows = 300_000
-    assert power.write("power.meters", _meters(rows)) == rows
+    assert live_power.write("power.meters", _meters(rows)) == rows
     channel, token = _token(server.address)
     with channel:
         meta = (("authorization", f"Bearer {token}"),)
@@ -238,22 +138,22 @@ def test_a_large_result_streams_in_chunks(server: ServerProcess, power: Connecti
     assert table.num_rows == rows
     assert (
         table.column("voltage").to_pylist()
-        == power.query("SELECT voltage FROM meters").column("voltage").to_pylist()
+        == live_power.query("SELECT voltage FROM meters").column("voltage").to_pylist()
     )
 
 
-def test_sql_errors_keep_their_class_and_position(power: Connection) -> None:
+def test_sql_errors_keep_their_class_and_position(live_power: Connection) -> None:
     with pytest.raises(SqlSyntaxError) as syntax:
-        power.execute("SELECT FROM WHERE")
+        live_power.execute("SELECT FROM WHERE")
     assert syntax.value.line == 1
     assert syntax.value.column is not None
     with pytest.raises(TopicNotFound, match="topic t does not exist") as missing:
-        power.execute("DROP TOPIC t")
+        live_power.execute("DROP TOPIC t")
     assert (missing.value.line, missing.value.column) == (1, 1)
     with pytest.raises(InvalidTopicQuery) as invalid:
-        power.execute("CREATE TOPIC bad AS SELECT DISTINCT voltage FROM meters")
+        live_power.execute("CREATE TOPIC bad AS SELECT DISTINCT voltage FROM meters")
     assert invalid.value.line is not None
-    assert power.execute("SELECT count(*) FROM meters").rows == [(0,)]
+    assert live_power.execute("SELECT count(*) FROM meters").rows == [(0,)]
 
 
 def test_health_is_serving(server: ServerProcess) -> None:

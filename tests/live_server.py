@@ -1,0 +1,114 @@
+"""A real `sqltopic server` process on a free port in a temp directory, and the
+fixtures built on it (`server`, `conn`, `power`). Integration and end-to-end tests of
+every layer share these, so they all start the server the same way."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sqltopic.client import Connection, connect
+
+# Starting Python, DuckDB and grpc takes a few seconds on a slow CI machine.
+START_DEADLINE_S = 60.0
+# A graceful stop waits up to the server's shutdown grace, then closes the engine.
+STOP_DEADLINE_S = 60.0
+READY = "sqltopic server listening on"
+POWER = """
+CREATE DATABASE power VGROUPS 2;
+USE power;
+CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)
+    TAGS (location VARCHAR(64), groupid INT);
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """`python -m sqltopic.cli server` on `data`; `wait_ready()` waits for its ready line.
+    `port` reuses a port (a restart on the same address); `extra` adds CLI arguments."""
+
+    def __init__(self, data: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+        self.data = data
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(data)]
+        args += ["--port", str(self.port), *extra]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_ready(self) -> str:
+        """The ready line; fails if the process exits or the deadline passes first."""
+        while True:
+            line = self._lines.get(timeout=START_DEADLINE_S)
+            if line is None:
+                raise AssertionError(f"server exited: {self.stderr()}")
+            if line.startswith(READY):
+                return line
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=STOP_DEADLINE_S)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_DEADLINE_S)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        if self.proc.poll() is None:
+            return ""
+        return self.proc.stderr.read()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def server(data: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(data)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def conn(server: ServerProcess) -> Iterator[Connection]:
+    with connect(server.address) as connection:
+        yield connection
+
+
+@pytest.fixture
+def live_power(conn: Connection) -> Connection:
+    """`conn` with database `power` (VGROUPS 2, in use) and super table `meters`."""
+    conn.execute(POWER)
+    return conn
