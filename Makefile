@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/sqltopic demo --data $(DATA)
+	$(BIN)/sqltopic server --data $(DATA)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
