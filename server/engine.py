@@ -14,12 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import SqlError, UnsupportedStatement
+from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
 from sqltopic.server import ddl, query, show, topics, writes
 from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
-from sqltopic.server.topic_reader import TopicItem, read_topic
+from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql import statements as st
 from sqltopic.sql.events import apply
@@ -116,12 +116,30 @@ class Engine:
         return writes.write_arrow(self._state, session or self.session, target, data)
 
     def read_topic(
-        self, topic: str, vgroup: int, from_version: int, max_rows: int
-    ) -> tuple[list[TopicItem], int]:
+        self, topic: str, vgroup: int, from_version: int, max_rows: int,
+        max_bytes: int = READ_BYTES,
+    ) -> tuple[list[TopicItem], int]:  # fmt: skip
         """Evaluate `topic` over vgroup's WAL from `from_version`; returns the blocks and
         meta events found and the next version to read."""
         with self._state.lock.shared():
-            return read_topic(self._state, topic, vgroup, from_version, max_rows)
+            return read_topic(self._state, topic, vgroup, from_version, max_rows, max_bytes)
+
+    def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
+        """The database of `topic` and its vgroups; TopicNotFound when there is none."""
+        with self._state.lock.shared():
+            found = self._state.catalog.topics.get(topic)
+            if found is None:
+                raise TopicNotFound(f"topic {topic} does not exist")
+            return found.db, list(self._state.catalog.database(found.db).vgroups)
+
+    def vnode_of(self, topic: str, vgroup: int) -> Vnode:
+        """The vnode of one vgroup of `topic`; TopicNotFound / NotFoundError otherwise."""
+        db, vgroups = self.topic_vgroups(topic)
+        if vgroup not in vgroups:
+            raise NotFoundError(f"vgroup {vgroup} is not a vgroup of topic {topic} (database "
+                                f"{db} has vgroups {vgroups})")  # fmt: skip
+        with self._state.lock.shared():
+            return self._state.vnode(vgroup)
 
     def close(self) -> None:
         state = self._state

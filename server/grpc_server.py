@@ -1,9 +1,10 @@
 """`sqltopic server`: one grpc.aio server in front of one engine.
 
-It hosts the `Session` and `Sql` services, the standard health service (SERVING, and
-NOT_SERVING once a graceful shutdown starts) and server reflection. SIGTERM or SIGINT
-stop it gracefully: health goes NOT_SERVING, in-flight calls get `SHUTDOWN_GRACE_S` to
-finish, then the engine closes (WALs synced, catalog committed).
+It hosts the `Session`, `Sql`, `Mnode` and `Vnode` services, the standard health service
+(SERVING, and NOT_SERVING once a graceful shutdown starts) and server reflection, and
+runs the mnode's rebalance timer. SIGTERM or SIGINT stop it gracefully: health goes
+NOT_SERVING, waiting polls answer at once, in-flight calls get `SHUTDOWN_GRACE_S` to
+finish, then the engine closes (WALs synced, catalog and offsets committed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +25,11 @@ from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
+from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
+from sqltopic.server.mnode_service import MnodeService, rebalance_timer
 from sqltopic.server.sql_service import SessionService, SqlService
+from sqltopic.server.vnode_service import VnodeService
 
 log = logging.getLogger("sqltopic.server")
 
@@ -32,7 +37,12 @@ log = logging.getLogger("sqltopic.server")
 # request (systemd, Ctrl-C) does not hang.
 SHUTDOWN_GRACE_S = 10.0
 # The services this server hosts, by full name (for health and reflection).
-SERVICES = tuple(pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql"))
+SERVICES = tuple(
+    pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql", "Mnode", "Vnode")
+)
+# Threads for engine work (SQL, writes, poll reads, commits): enough for every core and
+# for calls that wait on fsync, few enough that DuckDB's per-thread connections stay few.
+WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,15 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
     server = aio.server(options=MESSAGE_OPTIONS)
     sessions = Sessions(config.root_password)
+    coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1])
+    stopping = asyncio.Event()
+    executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
+    asyncio.get_running_loop().set_default_executor(executor)
     pb_grpc.add_SessionServicer_to_server(SessionService(sessions), server)
     pb_grpc.add_SqlServicer_to_server(SqlService(engine, sessions), server)
+    pb_grpc.add_MnodeServicer_to_server(MnodeService(engine, sessions, coordinator), server)
+    vnodes = VnodeService(engine, sessions, coordinator, executor, stopping)
+    pb_grpc.add_VnodeServicer_to_server(vnodes, server)
     health_servicer = await _add_health(server)
     reflection.enable_server_reflection(
         (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -68,11 +85,14 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
         raise OSError(f"cannot listen on {address}")
     await server.start()
     stop = _stop_on_signals()
+    timer = asyncio.create_task(rebalance_timer(coordinator, stopping))
     ready(f"{config.host}:{port}")
     await stop.wait()
     log.info("shutting down")
+    stopping.set()
     await health_servicer.enter_graceful_shutdown()
     await server.stop(SHUTDOWN_GRACE_S)
+    await timer
 
 
 async def _add_health(server: aio.Server) -> health.aio.HealthServicer:

@@ -59,9 +59,12 @@ TopicItem = TopicBlock | TopicMeta
 
 
 def read_topic(
-    state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int
-) -> tuple[list[TopicItem], int]:
-    """The topic's items from `from_version` on, and the version to read next.
+    state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int,
+    max_bytes: int = READ_BYTES,
+) -> tuple[list[TopicItem], int]:  # fmt: skip
+    """The topic's items from `from_version` on, and the version to read next. The read
+    stops after the entry that brings the rows it looked at to `max_rows`, or their
+    bodies' bytes to `max_bytes`.
 
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
@@ -88,7 +91,7 @@ def read_topic(
             if entry is not None:
                 pending.append(entry)
                 rows += entry.batch.num_rows
-        if rows >= max_rows or seen >= READ_ENTRIES or size >= READ_BYTES:
+        if rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
             break
     items += scope.flush(pending)
     return items, next_version

@@ -27,14 +27,25 @@ def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.name} does not exist")
-    del state.catalog.topics[stmt.name]
+    topic = state.catalog.topics.pop(stmt.name)
     state.commit([("topic", "", stmt.name)])
+    _forget_offsets(state, topic.db, stmt.name, None)
     return Result()
 
 
 def drop_consumer_group(state: State, session: Session, stmt: st.DropConsumerGroup) -> Result:
-    """The embedded engine keeps no consumer groups (the server's mnode does): once the
-    topic is known, there is nothing to remove."""
-    if stmt.topic not in state.catalog.topics and not stmt.if_exists:
+    """Removes the group's committed offsets on the topic's vnodes."""
+    topic = state.catalog.topics.get(stmt.topic)
+    if topic is None:
+        if stmt.if_exists:
+            return Result()
         raise TopicNotFound(f"topic {stmt.topic} does not exist")
+    _forget_offsets(state, topic.db, topic.name, stmt.group)
     return Result()
+
+
+def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> None:
+    """A dropped topic's (or group's) offsets must not resume a later namesake."""
+    database = state.catalog.databases.get(db)
+    for vgroup in database.vgroups if database is not None else ():
+        state.vnode(vgroup).offsets.forget(topic, group)

@@ -1,4 +1,5 @@
-"""A vnode: one partition of a database, owning one WAL, and its data entries' form.
+"""A vnode: one partition of a database, owning one WAL and its groups' committed offsets,
+and its data entries' form.
 
 A data entry is one Arrow record batch of one table; the schema metadata names the table
 (and its super table), so an entry is self-describing in WAL order.
@@ -13,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import SqlError
+from sqltopic.server.offsets import OffsetStore
 from sqltopic.sql.model import Database, Table
 from sqltopic.wal import Wal, WalOptions, WalReader
 from sqltopic.wal.options import Clock
@@ -95,21 +97,26 @@ class Vnode:
     vgroup: int
     db: str
     wal: Wal
+    offsets: OffsetStore
 
     @classmethod
     def open(
         cls, data_dir: Path, database: Database, vgroup: int, *, clock: Clock, background: bool
     ) -> Vnode:
-        wal = Wal.open(
-            vnode_dir(data_dir, vgroup) / "wal",
-            wal_options(database.wal),
-            clock=clock,
-            background=background,
-        )
-        return cls(vgroup, database.name, wal)
+        home = vnode_dir(data_dir, vgroup)
+        wal = Wal.open(home / "wal", wal_options(database.wal), clock=clock, background=background)
+        try:
+            offsets = OffsetStore.open(home)
+        except BaseException:
+            wal.close()
+            raise
+        return cls(vgroup, database.name, wal, offsets)
 
     def reader(self) -> WalReader:
         return self.wal.reader()
 
     def close(self) -> None:
-        self.wal.close()
+        try:
+            self.wal.close()
+        finally:
+            self.offsets.close()

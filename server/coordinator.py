@@ -1,0 +1,266 @@
+"""The mnode's consumer coordinator: group membership, assignments, epochs and fencing.
+
+Consumers join a group with a topic list; for every (topic, group) the coordinator
+assigns the topic's vgroups among the group's consumers subscribed to that topic
+(`assign.assign`: balanced and sticky). Every change to a consumer's assignment raises
+its epoch. Vnodes ask `check_owner` before serving a poll or commit, so a consumer that
+lost a vgroup is fenced off at once. A consumer silent for `session.timeout.ms`, or
+without a poll for `max.poll.interval.ms`, is removed by `expire`, which the server calls
+on a timer. State is in memory: after a server restart consumers are unknown, get
+REMOVED on their next heartbeat, rejoin, and resume from their committed offsets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress
+from sqltopic.server.assign import assign
+
+Status = Literal["ready", "rebalancing", "removed"]
+Clock = Callable[[], float]
+
+# SPEC §4 defaults and ranges of the liveness settings (TDengine's), in ms.
+DEFAULT_SESSION_TIMEOUT_MS = 12_000
+SESSION_TIMEOUT_RANGE_MS = (6_000, 1_800_000)
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+MIN_MAX_POLL_INTERVAL_MS = 1_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+MIN_HEARTBEAT_INTERVAL_MS = 1_000
+# group.id limits (TDengine: 192 characters; ':' separates group and topic in its keys).
+MAX_GROUP_ID = 192
+MAX_CLIENT_ID = 255
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A consumer's timing settings, in ms, validated."""
+
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+
+    @classmethod
+    def of(cls, session_ms: int, max_poll_ms: int, heartbeat_ms: int) -> Liveness:
+        """From request fields, where 0 means the default; ConfigError on a bad value."""
+        live = cls(
+            session_ms or DEFAULT_SESSION_TIMEOUT_MS,
+            max_poll_ms or DEFAULT_MAX_POLL_INTERVAL_MS,
+            heartbeat_ms or DEFAULT_HEARTBEAT_INTERVAL_MS,
+        )
+        low, high = SESSION_TIMEOUT_RANGE_MS
+        if not low <= live.session_timeout_ms <= high:
+            raise ConfigError(
+                f"session.timeout.ms: {live.session_timeout_ms} is out of range {low}..{high}"
+            )
+        if live.max_poll_interval_ms < MIN_MAX_POLL_INTERVAL_MS:
+            raise ConfigError(
+                f"max.poll.interval.ms: {live.max_poll_interval_ms} is below "
+                f"{MIN_MAX_POLL_INTERVAL_MS}"
+            )
+        if not MIN_HEARTBEAT_INTERVAL_MS <= live.heartbeat_interval_ms < live.session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat.interval.ms: {live.heartbeat_interval_ms} must be in "
+                f"{MIN_HEARTBEAT_INTERVAL_MS}..session.timeout.ms - 1 "
+                f"({live.session_timeout_ms - 1})"
+            )
+        return live
+
+
+@dataclass
+class Member:
+    """One consumer of one group."""
+
+    id: int
+    group: str
+    client_id: str
+    user: str
+    fqdn: str
+    topics: tuple[str, ...]
+    liveness: Liveness
+    parameters: dict[str, str]
+    joined_at: float
+    last_heartbeat: float
+    last_poll: float
+    epoch: int = 1
+    status: Status = "ready"
+    assignment: frozenset[tuple[str, int]] = frozenset()
+    subscribed_at: float = 0.0
+    rebalanced_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a vgroup of a (topic, group): the consumer and the epoch it got it at."""
+
+    consumer: int
+    epoch: int
+
+
+@dataclass
+class Coordinator:
+    """All groups' members and assignments. Thread-safe."""
+
+    vgroups_of: Callable[[str], list[int]]
+    clock: Clock = time.monotonic
+    members: dict[int, Member] = field(default_factory=dict)
+    # (topic, group) -> vgroup -> owner
+    owners: dict[tuple[str, str], dict[int, Owner]] = field(default_factory=dict)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def subscribe(
+        self,
+        consumer_id: int,
+        group: str,
+        topics: Iterable[str],
+        *,
+        client_id: str = "",
+        user: str = "root",
+        fqdn: str = "",
+        liveness: Liveness | None = None,
+        parameters: dict[str, str] | None = None,
+    ) -> Member:
+        """Join `group`, or change the topics of a member; returns the member."""
+        _check_group(group, client_id)
+        wanted = tuple(dict.fromkeys(topics))
+        with self._lock:
+            now = self.clock()
+            member = self.members.get(consumer_id)
+            if member is None or member.group != group:
+                member = Member(
+                    next(self._ids), group, client_id, user, fqdn, (),
+                    liveness or Liveness(), parameters or {}, now, now, now,
+                )  # fmt: skip
+                self.members[member.id] = member
+            member.last_heartbeat = member.last_poll = now
+            touched = set(member.topics) | set(wanted)
+            member.topics = wanted
+            member.subscribed_at = now
+            for topic in touched:
+                self._rebalance(topic, group)
+            return member
+
+    def unsubscribe(self, consumer_id: int) -> Member:
+        """Drop every topic of the member (it stays a member); its vgroups move at once."""
+        with self._lock:
+            member = self._member(consumer_id)
+            return self.subscribe(member.id, member.group, (), client_id=member.client_id)
+
+    def close(self, consumer_id: int) -> None:
+        """The member leaves; its vgroups move at once. Unknown ids are ignored."""
+        with self._lock:
+            member = self.members.pop(consumer_id, None)
+            if member is not None:
+                self._rebalance_all(member)
+
+    def heartbeat(self, consumer_id: int, polled: bool) -> Member | None:
+        """Note the member alive (and polling); None when it is not a member (removed)."""
+        with self._lock:
+            member = self.members.get(consumer_id)
+            if member is None:
+                return None
+            member.last_heartbeat = self.clock()
+            if polled:
+                member.last_poll = member.last_heartbeat
+            return member
+
+    def member(self, consumer_id: int) -> Member | None:
+        with self._lock:
+            return self.members.get(consumer_id)
+
+    def expire(self) -> list[Member]:
+        """Remove members past their session timeout or max poll interval."""
+        with self._lock:
+            now = self.clock()
+            dead = [m for m in self.members.values() if _expired(m, now)]
+            for member in dead:
+                del self.members[member.id]
+                member.status = "removed"
+                self._rebalance_all(member)
+            return dead
+
+    def check_owner(
+        self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int
+    ) -> None:
+        """Fencing: pass only if the consumer holds the vgroup at an epoch it knows."""
+        with self._lock:
+            owner = self.owners.get((topic, group), {}).get(vgroup)
+            member = self.members.get(consumer_id)
+            if member is not None and member.group == group and epoch > member.epoch:
+                raise RebalanceInProgress(
+                    f"consumer {consumer_id} sent epoch {epoch}, the mnode is at "
+                    f"{member.epoch}: retry shortly"
+                )
+            if owner is None or owner.consumer != consumer_id or epoch < owner.epoch:
+                holder = "nobody" if owner is None else f"consumer {owner.consumer}"
+                raise ConsumerFenced(
+                    f"vgroup {vgroup} of topic {topic} is held by {holder} in group "
+                    f"{group}, not by consumer {consumer_id} at epoch {epoch}: refresh the "
+                    "assignment"
+                )
+
+    def held(self, group: str, topic: str, vgroup: int) -> bool:
+        """Whether a live consumer of `group` holds the vgroup (refuses standalone commits)."""
+        with self._lock:
+            return vgroup in self.owners.get((topic, group), {})
+
+    def _member(self, consumer_id: int) -> Member:
+        member = self.members.get(consumer_id)
+        if member is None:
+            raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
+        return member
+
+    def _rebalance_all(self, member: Member) -> None:
+        for topic in member.topics:
+            self._rebalance(topic, member.group)
+
+    def _rebalance(self, topic: str, group: str) -> None:
+        """Reassign the topic's vgroups among the group's subscribers; bump the epoch of
+        every member whose assignment changed."""
+        subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
+        key = (topic, group)
+        current = {v: o.consumer for v, o in self.owners.get(key, {}).items()}
+        vgroups = self.vgroups_of(topic) if subscribers else []
+        wanted = assign(vgroups, [m.id for m in subscribers], current)
+        changed = {c for v, c in current.items() if wanted.get(v) != c}
+        changed |= {c for v, c in wanted.items() if current.get(v) != c}
+        now = self.clock()
+        for member in self.members.values():
+            if member.id in changed:
+                member.epoch += 1
+                member.rebalanced_at = now
+            if member.group == group:
+                kept = {(t, v) for t, v in member.assignment if t != topic}
+                mine = {(topic, v) for v, c in wanted.items() if c == member.id}
+                member.assignment = frozenset(kept | mine)
+        owners = {v: Owner(c, self.members[c].epoch) for v, c in wanted.items()}
+        previous = self.owners.get(key, {})
+        # an unchanged holder keeps the epoch it got the vgroup at: its polls stay valid
+        owners.update({v: previous[v] for v, c in wanted.items() if current.get(v) == c})
+        if owners:
+            self.owners[key] = owners
+        else:
+            self.owners.pop(key, None)
+
+
+def _expired(member: Member, now: float) -> bool:
+    live = member.liveness
+    return (
+        now - member.last_heartbeat > live.session_timeout_ms / 1000
+        or now - member.last_poll > live.max_poll_interval_ms / 1000
+    )
+
+
+def _check_group(group: str, client_id: str) -> None:
+    if not group:
+        raise ConfigError("group.id: required; give the consumer group's name")
+    if len(group) > MAX_GROUP_ID or ":" in group:
+        raise ConfigError(f"group.id: {group!r} must be 1..{MAX_GROUP_ID} characters without ':'")
+    if len(client_id) > MAX_CLIENT_ID:
+        raise ConfigError(f"client.id: longer than {MAX_CLIENT_ID} characters")

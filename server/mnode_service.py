@@ -1,0 +1,166 @@
+"""The `Mnode` gRPC service: Subscribe, Heartbeat, GetAssignment, Unsubscribe, Close,
+answered from the coordinator; plus the rebalance timer that removes silent consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sqltopic.errors import TopicNotFound
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.auth import Sessions
+from sqltopic.server.coordinator import Coordinator, Liveness, Member
+from sqltopic.server.engine import Engine
+from sqltopic.server.rpc import RESETS, Context, fail
+
+log = logging.getLogger("sqltopic.server")
+
+# TDengine's mnode checks consumers every 2 s: silent consumers are found within a tick.
+REBALANCE_INTERVAL_S = 2.0
+STATUS = {
+    "ready": pb.CONSUMER_STATUS_READY,
+    "rebalancing": pb.CONSUMER_STATUS_REBALANCING,
+    "removed": pb.CONSUMER_STATUS_REMOVED,
+}
+
+
+class MnodeService(pb_grpc.MnodeServicer):
+    def __init__(self, engine: Engine, sessions: Sessions, coordinator: Coordinator) -> None:
+        self._engine = engine
+        self._sessions = sessions
+        self._coordinator = coordinator
+
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: Context
+    ) -> pb.SubscribeResponse:
+        try:
+            session = self._sessions.session(context.invocation_metadata())
+            for topic in request.topics:
+                self._engine.topic_vgroups(topic)  # TopicNotFound
+            liveness = Liveness.of(
+                request.session_timeout_ms,
+                request.max_poll_interval_ms,
+                request.heartbeat_interval_ms,
+            )
+            member = self._coordinator.subscribe(
+                request.consumer_id,
+                request.group_id,
+                request.topics,
+                client_id=request.client_id,
+                user=session.user,
+                fqdn=request.fqdn or context.peer(),
+                liveness=liveness,
+                parameters=_parameters(request, liveness),
+            )
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.SubscribeResponse(
+            consumer_id=member.id,
+            epoch=member.epoch,
+            status=STATUS[member.status],
+            heartbeat_interval_ms=liveness.heartbeat_interval_ms,
+        )
+
+    async def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: Context
+    ) -> pb.HeartbeatResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            member = self._coordinator.heartbeat(request.consumer_id, request.polled)
+        except Exception as exc:
+            await fail(context, exc)
+        if member is None:
+            return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
+        return pb.HeartbeatResponse(
+            epoch=member.epoch,
+            refresh_assignment=member.epoch > request.epoch,
+            status=STATUS[member.status],
+            topics=self._topic_states(member),
+        )
+
+    def _topic_states(self, member: Member) -> list[pb.TopicState]:
+        states = []
+        for topic in member.topics:
+            try:
+                self._engine.topic_vgroups(topic)
+            except TopicNotFound:
+                states.append(pb.TopicState(topic=topic, dropped=True))
+        return states
+
+    async def GetAssignment(
+        self, request: pb.GetAssignmentRequest, context: Context
+    ) -> pb.GetAssignmentResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            member = self._coordinator.member(request.consumer_id)
+            if member is None:
+                return pb.GetAssignmentResponse(status=pb.CONSUMER_STATUS_REMOVED)
+            if member.epoch == request.known_epoch:
+                return pb.GetAssignmentResponse(
+                    epoch=member.epoch, unchanged=True, status=STATUS[member.status]
+                )
+            assignments = await asyncio.to_thread(self._assignments, member)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.GetAssignmentResponse(
+            epoch=member.epoch, assignments=assignments, status=STATUS[member.status]
+        )
+
+    def _assignments(self, member: Member) -> list[pb.Assignment]:
+        out = []
+        for topic, vgroup in sorted(member.assignment):
+            try:
+                db, _ = self._engine.topic_vgroups(topic)
+                wal = self._engine.vnode_of(topic, vgroup).wal
+            except TopicNotFound:
+                continue  # dropped since: the heartbeat reports it
+            out.append(
+                pb.Assignment(
+                    topic=topic, database=db, vgroup=vgroup, endpoint="",
+                    begin=wal.first_version, end=wal.next_version,
+                )
+            )  # fmt: skip
+        return out
+
+    async def Unsubscribe(
+        self, request: pb.UnsubscribeRequest, context: Context
+    ) -> pb.UnsubscribeResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            member = self._coordinator.unsubscribe(request.consumer_id)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.UnsubscribeResponse(epoch=member.epoch)
+
+    async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            self._coordinator.close(request.consumer_id)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.CloseResponse()
+
+
+async def rebalance_timer(coordinator: Coordinator, stop: asyncio.Event) -> None:
+    """Every REBALANCE_INTERVAL_S, remove consumers whose session or poll interval ran out."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), REBALANCE_INTERVAL_S)
+        for member in coordinator.expire():
+            log.info("consumer %d of group %s removed (no heartbeat or poll in time)",
+                     member.id, member.group)  # fmt: skip
+
+
+def _parameters(request: pb.SubscribeRequest, liveness: Liveness) -> dict[str, str]:
+    """The consumer's settings as SHOW CONSUMERS lists them."""
+    return {
+        "auto.offset.reset": RESETS.get(request.auto_offset_reset, "latest"),
+        "enable.auto.commit": str(request.enable_auto_commit).lower(),
+        "auto.commit.interval.ms": str(request.auto_commit_interval_ms),
+        "session.timeout.ms": str(liveness.session_timeout_ms),
+        "max.poll.interval.ms": str(liveness.max_poll_interval_ms),
+        "heartbeat.interval.ms": str(liveness.heartbeat_interval_ms),
+        "msg.with.table.name": str(request.msg_with_table_name).lower(),
+    }

@@ -1,0 +1,229 @@
+"""The `Vnode` gRPC service: Poll (with push), Commit, Committed and OffsetRange.
+
+Poll and Commit are fenced by the coordinator: only the consumer the current
+assignment names, at an epoch it knows, is served. A poll that finds nothing waits on
+the vnode's WAL (push) until a write lands, `max_wait_ms` passes, or the server stops;
+reading and DuckDB work run on the worker pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+from sqltopic.errors import ConfigError, ConsumerFenced, OffsetOutOfRange
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, chunks, to_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.auth import Sessions
+from sqltopic.server.coordinator import Coordinator
+from sqltopic.server.engine import Engine
+from sqltopic.server.poll import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MIN_ROWS,
+    Message,
+    PollLimits,
+    read_message,
+    start_position,
+)
+from sqltopic.server.push import wait_for_version
+from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.vnode import Vnode
+
+T = TypeVar("T")
+
+# A poll's wait is cut this much short of the call's deadline, so that the answer (an
+# empty message) still arrives before the client gives up on the call.
+DEADLINE_MARGIN_S = 0.05
+# Longest wait a poll may ask for (an hour): a bound on forgotten calls.
+MAX_WAIT_MS = 3_600_000
+# Bytes a BlockPart adds to its frame besides its chunk and table name (field tags,
+# lengths, the block index), rounded up: keeps a frame of many small parts under 4 MiB.
+PART_OVERHEAD = 32
+
+
+class VnodeService(pb_grpc.VnodeServicer):
+    def __init__(
+        self, engine: Engine, sessions: Sessions, coordinator: Coordinator,
+        executor: Executor, stopping: asyncio.Event,
+    ) -> None:  # fmt: skip
+        self._engine = engine
+        self._sessions = sessions
+        self._coordinator = coordinator
+        self._executor = executor
+        self._stopping = stopping
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def Poll(
+        self, request: pb.PollRequest, context: Context
+    ) -> AsyncIterator[pb.PollResponse]:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            message = await self._poll(request, context)
+        except Exception as exc:
+            await fail(context, exc)
+        for frame in await self._run(_frames, message, _with_names(request)):
+            yield frame
+
+    async def _poll(self, request: pb.PollRequest, context: Context) -> Message:
+        topic, group, vgroup = request.topic, request.group_id, request.vgroup
+        vnode = await self._run(self._engine.vnode_of, topic, vgroup)
+        self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+        limits = _limits(request)
+        if request.HasField("position"):
+            position = request.position
+        else:
+            reset = RESETS.get(request.auto_offset_reset)
+            if reset is None:
+                raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
+            position = start_position(vnode, topic, group, reset)
+        deadline = time.monotonic() + _wait_s(request, context)
+        first = position
+        while True:
+            message = await self._run(read_message, self._engine, vnode, topic, position, limits)
+            message.offset = first
+            remaining = deadline - time.monotonic()
+            if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
+                return message
+            position = message.end_offset
+            await wait_for_version(vnode.wal.notifier, position, remaining, self._stopping)
+
+    async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            await self._run(self._commit, request)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.CommitResponse()
+
+    def _commit(self, request: pb.CommitRequest) -> None:
+        """Check every offset, then store them (one transaction per vnode)."""
+        group = request.group_id
+        stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
+        for item in request.offsets:
+            vnode = self._engine.vnode_of(item.topic, item.vgroup)
+            self._check_committer(request, item.topic, item.vgroup)
+            end = vnode.wal.next_version
+            if not 1 <= item.offset <= end:
+                raise OffsetOutOfRange(
+                    f"commit of offset {item.offset} on vgroup {item.vgroup} of topic "
+                    f"{item.topic}: valid offsets are 1..{end}",
+                    begin=vnode.wal.first_version,
+                    end=end,
+                )
+            stores.setdefault(item.vgroup, (vnode, []))[1].append((item.topic, group, item.offset))
+        now_us = self._engine.state.now_us()
+        for vnode, rows in stores.values():
+            vnode.offsets.commit(rows, now_us)
+
+    def _check_committer(self, request: pb.CommitRequest, topic: str, vgroup: int) -> None:
+        group = request.group_id
+        if request.consumer_id:
+            self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+        elif self._coordinator.held(group, topic, vgroup):
+            raise ConsumerFenced(
+                f"group {group} has a live consumer on vgroup {vgroup} of topic {topic}: a "
+                "standalone commit (consumer_id 0) needs the group idle there"
+            )
+
+    async def Committed(
+        self, request: pb.CommittedRequest, context: Context
+    ) -> pb.CommittedResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            offsets = await self._run(self._committed, request)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.CommittedResponse(offsets=offsets)
+
+    def _committed(self, request: pb.CommittedRequest) -> list[pb.CommittedOffset]:
+        found = []
+        for item in request.vgroups:
+            vnode = self._engine.vnode_of(item.topic, item.vgroup)
+            answer = pb.CommittedOffset(topic=item.topic, vgroup=item.vgroup)
+            offset = vnode.offsets.get(item.topic, request.group_id)
+            if offset is not None:
+                answer.offset = offset
+            found.append(answer)
+        return found
+
+    async def OffsetRange(
+        self, request: pb.OffsetRangeRequest, context: Context
+    ) -> pb.OffsetRangeResponse:
+        try:
+            self._sessions.session(context.invocation_metadata())
+            ranges = await self._run(self._ranges, request)
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.OffsetRangeResponse(ranges=ranges)
+
+    def _ranges(self, request: pb.OffsetRangeRequest) -> list[pb.VgroupRange]:
+        ranges = []
+        for item in request.vgroups:
+            wal = self._engine.vnode_of(item.topic, item.vgroup).wal
+            ranges.append(
+                pb.VgroupRange(
+                    topic=item.topic, vgroup=item.vgroup, begin=wal.first_version,
+                    end=wal.next_version,
+                )
+            )  # fmt: skip
+        return ranges
+
+
+def _limits(request: pb.PollRequest) -> PollLimits:
+    for name in ("max_rows", "max_bytes", "min_rows", "max_wait_ms"):
+        if getattr(request, name) < 0:
+            raise ConfigError(f"{name}: {getattr(request, name)} is negative")
+    return PollLimits(
+        min_rows=request.min_rows or DEFAULT_MIN_ROWS,
+        max_rows=request.max_rows,
+        max_bytes=request.max_bytes or DEFAULT_MAX_BYTES,
+    )
+
+
+def _wait_s(request: pb.PollRequest, context: Context) -> float:
+    """How long the poll may wait for writes: max_wait_ms, within the call's deadline."""
+    wait = min(request.max_wait_ms, MAX_WAIT_MS) / 1000
+    remaining = context.time_remaining()
+    if remaining is not None:
+        wait = min(wait, remaining - DEADLINE_MARGIN_S)
+    return max(wait, 0.0)
+
+
+def _with_names(request: pb.PollRequest) -> bool:
+    return request.with_table_name if request.HasField("with_table_name") else True
+
+
+def _frames(message: Message, with_names: bool) -> list[pb.PollResponse]:
+    """The message as frames, each under the frame limit."""
+    offsets = {"offset": message.offset, "end_offset": message.end_offset}
+    if message.kind == "empty":
+        return [pb.PollResponse(empty=pb.EmptyMessage(**offsets))]
+    if message.kind == "data_lost":
+        return [pb.PollResponse(data_lost=pb.DataLostMessage(**offsets))]
+    if message.kind == "meta":
+        assert message.meta is not None
+        event = json.dumps(message.meta.event, separators=(",", ":"))
+        meta = pb.MetaMessage(**offsets, version=message.meta.version, event_json=event)
+        return [pb.PollResponse(meta=meta)]
+    data = pb.DataMessage(**offsets, block_count=len(message.blocks), row_count=message.rows)
+    frames = [pb.PollResponse(data=data)]
+    budget = MAX_CHUNK_BYTES
+    for index, block in enumerate(message.blocks):
+        for n, chunk in enumerate(chunks(to_ipc(block.data), MAX_CHUNK_BYTES)):
+            part = pb.BlockPart(block=index, arrow_ipc=chunk)
+            if n == 0 and with_names and block.table_name is not None:
+                part.table_name = block.table_name
+            cost = len(chunk) + len(part.table_name) + PART_OVERHEAD
+            if cost > budget:
+                frames.append(pb.PollResponse())
+                budget = MAX_CHUNK_BYTES
+            frames[-1].blocks.append(part)
+            budget -= cost
+    return frames
