@@ -39,14 +39,14 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m sqltopic.cli server` on `data`; `wait_ready()` waits for its ready line.
+    """`python -m sqltopic.server` on `data`; `wait_ready()` waits for its ready line.
     `port` reuses a port (a restart on the same address); `extra` adds CLI arguments."""
 
     def __init__(self, data: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
         self.data = data
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(data)]
+        args = [sys.executable, "-m", "sqltopic.server", "--data", str(data)]
         args += ["--port", str(self.port), *extra]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)

@@ -1,0 +1,129 @@
+"""Membership, epochs, fencing and expiry in the mnode's coordinator (no network)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress
+from sqltopic.server.coordinator import Coordinator, Liveness
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def coord(clock: Clock) -> Coordinator:
+    vgroups = {"t": [1, 2, 3, 4], "u": [5, 6]}
+    return Coordinator(lambda topic: vgroups[topic], clock=clock)
+
+
+def _held(coord: Coordinator, consumer: int) -> set[tuple[str, int]]:
+    member = coord.member(consumer)
+    assert member is not None
+    return set(member.assignment)
+
+
+def test_a_single_consumer_gets_every_vgroup_and_polls_at_its_epoch(coord: Coordinator) -> None:
+    a = coord.subscribe(0, "g", ["t", "u"])
+    assert _held(coord, a.id) == {("t", 1), ("t", 2), ("t", 3), ("t", 4), ("u", 5), ("u", 6)}
+    coord.check_owner(a.id, "g", "t", 3, a.epoch)
+    with pytest.raises(ConsumerFenced, match="held by consumer"):
+        coord.check_owner(a.id + 1, "g", "t", 3, a.epoch)
+    with pytest.raises(ConsumerFenced, match="held by nobody"):
+        coord.check_owner(a.id, "other", "t", 3, a.epoch)
+    with pytest.raises(RebalanceInProgress, match="retry"):
+        coord.check_owner(a.id, "g", "t", 3, a.epoch + 1)
+
+
+def test_a_second_consumer_takes_half_and_fences_the_first_there(coord: Coordinator) -> None:
+    a = coord.subscribe(0, "g", ["t"])
+    epoch_a = a.epoch
+    b = coord.subscribe(0, "g", ["t"])
+    assert len(_held(coord, a.id)) == 2
+    assert len(_held(coord, b.id)) == 2
+    assert a.epoch == epoch_a + 1
+    (_, moved), *_ = sorted(_held(coord, b.id))
+    with pytest.raises(ConsumerFenced):
+        coord.check_owner(a.id, "g", "t", moved, a.epoch)
+    (_, kept), *_ = sorted(_held(coord, a.id))
+    coord.check_owner(a.id, "g", "t", kept, epoch_a)  # kept vgroups stay valid at the old epoch
+
+
+def test_each_topic_is_balanced_among_its_own_subscribers(coord: Coordinator) -> None:
+    a = coord.subscribe(0, "g", ["t", "u"])
+    b = coord.subscribe(0, "g", ["u"])
+    assert {t for t, _ in _held(coord, a.id)} == {"t", "u"}
+    assert len([v for t, v in _held(coord, a.id) if t == "t"]) == 4
+    assert _held(coord, b.id)
+    assert {t for t, _ in _held(coord, b.id)} == {"u"}
+
+
+def test_close_and_unsubscribe_move_vgroups_at_once(coord: Coordinator) -> None:
+    a = coord.subscribe(0, "g", ["t"])
+    b = coord.subscribe(0, "g", ["t"])
+    coord.close(b.id)
+    assert len(_held(coord, a.id)) == 4
+    assert coord.member(b.id) is None
+    coord.unsubscribe(a.id)
+    assert _held(coord, a.id) == set()
+    assert not coord.held("g", "t", 1)
+    with pytest.raises(ConsumerFenced, match="not a member"):
+        coord.unsubscribe(12345)
+
+
+def test_silent_and_idle_consumers_expire(coord: Coordinator, clock: Clock) -> None:
+    live = Liveness.of(6000, 60_000, 1000)
+    a = coord.subscribe(0, "g", ["t"], liveness=live)
+    b = coord.subscribe(0, "g", ["t"], liveness=live)
+    clock.now += 5
+    assert coord.heartbeat(a.id, polled=True) is not None
+    clock.now += 2  # b: 7 s without heartbeat > 6 s session timeout
+    assert [m.id for m in coord.expire()] == [b.id]
+    assert len(_held(coord, a.id)) == 4
+    assert coord.heartbeat(b.id, polled=False) is None
+    for _ in range(12):  # a heartbeats but never polls: out after max.poll.interval.ms
+        clock.now += 5
+        coord.heartbeat(a.id, polled=False)
+    assert [m.id for m in coord.expire()] == [a.id]
+    assert not coord.held("g", "t", 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((100, 0, 0), "session.timeout.ms: 100 is out of range 6000..1800000"),
+        ((0, 10, 0), "max.poll.interval.ms: 10 is below 1000"),
+        ((6000, 0, 6000), r"heartbeat.interval.ms: 6000 must be in 1000..session.timeout.ms"),
+    ],
+)
+def test_bad_liveness_settings_are_config_errors(args: tuple[int, int, int], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Liveness.of(*args)
+
+
+@pytest.mark.parametrize(
+    ("group", "client", "message"),
+    [
+        ("", "", "group.id: required"),
+        ("a:b", "", "without ':'"),
+        ("g" * 193, "", "1..192 characters"),
+        ("g", "c" * 256, "client.id: longer than 255"),
+    ],
+)
+def test_bad_group_and_client_ids_are_refused_and_change_nothing(
+    coord: Coordinator, group: str, client: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        coord.subscribe(0, group, ["t"], client_id=client)
+    assert coord.members == {}
+    assert coord.owners == {}
