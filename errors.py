@@ -125,6 +125,11 @@ class RebalanceInProgress(Error):
     """A vnode has not yet learnt the newest assignment: retry shortly."""
 
 
+class ServerUnavailable(Error):
+    """The server cannot be reached (not running, wrong address, network down) or is
+    shutting down: check the address, start the server, or retry."""
+
+
 # --- write-ahead log -----------------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ FALLBACK: dict[Code, type[e.Error]] = {
     Code.PERMISSION_DENIED: e.NoPermission,
     Code.UNAUTHENTICATED: e.AuthenticationFailed,
     Code.ABORTED: e.ConsumerFenced,
-    Code.UNAVAILABLE: e.RebalanceInProgress,
+    Code.UNAVAILABLE: e.ServerUnavailable,
     Code.DATA_LOSS: e.WalCorruptionError,
 }
 

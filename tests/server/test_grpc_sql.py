@@ -14,14 +14,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-un
 from sqltopic.client import Connection, connect
 from sqltopic.errors import (
     AuthenticationFailed,
+    Error,
     InvalidTopicQuery,
+    ServerUnavailable,
     SqlSyntaxError,
     TopicNotFound,
 )
 from sqltopic.proto.arrow_ipc import MAX_FRAME_BYTES, MESSAGE_OPTIONS, from_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from tests.live_server import POWER, START_DEADLINE_S, ServerProcess
+from tests.live_server import POWER, START_DEADLINE_S, ServerProcess, free_port
 
 
 def _meters(rows: int, table: str = "d1") -> pa.Table:
@@ -195,3 +197,17 @@ def test_sigterm_stops_cleanly_and_a_restart_keeps_the_data(data: Path) -> None:
         assert again.stop() == 0
     finally:
         again.kill()
+
+
+def test_an_oversized_request_is_refused_and_the_server_keeps_serving(
+    live_power: Connection,
+) -> None:
+    huge = "SELECT 1 -- " + "x" * (64 << 20)
+    with pytest.raises(Error, match="larger than max"):
+        live_power.execute(huge)
+    assert live_power.execute("SELECT count(*) FROM meters").rows == [(0,)]
+
+
+def test_no_server_at_the_address_is_server_unavailable() -> None:
+    with pytest.raises(ServerUnavailable):
+        connect(f"127.0.0.1:{free_port()}", timeout=5)
