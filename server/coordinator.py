@@ -111,6 +111,8 @@ class Coordinator:
     members: dict[int, Member] = field(default_factory=dict)
     # (topic, group) -> vgroup -> owner
     owners: dict[tuple[str, str], dict[int, Owner]] = field(default_factory=dict)
+    # called (in the changing thread) after any assignment changed: wakes held polls
+    listeners: list[Callable[[], None]] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -247,6 +249,9 @@ class Coordinator:
             self.owners[key] = owners
         else:
             self.owners.pop(key, None)
+        if changed:
+            for listener in self.listeners:
+                listener()
 
 
 def _expired(member: Member, now: float) -> bool:

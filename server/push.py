@@ -11,10 +11,10 @@ from sqltopic.wal.notify import VersionNotifier
 
 
 async def wait_for_version(
-    notifier: VersionNotifier, version: int, timeout: float, stop: asyncio.Event
+    notifier: VersionNotifier, version: int, timeout: float, *stops: asyncio.Event
 ) -> bool:
     """True once `version` is readable (the next version passed it); False when
-    `timeout` seconds pass or `stop` is set first."""
+    `timeout` seconds pass or one of `stops` is set first."""
     if notifier.next_version > version:
         return True
     loop = asyncio.get_running_loop()
@@ -28,7 +28,7 @@ async def wait_for_version(
     try:
         if notifier.next_version > version:  # landed between the check and the listener
             return True
-        waiters = [asyncio.ensure_future(arrived.wait()), asyncio.ensure_future(stop.wait())]
+        waiters = [asyncio.ensure_future(e.wait()) for e in (arrived, *stops)]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

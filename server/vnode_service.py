@@ -56,6 +56,18 @@ class VnodeService(pb_grpc.VnodeServicer):
         self._coordinator = coordinator
         self._executor = executor
         self._stopping = stopping
+        # replaced by a fresh event at every assignment change, after setting the old one
+        self._reassigned = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_change() -> None:
+            loop.call_soon_threadsafe(self._on_reassign)
+
+        coordinator.listeners.append(on_change)
+
+    def _on_reassign(self) -> None:
+        event, self._reassigned = self._reassigned, asyncio.Event()
+        event.set()
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -74,7 +86,8 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def _poll(self, request: pb.PollRequest, context: Context) -> Message:
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
         vnode = await self._run(self._engine.vnode_of, topic, vgroup)
-        self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+        fence = (request.consumer_id, group, topic, vgroup, request.epoch)
+        self._coordinator.check_owner(*fence)
         limits = _limits(request)
         if request.HasField("position"):
             position = request.position
@@ -92,7 +105,12 @@ class VnodeService(pb_grpc.VnodeServicer):
             if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
                 return message
             position = message.end_offset
-            await wait_for_version(vnode.wal.notifier, position, remaining, self._stopping)
+            reassigned = self._reassigned
+            await wait_for_version(
+                vnode.wal.notifier, position, remaining, self._stopping, reassigned
+            )
+            # the vgroup may have moved while the poll waited: its new owner reads now
+            self._coordinator.check_owner(*fence)
 
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         try:

@@ -291,3 +291,36 @@ def test_sigterm_answers_a_waiting_poll_and_offsets_survive_a_restart(data: Path
         wire.close()
     finally:
         again.kill()
+
+
+def test_a_held_poll_is_fenced_when_its_vgroup_moves(hot: Connection, wire: Wire) -> None:
+    a = wire.subscribe("g", ["hot"])
+    asg = wire.assignment(a.consumer_id)
+    errors: list[tuple[grpc.StatusCode, dict[str, str]]] = []
+    answers: list[str] = []
+
+    def hold(vgroup: int) -> None:
+        try:
+            answers.append(kind(wire.poll(a.consumer_id, "g", "hot", vgroup, asg.epoch,
+                                          max_wait_ms=600_000, timeout=600)))  # fmt: skip
+        except grpc.RpcError as exc:
+            errors.append(status(exc))
+
+    held = [threading.Thread(target=hold, args=(x.vgroup,)) for x in asg.assignments]
+    for thread in held:
+        thread.start()
+    time.sleep(0.5)  # not a timing assertion: the polls are held, or fenced at once
+    wire.subscribe("g", ["hot"])  # a second consumer takes one of the two vgroups
+    deadline = time.monotonic() + WAIT_DEADLINE_S
+    while not errors:
+        assert time.monotonic() < deadline, "the moved vgroup's poll was not fenced"
+        time.sleep(0.05)
+    assert answers == []  # the kept vgroup's poll still waits ...
+    for table in ("d1", "d2", "d3", "d4"):  # ... until a matching write lands
+        hot.write("meters", _meters(30, 1, table))
+    for thread in held:
+        thread.join(60)
+    assert [(code.name, t["sqltopic-error"]) for code, t in errors] == [
+        ("ABORTED", "ConsumerFenced")
+    ]
+    assert answers == ["data"]
