@@ -2,8 +2,9 @@
 
 The repository root is this package: `wal/`, `sql/`, `server/`, `proto/` and
 `spark_jobs/` are its subpackages (see docs/architecture.md for the layers). Importing
-`sqltopic` itself stays light: it loads only the error classes; `sqltopic.connect`
-(the client, with grpc and pyarrow) loads on first use.
+`sqltopic` itself stays light: it loads only the error classes; `sqltopic.connect`,
+`sqltopic.Consumer` and the message classes (the client, with grpc and pyarrow) and
+`sqltopic.aio` load on first use.
 """
 
 from __future__ import annotations
@@ -39,18 +40,24 @@ from sqltopic.errors import (
 )
 
 if TYPE_CHECKING:
+    from sqltopic import aio
     from sqltopic.client import connect
+    from sqltopic.consumer import Consumer
+    from sqltopic.message import Block, Message, TopicPartition
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExistsError",
     "AuthenticationFailed",
+    "Block",
     "ConfigError",
+    "Consumer",
     "ConsumerFenced",
     "Error",
     "InvalidTopicQuery",
     "InvalidValueError",
+    "Message",
     "NoCommittedOffset",
     "NoPermission",
     "NotFoundError",
@@ -62,6 +69,7 @@ __all__ = [
     "TopicDropped",
     "TopicNotFound",
     "TopicNotStateless",
+    "TopicPartition",
     "UnsupportedStatement",
     "VersionNotRetained",
     "VersionOrderError",
@@ -70,14 +78,26 @@ __all__ = [
     "WalError",
     "WalLockedError",
     "__version__",
+    "aio",
     "connect",
 ]
 
+# Public names whose modules import grpc or pyarrow: loaded by __getattr__ on first use.
+_LAZY = {
+    "connect": "sqltopic.client",
+    "Consumer": "sqltopic.consumer",
+    "Message": "sqltopic.message",
+    "Block": "sqltopic.message",
+    "TopicPartition": "sqltopic.message",
+}
+
 
 def __getattr__(name: str) -> object:
-    """PEP 562: `connect` imports the client (grpc, pyarrow) only when first used."""
-    if name == "connect":
-        from sqltopic.client import connect  # noqa: PLC0415
+    """PEP 562: the client (grpc, pyarrow) is imported only when first used."""
+    import importlib  # noqa: PLC0415
 
-        return connect
+    if name == "aio":
+        return importlib.import_module("sqltopic.aio")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'sqltopic' has no attribute {name!r}")

@@ -19,8 +19,15 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"errors", "wal", "sql", "proto"},
     "spark_jobs": {"errors", "wal", "sql"},
     "client": {"errors", "proto"},
-    "__init__": {"errors", "client"},
+    "__init__": {"errors", "client", "consumer", "message", "aio"},
 }
+# The consumer's client-side root modules: errors, proto, the SQL client and each other.
+CONSUMER = (
+    "consumer_config", "consumer_effects", "consumer_state", "consumer_offsets",
+    "consumer_group", "consumer_core", "message", "consumer", "aio",
+)  # fmt: skip
+for _name in CONSUMER:
+    ALLOWED[_name] = {"errors", "proto", "client", *CONSUMER}
 
 
 def _part(path: Path) -> str:
@@ -46,6 +53,7 @@ def _our_imports(path: Path) -> set[str]:
 
 def _package_files() -> list[Path]:
     files = [ROOT / "errors.py", ROOT / "__init__.py", ROOT / "client.py"]
+    files += [ROOT / f"{name}.py" for name in CONSUMER]
     for folder in ("wal", "sql", "proto", "server", "spark_jobs"):
         files += sorted((ROOT / folder).rglob("*.py"))
     return files

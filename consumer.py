@@ -1,0 +1,256 @@
+"""`sqltopic.Consumer`: consuming topics with plain (thread-based) grpc.
+
+All protocol logic is in the sans-IO core (consumer_core.py); this module performs its
+effects: unary calls on one channel per endpoint, each vgroup's `Vnode.Poll` stream on a
+small thread pool (so a held poll on one vgroup never hides data on another), results
+through a queue, and a heartbeat thread. A lock keeps the core consistent between the
+application's thread, the heartbeat thread and `commit_async`'s thread; it is never held
+during I/O.
+
+Not thread-safe for the application: use a consumer from one thread (the heartbeat and
+commit_async threads are its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+import sqltopic.consumer_effects as fx
+from sqltopic.client import _translated
+from sqltopic.consumer_config import ConsumerConfig, parse_config
+from sqltopic.consumer_core import ConsumerCore
+from sqltopic.errors import Error
+from sqltopic.message import Message, TopicPartition
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sqltopic.consumer")
+T = TypeVar("T")
+
+# Threads for concurrent vgroup polls (created as needed); more vgroups than this wait
+# their turn, at most fetch.max.wait.ms each.
+MAX_POLL_THREADS = 32
+# `for msg in consumer` polls in slices this long, so that close() ends the loop.
+ITERATION_POLL_S = 1.0
+STUBS = {"session": pb_grpc.SessionStub, "mnode": pb_grpc.MnodeStub, "vnode": pb_grpc.VnodeStub}
+
+
+class Consumer:
+    """A member of a consumer group (SPEC §4). `Consumer(config)` checks the config
+    (ConfigError) and logs in (AuthenticationFailed); nothing is consumed until
+    `subscribe`. Use it as a context manager or call `close()`."""
+
+    def __init__(self, config: Mapping[str, object] | ConsumerConfig) -> None:
+        parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
+        self._core = ConsumerCore(parsed)
+        self._lock = threading.Lock()  # guards the core (steps of flows)
+        self._calls_lock = threading.Lock()  # guards _calls and _channels
+        self._channels: dict[str, grpc.Channel] = {}
+        self._shut = False  # channels closed: no more calls
+        self._calls: dict[int, grpc.Call | None] = {}  # tickets of polls in flight
+        self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
+        self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
+        self._committer: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        try:
+            self._run(self._core.login())
+        except BaseException:
+            self._shutdown()
+            raise
+
+    # --- the consumer API (SPEC §4) ---------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        """Join the group for `topics` (replacing any earlier list; [] = unsubscribe).
+        Raises TopicNotFound, NoPermission."""
+        self._run(self._core.subscribe(topics))
+        self._start_heartbeat()
+
+    def unsubscribe(self) -> None:
+        """Drop every topic (committing positions first with auto-commit)."""
+        self._run(self._core.unsubscribe())
+
+    def subscription(self) -> list[str]:
+        return list(self._core.topics)
+
+    def poll(self, timeout: float | None = 1.0) -> Message | None:
+        """The next message, or None after `timeout` seconds (None: wait for one)."""
+        return self._run(self._core.poll(timeout))
+
+    def commit(
+        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
+    ) -> None:
+        """Store offsets durably: `message.end_offset` for its vgroup, the given
+        `offsets`, or (neither) every assigned vgroup's position."""
+        with self._lock:
+            batch = self._core.offsets_to_commit(message, offsets)
+        self._run(self._core.commit(batch))
+
+    def commit_async(
+        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
+    ) -> Future[None]:
+        """`commit` on a background thread: the offsets are taken now, stored in call
+        order; the Future fails with the commit's error."""
+        with self._lock:
+            batch = self._core.offsets_to_commit(message, offsets)
+            if self._committer is None:
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix="sqltopic-commit")
+        return self._committer.submit(self._run, self._core.commit(batch))
+
+    def assignment(self) -> list[TopicPartition]:
+        """Assigned vgroups: offset = position (None before the first poll), begin/end =
+        the vnode's retained range now."""
+        return self._run(self._core.assignment())
+
+    def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
+        with self._lock:
+            return self._core.position(parts)
+
+    def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
+        return self._run(self._core.committed(parts))
+
+    def seek(self, part: TopicPartition) -> None:
+        """Next poll of `part`'s vgroup reads from `part.offset` (OffsetOutOfRange outside
+        the vnode's [begin, end]); the committed offset is unchanged."""
+        self._run(self._core.seek(part))
+
+    def close(self) -> None:
+        """Commit (with auto-commit), leave the group, log out. Idempotent."""
+        if self._core.closed:
+            return
+        self._stop.set()
+        try:
+            self._run(self._core.close())
+        finally:
+            self._shutdown()
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:  # until poll raises "closed" (or another error)
+            try:
+                message = self.poll(ITERATION_POLL_S)
+            except Error:
+                if self._core.closed:
+                    return  # closed, maybe by another thread while polling
+                raise
+            if message is not None:
+                yield message
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- performing effects -------------------------------------------------------------
+
+    def _run(self, flow: fx.Flow[T]) -> T:
+        stepper = fx.Stepper(flow)
+        while True:
+            with self._lock:
+                effect = stepper.next()
+            if effect is None:
+                return stepper.value
+            try:
+                stepper.answer(self._perform(effect))
+            except Error as err:
+                stepper.fail(err)
+
+    def _perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Rpc):
+            method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
+            with _translated():
+                return method(effect.request, metadata=effect.metadata, timeout=effect.timeout)
+        if isinstance(effect, fx.Fetch):
+            stub = self._stub("vnode", effect.endpoint)
+            with self._calls_lock:
+                self._calls[effect.ticket] = None
+            self._pool.submit(self._fetch, stub, effect)
+        elif isinstance(effect, fx.Cancel):
+            self._cancel(effect.tickets)
+        elif isinstance(effect, fx.Wait):
+            try:
+                return self._results.get(timeout=effect.seconds)
+            except queue.Empty:
+                return None
+        elif isinstance(effect, fx.Sleep):
+            time.sleep(effect.seconds)
+        elif isinstance(effect, fx.Wake):
+            self._results.put(None)
+        return None
+
+    def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
+        """One vgroup's poll, on a pool thread; its result goes to the queue."""
+        try:
+            with self._calls_lock:
+                if fetch.ticket not in self._calls:
+                    return  # cancelled before it started
+                call = stub.Poll(fetch.request, metadata=fetch.metadata, timeout=fetch.timeout)
+                self._calls[fetch.ticket] = call
+            with _translated():
+                result = fx.fetched(fetch, list(call))
+        except Exception as exc:  # every poll answers, or its vgroup would stall
+            result = fx.failed(fetch, exc)
+        with self._calls_lock:
+            if self._calls.pop(fetch.ticket, False) is False:
+                return  # cancelled: the core no longer expects it
+        self._results.put(result)
+
+    def _cancel(self, tickets: Sequence[int]) -> None:
+        with self._calls_lock:
+            calls = [self._calls.pop(ticket, None) for ticket in tickets]
+        for call in calls:
+            if call is not None:
+                call.cancel()
+
+    def _stub(self, service: str, endpoint: str) -> Any:
+        address = endpoint or self._core.config.server
+        with self._calls_lock:
+            if self._shut:
+                raise Error("this consumer is closed; create a new one")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address, options=fx.CHANNEL_OPTIONS)
+                self._channels[address] = channel
+        return STUBS[service](channel)
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is None and self._core.consumer_id:
+            self._heartbeat = threading.Thread(
+                target=self._heartbeats, name="sqltopic-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
+
+    def _heartbeats(self) -> None:
+        while not self._stop.wait(self._core.heartbeat_s):
+            try:
+                self._run(self._core.heartbeat())
+            except Exception as exc:  # the thread must outlive a failed heartbeat
+                log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+    def _shutdown(self) -> None:
+        """Stop the threads; closing the channels ends every call still running."""
+        self._stop.set()
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)
+        with self._calls_lock:
+            self._shut = True
+            tickets = list(self._calls)
+            channels, self._channels = list(self._channels.values()), {}
+        self._cancel(tickets)
+        self._results.put(None)  # a poll waiting in another thread looks again
+        for channel in channels:
+            channel.close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._heartbeat is not None:
+            self._heartbeat.join()

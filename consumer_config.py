@@ -1,0 +1,220 @@
+"""The consumer's configuration: the dict of SPEC §4 (TDengine/Kafka keys, string values)
+parsed and checked into a frozen `ConsumerConfig`.
+
+Every key is known here with its default, its type and its allowed values, so a typo or
+a bad value fails at `Consumer(config)` with a `ConfigError` that names the key, the value
+and what is allowed, rather than as odd behaviour later.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from sqltopic.errors import ConfigError
+
+OffsetResetName = Literal["earliest", "latest", "none"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 6030
+# TDengine's limits: a group id is part of the subscription key `group:topic`.
+GROUP_ID_MAX = 192
+CLIENT_ID_MAX = 255
+# Millisecond and row settings travel as int32 in the protocol.
+INT32_MAX = 2**31 - 1
+SESSION_TIMEOUT_RANGE = (6_000, 1_800_000)
+MIN_MAX_POLL_INTERVAL_MS = 1_000
+MIN_HEARTBEAT_INTERVAL_MS = 1_000
+# difflib ratio above which an unknown key is named as a likely typo of a known one.
+TYPO_SIMILARITY = 0.85
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """A checked consumer configuration; field names are the keys with `_` for `.`."""
+
+    group_id: str
+    server: str = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+    user: str = "root"
+    password: str = "taosdata"
+    client_id: str = ""
+    auto_offset_reset: OffsetResetName = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    session_timeout_ms: int = 12_000
+    max_poll_interval_ms: int = 300_000
+    heartbeat_interval_ms: int = 3_000
+    fetch_max_wait_ms: int = 1_000
+    min_poll_rows: int = 4_096
+    max_poll_rows: int | None = None  # None: no limit
+    msg_with_table_name: bool = True
+
+
+# --- value parsers: each takes (key, raw value) and returns the typed value -----------
+
+
+def _bad(key: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(f"{key}: {value!r} is not {allowed}")
+
+
+def _text(key: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _bad(key, value, "a string")
+    return str(value)
+
+
+def _int_in(low: int, high: int) -> Callable[[str, object], int]:
+    def parse(key: str, value: object) -> int:
+        number = _integer(key, value)
+        if not low <= number <= high:
+            raise ConfigError(f"{key}: {number} is out of range {low}..{high}")
+        return number
+
+    return parse
+
+
+def _integer(key: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise _bad(key, value, "an integer (a number or a string of digits)")
+
+
+def _bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str | int) else None
+    if text in {"true", "1"}:
+        return True
+    if text in {"false", "0"}:
+        return False
+    raise _bad(key, value, "a boolean: true or false (any case), 1 or 0")
+
+
+def _reset(key: str, value: object) -> OffsetResetName:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in ("earliest", "latest", "none"):
+        return cast("OffsetResetName", text)
+    raise _bad(key, value, "one of earliest, latest, none")
+
+
+def _group_id(key: str, value: object) -> str:
+    text = _text(key, value)
+    if not 1 <= len(text) <= GROUP_ID_MAX:
+        raise _bad(key, value, f"1..{GROUP_ID_MAX} characters long")
+    if ":" in text:
+        raise _bad(key, value, "allowed: a group id may not contain ':'")
+    return text
+
+
+def _client_id(key: str, value: object) -> str:
+    text = _text(key, value)
+    if len(text) > CLIENT_ID_MAX:
+        raise _bad(key, value, f"at most {CLIENT_ID_MAX} characters long")
+    return text
+
+
+def _server(key: str, value: object) -> str:
+    text = _text(key, value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise _bad(key, value, "an address host:port, e.g. 127.0.0.1:6030")
+    _int_in(1, 65_535)(f"{key} port", port)
+    return text
+
+
+def _host(key: str, value: object) -> str:
+    text = _text(key, value).strip()
+    if not text or ":" in text.strip("[]"):
+        raise _bad(key, value, "a host name or IPv4 address (the port is td.connect.port)")
+    return text
+
+
+# The keys of SPEC §4, each with the field it sets and its parser.
+KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
+    "server": ("server", _server),
+    "user": ("user", _text),
+    "password": ("password", _text),
+    "group.id": ("group_id", _group_id),
+    "client.id": ("client_id", _client_id),
+    "auto.offset.reset": ("auto_offset_reset", _reset),
+    "enable.auto.commit": ("enable_auto_commit", _bool),
+    "auto.commit.interval.ms": ("auto_commit_interval_ms", _int_in(0, INT32_MAX)),
+    "session.timeout.ms": ("session_timeout_ms", _int_in(*SESSION_TIMEOUT_RANGE)),
+    "max.poll.interval.ms": ("max_poll_interval_ms", _int_in(MIN_MAX_POLL_INTERVAL_MS, INT32_MAX)),
+    "heartbeat.interval.ms": (
+        "heartbeat_interval_ms",
+        _int_in(MIN_HEARTBEAT_INTERVAL_MS, INT32_MAX),
+    ),
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", _int_in(0, INT32_MAX)),
+    "min.poll.rows": ("min_poll_rows", _int_in(1, INT32_MAX)),
+    "max.poll.rows": ("max_poll_rows", _int_in(1, INT32_MAX)),
+    "msg.with.table.name": ("msg_with_table_name", _bool),
+}
+# TDengine's connection keys: each sets the same field as the key it stands for.
+ALIASES: dict[str, str] = {"td.connect.user": "user", "td.connect.pass": "password"}
+HOST_KEY = "td.connect.ip"
+PORT_KEY = "td.connect.port"
+
+
+def parse_config(config: Mapping[str, object]) -> ConsumerConfig:
+    """`config` checked: unknown keys, bad values and missing `group.id` raise ConfigError."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"consumer config: {config!r} is not a dict of key -> value")
+    values: dict[str, object] = {}
+    given: dict[str, str] = {}  # field -> the key that set it
+    for key, value in config.items():
+        if key in (HOST_KEY, PORT_KEY):
+            continue
+        name = ALIASES.get(key, key)
+        if name not in KEYS:
+            raise _unknown(key, value)
+        field, parse = KEYS[name]
+        if field in given:
+            raise ConfigError(f"{key}: {value!r} repeats {given[field]}; give one of them")
+        given[field] = key
+        values[field] = parse(key, value)
+    server = _aliased_server(config)
+    if server is not None:
+        if "server" in values:
+            raise ConfigError(f"{HOST_KEY}: {server!r} repeats server; give one of them")
+        values["server"] = server
+    if "group_id" not in values:
+        raise ConfigError("group.id: missing; every consumer needs a group id (1..192 chars)")
+    return _checked(ConsumerConfig(**values))  # type: ignore[arg-type]
+
+
+def _aliased_server(config: Mapping[str, object]) -> str | None:
+    """`td.connect.ip` + `td.connect.port` as one `server` address (either may default)."""
+    if HOST_KEY not in config and PORT_KEY not in config:
+        return None
+    host = _host(HOST_KEY, config[HOST_KEY]) if HOST_KEY in config else DEFAULT_HOST
+    port = _int_in(1, 65_535)(PORT_KEY, config.get(PORT_KEY, DEFAULT_PORT))
+    return f"{host}:{port}"
+
+
+def _checked(config: ConsumerConfig) -> ConsumerConfig:
+    """Checks that involve two keys."""
+    if config.heartbeat_interval_ms >= config.session_timeout_ms:
+        raise ConfigError(
+            f"heartbeat.interval.ms: {config.heartbeat_interval_ms} is out of range "
+            f"{MIN_HEARTBEAT_INTERVAL_MS}..{config.session_timeout_ms - 1} "
+            f"(below session.timeout.ms {config.session_timeout_ms})"
+        )
+    return config
+
+
+def _unknown(key: object, value: object) -> ConfigError:
+    known = sorted([*KEYS, *ALIASES, HOST_KEY, PORT_KEY])
+    # close enough to be a typo or a case slip, not just another td.connect.* key
+    close = difflib.get_close_matches(str(key).lower(), known, n=1, cutoff=TYPO_SIMILARITY)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    return ConfigError(f"{key}: unknown consumer config key (value {value!r}){hint}")
+
+
+def config_keys() -> list[str]:
+    """Every accepted key, aliases included (for docs and tests)."""
+    return [*KEYS, *ALIASES, HOST_KEY, PORT_KEY]

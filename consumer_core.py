@@ -1,0 +1,149 @@
+"""The consumer without I/O, complete: `ConsumerCore` adds polling to the offset flows
+(consumer_offsets.py) and membership flows (consumer_group.py) over the consumer's state
+(consumer_state.py), so every operation of SPEC §4 is a flow of effects
+(consumer_effects.py). The thread-based `Consumer` (consumer.py) and the asyncio one
+(aio.py) both drive this one core.
+
+Positions: a vgroup's position is unset until its first answer; a poll without one lets
+the vnode start from the group's committed offset or `auto.offset.reset`, and every
+answer (empty ones included) says where it ended. A message moves the position to its
+`end_offset` only when it is handed to the application; an empty answer moves it at once.
+At most one poll per vgroup is in flight or buffered, so a long poll on one vgroup never
+hides data waiting on another; `poll()` hands out ready messages round-robin.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqltopic.consumer_effects import Fetch, Fetched, Flow, Wait
+from sqltopic.consumer_group import Membership
+from sqltopic.consumer_state import REBALANCE_RETRY_S, TRANSIENT, Held
+from sqltopic.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    ConsumerFenced,
+    Error,
+    NoPermission,
+    TopicDropped,
+    TopicNotFound,
+)
+from sqltopic.message import Empty, Message
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+log = logging.getLogger("sqltopic.consumer")
+
+# A held poll answers within fetch.max.wait.ms; this much more lets a large message arrive.
+POLL_DEADLINE_MARGIN_S = 30.0
+# While the server cannot be reached, poll tries the mnode again this often (not in a loop).
+MEMBERSHIP_RETRY_S = 0.5
+
+
+class ConsumerCore(Membership):
+    """The whole consumer without I/O: membership, offsets and polling as flows."""
+
+    def poll(self, timeout: float | None) -> Flow[Message | None]:
+        """The next message from any assigned vgroup, or None once `timeout` seconds
+        passed (None: wait as long as it takes)."""
+        self.check_open()
+        if timeout is not None and timeout < 0:
+            raise ConfigError(f"poll: timeout {timeout} is negative; give seconds >= 0 or None")
+        self.polled = True
+        deadline = None if timeout is None else self.clock() + timeout
+        while True:
+            yield from self._maintain()
+            message = self._take_ready()
+            if message is not None:
+                return message
+            yield from self._launch()
+            done: Fetched | None = yield Wait(self._wait_s(deadline))
+            if done is not None:
+                self._on_fetched(done)
+            elif deadline is not None and self.clock() >= deadline:
+                return None
+
+    def _maintain(self) -> Flow[None]:
+        """What the heartbeat, a fenced poll or the clock asked for, before polling on."""
+        if self.clock() >= self._membership_at:
+            try:
+                yield from self._membership()
+            except TRANSIENT as err:
+                # the server is unreachable (restarting) or catching up: poll on, retry soon
+                log.info("membership call failed, retrying: %s", err)
+                self._membership_at = self.clock() + MEMBERSHIP_RETRY_S
+        for topic in self.topics:
+            if topic in self.topic_errors:
+                raise self.topic_errors[topic].with_traceback(None)
+        if self.config.enable_auto_commit and self.clock() >= self._commit_at:
+            yield from self._auto_commit(changed_only=True)
+
+    def _launch(self) -> Flow[None]:
+        now = self.clock()
+        for key, held in list(self.held.items()):
+            busy = held.ticket is not None or held.ready is not None
+            if busy or held.retry_at > now or held.topic in self.topic_errors:
+                continue
+            held.ticket, held.retry_at = next(self._tickets), 0.0
+            self._in_flight[held.ticket] = key
+            timeout = self.config.fetch_max_wait_ms / 1000 + POLL_DEADLINE_MARGIN_S
+            yield Fetch(
+                held.ticket, held.topic, held.database, held.vgroup, held.endpoint,
+                self._poll_request(held), self.metadata, timeout,
+            )  # fmt: skip
+
+    def _wait_s(self, deadline: float | None) -> float | None:
+        """How long a poll may wait for a fetch before it must look again."""
+        now = self.clock()
+        due = [held.retry_at for held in self.held.values() if held.retry_at > now]
+        if self.need_login or self.need_refresh or (self.need_rejoin and self.topics):
+            due.append(self._membership_at)
+        if deadline is not None:
+            due.append(deadline)
+        if self.status == pb.CONSUMER_STATUS_REBALANCING:
+            due.append(self._recheck_at)
+        if self.config.enable_auto_commit:
+            due.append(self._commit_at)
+        return max(0.0, min(due) - now) if due else None
+
+    def _on_fetched(self, done: Fetched) -> None:
+        key = self._in_flight.pop(done.ticket, None)
+        held = self.held.get(key) if key is not None else None
+        if held is None or held.ticket != done.ticket:
+            return  # a poll of a vgroup since dropped or seeked
+        held.ticket = None
+        result = done.result
+        if isinstance(result, Empty):
+            held.position = result.end_offset
+        elif isinstance(result, Message):
+            held.ready = result
+        else:
+            self._on_poll_error(held, result)
+
+    def _on_poll_error(self, held: Held, error: Error) -> None:
+        if isinstance(error, (ConsumerFenced, *TRANSIENT)):
+            # Fenced: the assignment moved on (refresh it); else a vnode or server away.
+            self.need_refresh = self.need_refresh or isinstance(error, ConsumerFenced)
+            held.retry_at = self.clock() + REBALANCE_RETRY_S
+            return
+        if isinstance(error, AuthenticationFailed):
+            self.need_login = True  # the session died (server restart): log in again
+            return
+        if isinstance(error, TopicNotFound):
+            # it existed when we subscribed: what the heartbeat will report as dropped
+            error = TopicDropped(f"topic {held.topic} was dropped; unsubscribe from it")
+        if isinstance(error, TopicDropped | NoPermission):
+            self.topic_errors[held.topic] = error
+        raise error
+
+    def _take_ready(self) -> Message | None:
+        keys = list(self.held)
+        for step in range(len(keys)):
+            index = (self._turn + step) % len(keys)
+            held = self.held[keys[index]]
+            message, held.ready = held.ready, None
+            if message is not None:
+                held.position = message.end_offset
+                held.rows += message.row_count
+                self._turn = index + 1
+                return message
+        return None

@@ -1,0 +1,182 @@
+"""The consumer's membership as flows: login, subscribe, unsubscribe, close, the
+heartbeat, and following the mnode's assignment (refresh, rejoin after removal).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from sqltopic.consumer_effects import Flow, Rpc, Wake
+from sqltopic.consumer_offsets import Offsets
+from sqltopic.consumer_state import (
+    ASSIGNMENT_RECHECK_S,
+    LOGOUT_TIMEOUT_S,
+    Held,
+    one,
+    topic_names,
+)
+from sqltopic.errors import ConsumerFenced, Error, NoPermission, NotFoundError, TopicDropped
+from sqltopic.message import TopicPartition
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+log = logging.getLogger("sqltopic.consumer")
+
+
+class Membership(Offsets):
+    """Flows of the group membership."""
+
+    def subscribe(self, topics: Sequence[str]) -> Flow[None]:
+        self.check_open()
+        names = topic_names(topics)
+        if not names:
+            yield from self.unsubscribe()
+            return
+        yield from self._auto_commit(changed_only=False)
+        yield from self._join(names)
+
+    def unsubscribe(self) -> Flow[None]:
+        self.check_open()
+        if self.consumer_id and self.topics:
+            yield from self._auto_commit(changed_only=False)
+            request = pb.UnsubscribeRequest(consumer_id=self.consumer_id, progress=self.progress())
+            answer: pb.UnsubscribeResponse = yield from self._rpc("mnode", "Unsubscribe", request)
+            self.epoch = answer.epoch
+        yield from self._drop(list(self.held))
+        self.topics = []
+        self.topic_errors.clear()
+
+    def close(self) -> Flow[None]:
+        """Commit (with auto-commit), leave the group, log out; errors are only logged, so
+        close always finishes."""
+        if self.closed:
+            return
+        if self.consumer_id:
+            yield from self._auto_commit(changed_only=False)
+            request = pb.CloseRequest(consumer_id=self.consumer_id, progress=self.progress())
+            yield from self._quietly("leaving the group", self._rpc("mnode", "Close", request))
+        self.closed = True
+        yield from self._drop(list(self.held))
+        logout = Rpc("session", "Logout", pb.LogoutRequest(), "", self.metadata, LOGOUT_TIMEOUT_S)
+        yield from self._quietly("logging out", one(logout))
+
+    def heartbeat(self) -> Flow[None]:
+        """One Heartbeat; wakes a waiting poll when the answer changes what it must do."""
+        if not self.consumer_id or self.closed:
+            return
+        polled, self.polled = self.polled, False
+        request = pb.HeartbeatRequest(
+            consumer_id=self.consumer_id, epoch=self.epoch, polled=polled, progress=self.progress()
+        )
+        try:
+            answer: pb.HeartbeatResponse = yield from self._rpc("mnode", "Heartbeat", request)
+        except Error:
+            self.polled = self.polled or polled  # report the poll with the next heartbeat
+            raise
+        if self._on_heartbeat(answer):
+            yield Wake()
+
+    def _on_heartbeat(self, answer: pb.HeartbeatResponse) -> bool:
+        if answer.status == pb.CONSUMER_STATUS_REMOVED:
+            self.need_rejoin = True
+        elif answer.refresh_assignment:
+            self.need_refresh = True
+        flagged = {
+            state.topic: _topic_error(state)
+            for state in answer.topics
+            if state.dropped or state.no_privilege
+        }
+        changed = {t: type(e) for t, e in flagged.items()} != {
+            t: type(e) for t, e in self.topic_errors.items()
+        }
+        self.topic_errors = flagged
+        return changed or self.need_rejoin or self.need_refresh
+
+    def _membership(self, refresh: bool = False) -> Flow[None]:
+        """What the heartbeat, a refused call or the clock asked for: log in again, rejoin,
+        fetch the assignment (always with `refresh`)."""
+        if self.need_login:
+            yield from self.login()
+        if self.need_rejoin and self.topics:
+            yield from self._rejoin()
+        rechecking = self.status == pb.CONSUMER_STATUS_REBALANCING
+        if refresh or self.need_refresh or (rechecking and self.clock() >= self._recheck_at):
+            yield from self._refresh()
+        if self.need_rejoin and self.topics:  # the refresh found us removed
+            yield from self._rejoin()
+
+    def _join(self, names: list[str]) -> Flow[None]:
+        """Subscribe (joining anew, or with our id to change topics or rejoin), then
+        fetch the assignment from scratch."""
+        request = self._subscribe_request(names)
+        answer: pb.SubscribeResponse = yield from self._rpc("mnode", "Subscribe", request)
+        self.consumer_id = answer.consumer_id
+        self.topics = names
+        self.status = answer.status
+        if answer.heartbeat_interval_ms > 0:
+            self.heartbeat_s = answer.heartbeat_interval_ms / 1000
+        self.epoch = 0
+        self.need_rejoin = False
+        self.topic_errors.clear()
+        yield from self._refresh()
+
+    def _rejoin(self) -> Flow[None]:
+        """The mnode forgot us: drop every position and resume from committed offsets."""
+        log.info("consumer %s was removed by the server; joining again", self.consumer_id)
+        yield from self._drop(list(self.held))
+        yield from self._join(self.topics)
+
+    def _refresh(self) -> Flow[None]:
+        self.need_refresh = False
+        self._recheck_at = self.clock() + ASSIGNMENT_RECHECK_S
+        request = pb.GetAssignmentRequest(consumer_id=self.consumer_id, known_epoch=self.epoch)
+        try:
+            answer: pb.GetAssignmentResponse = yield from self._rpc(
+                "mnode", "GetAssignment", request
+            )
+        except (ConsumerFenced, NotFoundError):
+            self.need_rejoin = True
+            return
+        except Error:
+            self.need_refresh = True  # still to do
+            raise
+        if answer.status == pb.CONSUMER_STATUS_REMOVED:
+            self.need_rejoin = True
+            return
+        self.status = answer.status
+        if not answer.unchanged:
+            yield from self._apply(answer.assignments)
+        self.epoch = answer.epoch
+
+    def _apply(self, assignments: Iterable[pb.Assignment]) -> Flow[None]:
+        """Keep the positions of vgroups still held, commit (auto-commit) and drop the
+        others, start the new ones unset."""
+        new = {(a.topic, a.vgroup): a for a in assignments}
+        lost = [key for key in self.held if key not in new]
+        if lost:
+            # best effort: the vnode may already fence us on a vgroup that moved on
+            yield from self._auto_commit(changed_only=False, keys=lost, level=logging.INFO)
+            yield from self._drop(lost)
+        for key, a in new.items():
+            held = self.held.setdefault(key, Held(a.topic, a.database, a.vgroup, a.endpoint))
+            held.endpoint = a.endpoint
+
+    def assignment(self) -> Flow[list[TopicPartition]]:
+        """The assigned vgroups (fresh from the mnode) with their positions and the
+        vnodes' current retained ranges."""
+        self.check_open()
+        if self.consumer_id:
+            yield from self._membership(refresh=True)
+        keys = sorted(self.held)
+        ranges = yield from self._ranges(keys)
+        return [
+            TopicPartition(*key, self.held[key].position, *ranges[key])
+            for key in keys
+            if key in self.held
+        ]
+
+
+def _topic_error(state: pb.TopicState) -> Error:
+    if state.dropped:
+        return TopicDropped(f"topic {state.topic} was dropped; unsubscribe from it")
+    return NoPermission(f"the user may no longer consume topic {state.topic} (REVOKE SUBSCRIBE)")

@@ -1,0 +1,123 @@
+"""The consumer's offsets as flows: what a commit stores and storing it (auto-commit
+included), committed offsets, positions, seek, and the vnodes' retained ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from functools import partial
+
+from sqltopic.consumer_effects import Cancel, Flow
+from sqltopic.consumer_state import CoreState, Key, offset_of
+from sqltopic.errors import ConfigError, ConsumerFenced, Error, OffsetOutOfRange
+from sqltopic.message import Message, TopicPartition
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+
+class Offsets(CoreState):
+    """Flows on positions and committed offsets."""
+
+    def offsets_to_commit(
+        self, message: Message | None, offsets: Sequence[TopicPartition] | None
+    ) -> list[pb.TopicVgroupOffset]:
+        """What `commit(message, offsets)` stores: `message`'s end_offset, the given
+        offsets, or (neither) every assigned vgroup's position."""
+        self.check_open()
+        if message is not None and offsets is not None:
+            raise ConfigError("commit: give a message or offsets, not both")
+        if message is not None:
+            return [offset_of(message.topic, message.vgroup, message.end_offset)]
+        if offsets is None:
+            return self.positions(self.held)
+        for part in offsets:
+            if part.offset is None:
+                raise ConfigError(f"commit: {part} has no offset to commit")
+        return [offset_of(p.topic, p.vgroup, p.offset) for p in offsets if p.offset is not None]
+
+    def commit(self, offsets: list[pb.TopicVgroupOffset]) -> Flow[None]:
+        """Store `offsets` on their vnodes; ConsumerFenced (vgroup no longer ours) also
+        schedules a refresh of the assignment."""
+        for endpoint, items in self._by_endpoint(offsets, lambda o: (o.topic, o.vgroup)):
+            request = pb.CommitRequest(
+                consumer_id=self.consumer_id,
+                group_id=self.config.group_id,
+                epoch=self.epoch,
+                offsets=items,
+            )
+            try:
+                yield from self._retrying(partial(self._rpc, "vnode", "Commit", request, endpoint))
+            except ConsumerFenced:
+                self.need_refresh = True
+                raise
+            self._committed.update({(o.topic, o.vgroup): o.offset for o in items})
+
+    def _auto_commit(
+        self, changed_only: bool, keys: Iterable[Key] | None = None, level: int = logging.WARNING
+    ) -> Flow[None]:
+        if not self.config.enable_auto_commit or not self.consumer_id:
+            return
+        self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000
+        offsets = self.positions(self.held if keys is None else keys)
+        if changed_only:
+            offsets = [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]
+        if offsets:
+            yield from self._quietly("auto-commit", self.commit(offsets), level)
+
+    def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
+        self.check_open()
+        return [replace(p, offset=self._position_of((p.topic, p.vgroup))) for p in parts]
+
+    def committed(self, parts: Sequence[TopicPartition]) -> Flow[list[TopicPartition]]:
+        """The group's committed offsets (offset None where it never committed)."""
+        self.check_open()
+        found: dict[Key, int | None] = {}
+        for endpoint, items in self._by_endpoint(parts, lambda p: (p.topic, p.vgroup)):
+            vgroups = [pb.TopicVgroup(topic=p.topic, vgroup=p.vgroup) for p in items]
+            request = pb.CommittedRequest(group_id=self.config.group_id, vgroups=vgroups)
+            answer: pb.CommittedResponse = yield from self._rpc(
+                "vnode", "Committed", request, endpoint
+            )
+            for o in answer.offsets:
+                found[(o.topic, o.vgroup)] = o.offset if o.HasField("offset") else None
+        return [replace(p, offset=found.get((p.topic, p.vgroup))) for p in parts]
+
+    def seek(self, part: TopicPartition) -> Flow[None]:
+        """Move the position of an assigned vgroup (never its committed offset) to a
+        version in the vnode's [begin, end]; what was fetched from the old one is dropped."""
+        self.check_open()
+        key = (part.topic, part.vgroup)
+        if part.offset is None:
+            raise ConfigError(f"seek: {part} has no offset; set .offset to the version to read")
+        if key not in self.held:
+            raise Error(
+                f"seek: topic {part.topic} vgroup {part.vgroup} is not assigned to this "
+                f"consumer (assigned: {sorted(self.held) or 'none'}); see assignment()"
+            )
+        begin, end = (yield from self._ranges([key]))[key]
+        if not begin <= part.offset <= end:
+            raise OffsetOutOfRange(
+                f"seek: offset {part.offset} of topic {part.topic} vgroup {part.vgroup} is "
+                f"outside the retained range {begin}..{end}",
+                begin=begin,
+                end=end,
+            )
+        held = self.held.get(key)
+        if held is not None:
+            stale, held.ticket = held.ticket, None
+            held.position, held.ready, held.retry_at = part.offset, None, 0.0
+            if stale is not None:
+                self._in_flight.pop(stale, None)
+                yield Cancel((stale,))
+
+    def _ranges(self, keys: Sequence[Key]) -> Flow[dict[Key, tuple[int, int]]]:
+        ranges: dict[Key, tuple[int, int]] = {}
+        for endpoint, items in self._by_endpoint(keys, lambda key: key):
+            vgroups = [pb.TopicVgroup(topic=t, vgroup=v) for t, v in items]
+            request = pb.OffsetRangeRequest(vgroups=vgroups)
+            answer: pb.OffsetRangeResponse = yield from self._rpc(
+                "vnode", "OffsetRange", request, endpoint
+            )
+            ranges.update({(r.topic, r.vgroup): (r.begin, r.end) for r in answer.ranges})
+        return ranges

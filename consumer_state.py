@@ -1,0 +1,229 @@
+"""The consumer's state without I/O: the assigned vgroups (`Held`), the session and
+membership fields, and the helpers every flow uses (calls with relogin, retries while a
+vnode catches up, requests). Flows build on it in layers: consumer_offsets.py (commit,
+committed, seek), consumer_group.py (membership, heartbeat, assignment) and
+consumer_core.py (polling), which `Consumer` and `aio.Consumer` drive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqltopic.client import CLIENT_NAME
+from sqltopic.consumer_config import ConsumerConfig
+from sqltopic.consumer_effects import (
+    Cancel,
+    Flow,
+    Metadata,
+    Rpc,
+    Service,
+    Sleep,
+)
+from sqltopic.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    Error,
+    RebalanceInProgress,
+    ServerUnavailable,
+    WalClosedError,
+)
+from sqltopic.message import Message
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+log = logging.getLogger("sqltopic.consumer")
+
+Key = tuple[str, int]  # (topic, vgroup)
+X = TypeVar("X")
+R = TypeVar("R")
+# A vnode that has not yet learnt the newest assignment catches up within moments.
+REBALANCE_RETRY_S = 0.2
+# Tries of a call that keeps answering RebalanceInProgress before its error is raised.
+REBALANCE_ATTEMPTS = 10
+# While the mnode rebalances, ask for the assignment this often (TDengine's ask-ep period)
+# rather than wait for the next heartbeat.
+ASSIGNMENT_RECHECK_S = 1.0
+# Logout at close is a courtesy: a server that does not answer soon is not waited for.
+LOGOUT_TIMEOUT_S = 5.0
+# Errors that pass: a vnode catching up, a server restarting or out of reach.
+TRANSIENT: tuple[type[Error], ...] = (RebalanceInProgress, ServerUnavailable, WalClosedError)
+RESETS = {
+    "earliest": pb.OFFSET_RESET_EARLIEST,
+    "latest": pb.OFFSET_RESET_LATEST,
+    "none": pb.OFFSET_RESET_NONE,
+}
+
+
+@dataclass
+class Held:
+    """One assigned vgroup: where it is served, the position, and its one poll."""
+
+    topic: str
+    database: str
+    vgroup: int
+    endpoint: str
+    position: int | None = None
+    rows: int = 0  # rows handed to the application since the vgroup was assigned
+    ticket: int | None = None  # the poll in flight
+    ready: Message | None = None  # fetched, not yet handed out
+    retry_at: float = 0.0  # no poll before this (after RebalanceInProgress/ConsumerFenced)
+
+
+class CoreState:
+    """One consumer's state, and the helpers of its flows (see consumer_effects)."""
+
+    def __init__(self, config: ConsumerConfig, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.clock = clock
+        self.token = ""
+        self.consumer_id = 0
+        self.epoch = 0  # of the assignment in `held`; 0 = none yet
+        self.status: int = pb.CONSUMER_STATUS_UNSPECIFIED
+        self.topics: list[str] = []
+        self.held: dict[Key, Held] = {}
+        self.heartbeat_s = config.heartbeat_interval_ms / 1000
+        self.need_login = self.need_refresh = self.need_rejoin = False
+        self.topic_errors: dict[str, Error] = {}
+        self.polled = False
+        self.closed = False
+        self._tickets = itertools.count(1)
+        self._in_flight: dict[int, Key] = {}
+        self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
+        self._turn = 0  # round-robin start among ready vgroups
+        self._commit_at = clock() + config.auto_commit_interval_ms / 1000
+        self._recheck_at = 0.0
+        self._membership_at = 0.0  # no mnode calls from poll before this (server away)
+
+    @property
+    def metadata(self) -> Metadata:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def login(self) -> Flow[None]:
+        """A new session; its token goes with every later call."""
+        request = pb.LoginRequest(
+            user=self.config.user, password=self.config.password, client_name=CLIENT_NAME
+        )
+        answer: pb.LoginResponse = yield Rpc("session", "Login", request)
+        self.token = answer.token
+        self.need_login = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise Error("this consumer is closed; create a new one")
+
+    def progress(self) -> list[pb.VgroupProgress]:
+        return [
+            pb.VgroupProgress(topic=h.topic, vgroup=h.vgroup, position=h.position, rows=h.rows)
+            for h in self.held.values()
+        ]
+
+    def positions(self, keys: Iterable[Key]) -> list[pb.TopicVgroupOffset]:
+        positions = [(key, self.held[key].position) for key in keys if key in self.held]
+        return [offset_of(*key, position) for key, position in positions if position is not None]
+
+    def _position_of(self, key: Key) -> int | None:
+        held = self.held.get(key)
+        return held.position if held is not None else None
+
+    def _drop(self, keys: Iterable[Key]) -> Flow[None]:
+        tickets = []
+        for key in keys:
+            held = self.held.pop(key)
+            self._committed.pop(key, None)
+            if held.ticket is not None:
+                tickets.append(held.ticket)
+                self._in_flight.pop(held.ticket, None)
+        if tickets:
+            yield Cancel(tuple(tickets))
+
+    def _subscribe_request(self, names: list[str]) -> pb.SubscribeRequest:
+        c = self.config
+        return pb.SubscribeRequest(
+            consumer_id=self.consumer_id,
+            group_id=c.group_id,
+            client_id=c.client_id,
+            topics=names,
+            auto_offset_reset=RESETS[c.auto_offset_reset],
+            enable_auto_commit=c.enable_auto_commit,
+            auto_commit_interval_ms=c.auto_commit_interval_ms,
+            session_timeout_ms=c.session_timeout_ms,
+            max_poll_interval_ms=c.max_poll_interval_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms,
+            msg_with_table_name=c.msg_with_table_name,
+        )
+
+    def _poll_request(self, held: Held) -> pb.PollRequest:
+        c = self.config
+        return pb.PollRequest(
+            consumer_id=self.consumer_id,
+            group_id=c.group_id,
+            topic=held.topic,
+            vgroup=held.vgroup,
+            epoch=self.epoch,
+            position=held.position,
+            auto_offset_reset=RESETS[c.auto_offset_reset],
+            max_rows=c.max_poll_rows or 0,
+            min_rows=c.min_poll_rows,
+            max_wait_ms=c.fetch_max_wait_ms,
+            with_table_name=c.msg_with_table_name,
+        )
+
+    def _by_endpoint(
+        self, items: Iterable[X], key: Callable[[X], Key]
+    ) -> list[tuple[str, list[X]]]:
+        """`items` grouped by the endpoint serving their vgroup ("" = the server)."""
+        groups: dict[str, list[X]] = defaultdict(list)
+        for item in items:
+            held = self.held.get(key(item))
+            groups[held.endpoint if held is not None else ""].append(item)
+        return list(groups.items())
+
+    def _rpc(self, service: Service, method: str, request: object, endpoint: str = "") -> Flow[Any]:
+        """One call with our token; a dead session (server restart) logs in once more."""
+        try:
+            return (yield Rpc(service, method, request, endpoint, self.metadata))
+        except AuthenticationFailed:
+            yield from self.login()
+            return (yield Rpc(service, method, request, endpoint, self.metadata))
+
+    def _retrying(self, call: Callable[[], Flow[R]]) -> Flow[R]:
+        """`call()`, again after a short pause while a vnode answers RebalanceInProgress."""
+        for _ in range(REBALANCE_ATTEMPTS - 1):
+            try:
+                return (yield from call())
+            except RebalanceInProgress:
+                yield Sleep(REBALANCE_RETRY_S)
+        return (yield from call())
+
+    def _quietly(self, what: str, flow: Flow[object], level: int = logging.WARNING) -> Flow[bool]:
+        """Run `flow`; an error is logged, not raised (close, auto-commit). True if it ran."""
+        try:
+            yield from flow
+        except Error as err:
+            log.log(level, "%s failed: %s: %s", what, type(err).__name__, err)
+            return False
+        return True
+
+
+def topic_names(topics: Sequence[str]) -> list[str]:
+    """The topic list of subscribe(), checked: a list of non-empty names."""
+    if isinstance(topics, str) or not isinstance(topics, Sequence):
+        raise ConfigError(f"subscribe: {topics!r} is not a list of topic names, e.g. ['t1']")
+    for name in topics:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"subscribe: {name!r} in {list(topics)!r} is not a topic name")
+    return list(dict.fromkeys(name.strip() for name in topics))
+
+
+def offset_of(topic: str, vgroup: int, offset: int) -> pb.TopicVgroupOffset:
+    return pb.TopicVgroupOffset(topic=topic, vgroup=vgroup, offset=offset)
+
+
+def one(effect: Rpc) -> Flow[object]:
+    """A flow of the single effect `effect` (its answer is the flow's value)."""
+    return (yield effect)

@@ -1,0 +1,158 @@
+"""What a consumer hands the application: `Message` (one vgroup of one topic), its
+`Block`s of Arrow rows, and `TopicPartition` (a topic's vgroup with an offset and the
+vnode's retained range). `message_from_frames` builds a Message from the frames of one
+`Vnode.Poll` answer (docs/protocol.md, `PollResponse`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from sqltopic.errors import Error
+from sqltopic.proto.arrow_ipc import from_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+MessageKind = Literal["data", "meta", "data_lost"]
+Row = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows from one source table (`table_name`), or a query topic's rows (`table_name`
+    None when they come from several tables or `msg.with.table.name` is false).
+    Iterating a block yields its rows as tuples, columns in `data`'s order."""
+
+    table_name: str | None
+    data: pa.Table
+
+    def rows(self) -> list[Row]:
+        return _rows(self.data)
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.rows())
+
+    def __len__(self) -> int:
+        return int(self.data.num_rows)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message from one vgroup of one topic.
+
+    `offset` is the first version it covers and `end_offset` the position after it: the
+    offset to commit once the message is processed. `kind` is `data` (rows in `blocks`),
+    `meta` (a DDL event in `meta`, no blocks) or `data_lost` (retention removed versions
+    `offset` .. `end_offset - 1` before they were read; no blocks). Iterating a message
+    yields its blocks.
+    """
+
+    topic: str
+    database: str
+    vgroup: int
+    offset: int
+    end_offset: int
+    kind: MessageKind
+    blocks: list[Block] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+
+    @property
+    def row_count(self) -> int:
+        return sum(len(block) for block in self.blocks)
+
+    def rows(self) -> list[Row]:
+        """Every block's rows, in order."""
+        return [row for block in self.blocks for row in block.rows()]
+
+    def to_arrow(self) -> pa.Table:
+        """All blocks as one table (an empty table for meta and data_lost messages).
+        Raises sqltopic.Error when blocks disagree on their schema (a stable or database
+        topic's tables with different columns): read `blocks` one by one then."""
+        if not self.blocks:
+            return pa.table({})
+        first = self.blocks[0].data.schema
+        for block in self.blocks[1:]:
+            if not block.data.schema.equals(first):
+                raise Error(
+                    f"message of topic {self.topic} vgroup {self.vgroup}: block "
+                    f"{block.table_name!r} has columns {block.data.schema.names}, block "
+                    f"{self.blocks[0].table_name!r} {first.names}; read msg.blocks one by one"
+                )
+        return pa.concat_tables([block.data for block in self.blocks])
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter(self.blocks)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+
+@dataclass
+class TopicPartition:
+    """One vgroup of one topic (Kafka's partition, TDengine's vgroup), with `offset` (a
+    position, a committed offset or a seek target: the next version to read; None =
+    unknown or unset) and the vnode's retained range: `begin` its first retained version,
+    `end` the next one it will write (None where not looked up). Mutable, so an
+    application can set `offset` on what `assignment()` returned and pass it to `seek`."""
+
+    topic: str
+    vgroup: int
+    offset: int | None = None
+    begin: int | None = None
+    end: int | None = None
+
+
+@dataclass(frozen=True)
+class Empty:
+    """A poll that matched nothing within `fetch.max.wait.ms`: not delivered, but the
+    position moves from `offset` to `end_offset`."""
+
+    offset: int
+    end_offset: int
+
+
+def message_from_frames(
+    topic: str, database: str, vgroup: int, frames: Iterable[pb.PollResponse]
+) -> Message | Empty:
+    """The message that one Vnode.Poll answer carries: the first frame has the message,
+    every frame may carry BlockParts (a block's parts are consecutive; its IPC stream is
+    their `arrow_ipc` concatenated)."""
+    head: pb.PollResponse | None = None
+    names: dict[int, str | None] = {}
+    parts: dict[int, list[bytes]] = {}
+    for frame in frames:
+        if head is None:
+            head = frame
+        for part in frame.blocks:
+            if part.block not in parts:
+                names[part.block] = part.table_name if part.HasField("table_name") else None
+                parts[part.block] = []
+            parts[part.block].append(part.arrow_ipc)
+    kind = head.WhichOneof("message") if head is not None else None
+    if head is None or kind is None:
+        raise Error(f"poll of topic {topic} vgroup {vgroup}: the answer carries no message")
+    if kind == "empty":
+        return Empty(head.empty.offset, head.empty.end_offset)
+    blocks = [Block(names[i], from_ipc(parts[i])) for i in sorted(parts)]
+    where = (topic, database, vgroup)
+    if kind == "data":
+        if len(blocks) != head.data.block_count:
+            raise Error(
+                f"poll of topic {topic} vgroup {vgroup}: the answer announces "
+                f"{head.data.block_count} blocks but carries {len(blocks)}"
+            )
+        return Message(*where, head.data.offset, head.data.end_offset, "data", blocks)
+    if kind == "meta":
+        event = json.loads(head.meta.event_json) if head.meta.event_json else {}
+        return Message(*where, head.meta.offset, head.meta.end_offset, "meta", meta=event)
+    lost = head.data_lost
+    return Message(*where, lost.offset, lost.end_offset, "data_lost")
+
+
+def _rows(table: pa.Table) -> list[Row]:
+    columns = [column.to_pylist() for column in table.columns]
+    return list(zip(*columns, strict=True)) if columns else []

@@ -1,0 +1,244 @@
+"""The consumer config of SPEC §4: every key, alias and default, and a ConfigError that
+names the key, the value and what is allowed for every bad value."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from sqltopic.consumer_config import KEYS, ConsumerConfig, config_keys, parse_config
+from sqltopic.consumer_state import topic_names
+from sqltopic.errors import ConfigError
+
+GROUP = {"group.id": "g1"}
+
+DEFAULTS = {
+    "server": "127.0.0.1:6030",
+    "user": "root",
+    "password": "taosdata",
+    "client_id": "",
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5000,
+    "session_timeout_ms": 12000,
+    "max_poll_interval_ms": 300000,
+    "heartbeat_interval_ms": 3000,
+    "fetch_max_wait_ms": 1000,
+    "min_poll_rows": 4096,
+    "max_poll_rows": None,
+    "msg_with_table_name": True,
+}
+
+# key, value given, field, value parsed
+GOOD = [
+    ("server", "10.0.0.5:6041", "server", "10.0.0.5:6041"),
+    ("server", "[::1]:6030", "server", "[::1]:6030"),
+    ("user", "alice", "user", "alice"),
+    ("password", "s3cret", "password", "s3cret"),
+    ("td.connect.user", "bob", "user", "bob"),
+    ("td.connect.pass", "pw", "password", "pw"),
+    ("td.connect.ip", "db.example", "server", "db.example:6030"),
+    ("td.connect.port", "6041", "server", "127.0.0.1:6041"),
+    ("td.connect.port", 7000, "server", "127.0.0.1:7000"),
+    ("group.id", "x" * 192, "group_id", "x" * 192),
+    ("group.id", 7, "group_id", "7"),
+    ("client.id", "c1", "client_id", "c1"),
+    ("client.id", 1, "client_id", "1"),
+    ("auto.offset.reset", "earliest", "auto_offset_reset", "earliest"),
+    ("auto.offset.reset", "LATEST", "auto_offset_reset", "latest"),
+    ("auto.offset.reset", "none", "auto_offset_reset", "none"),
+    ("enable.auto.commit", "false", "enable_auto_commit", False),
+    ("enable.auto.commit", "TRUE", "enable_auto_commit", True),
+    ("enable.auto.commit", "0", "enable_auto_commit", False),
+    ("enable.auto.commit", 1, "enable_auto_commit", True),
+    ("enable.auto.commit", False, "enable_auto_commit", False),
+    ("auto.commit.interval.ms", "1000", "auto_commit_interval_ms", 1000),
+    ("auto.commit.interval.ms", 0, "auto_commit_interval_ms", 0),
+    ("session.timeout.ms", "6000", "session_timeout_ms", 6000),
+    ("session.timeout.ms", 1_800_000, "session_timeout_ms", 1_800_000),
+    ("max.poll.interval.ms", "1000", "max_poll_interval_ms", 1000),
+    ("heartbeat.interval.ms", "1000", "heartbeat_interval_ms", 1000),
+    ("heartbeat.interval.ms", 11_999, "heartbeat_interval_ms", 11_999),
+    ("fetch.max.wait.ms", "0", "fetch_max_wait_ms", 0),
+    ("fetch.max.wait.ms", " 250 ", "fetch_max_wait_ms", 250),
+    ("min.poll.rows", "1", "min_poll_rows", 1),
+    ("max.poll.rows", "100", "max_poll_rows", 100),
+    ("msg.with.table.name", "false", "msg_with_table_name", False),
+    ("msg.with.table.name", True, "msg_with_table_name", True),
+]
+
+# extra config, the ConfigError message (exactly)
+BAD = [
+    (
+        {"session.timeout.ms": "100"},
+        "session.timeout.ms: 100 is out of range 6000..1800000",
+    ),
+    (
+        {"session.timeout.ms": 1_800_001},
+        "session.timeout.ms: 1800001 is out of range 6000..1800000",
+    ),
+    (
+        {"max.poll.interval.ms": 999},
+        "max.poll.interval.ms: 999 is out of range 1000..2147483647",
+    ),
+    (
+        {"heartbeat.interval.ms": 999},
+        "heartbeat.interval.ms: 999 is out of range 1000..2147483647",
+    ),
+    (
+        {"heartbeat.interval.ms": 12000},
+        "heartbeat.interval.ms: 12000 is out of range 1000..11999 (below session.timeout.ms 12000)",
+    ),
+    (
+        {"session.timeout.ms": 6000, "heartbeat.interval.ms": 6000},
+        "heartbeat.interval.ms: 6000 is out of range 1000..5999 (below session.timeout.ms 6000)",
+    ),
+    (
+        {"auto.commit.interval.ms": -1},
+        "auto.commit.interval.ms: -1 is out of range 0..2147483647",
+    ),
+    (
+        {"fetch.max.wait.ms": "2147483648"},
+        "fetch.max.wait.ms: 2147483648 is out of range 0..2147483647",
+    ),
+    ({"min.poll.rows": 0}, "min.poll.rows: 0 is out of range 1..2147483647"),
+    ({"max.poll.rows": "0"}, "max.poll.rows: 0 is out of range 1..2147483647"),
+    (
+        {"min.poll.rows": "lots"},
+        "min.poll.rows: 'lots' is not an integer (a number or a string of digits)",
+    ),
+    (
+        {"min.poll.rows": True},
+        "min.poll.rows: True is not an integer (a number or a string of digits)",
+    ),
+    (
+        {"min.poll.rows": 1.5},
+        "min.poll.rows: 1.5 is not an integer (a number or a string of digits)",
+    ),
+    (
+        {"enable.auto.commit": "yes"},
+        "enable.auto.commit: 'yes' is not a boolean: true or false (any case), 1 or 0",
+    ),
+    (
+        {"msg.with.table.name": 2},
+        "msg.with.table.name: 2 is not a boolean: true or false (any case), 1 or 0",
+    ),
+    (
+        {"auto.offset.reset": "smallest"},
+        "auto.offset.reset: 'smallest' is not one of earliest, latest, none",
+    ),
+    ({"user": None}, "user: None is not a string"),
+    ({"password": True}, "password: True is not a string"),
+    ({"client.id": "c" * 256}, f"client.id: {'c' * 256!r} is not at most 255 characters long"),
+    (
+        {"server": "localhost"},
+        "server: 'localhost' is not an address host:port, e.g. 127.0.0.1:6030",
+    ),
+    (
+        {"server": ":6030"},
+        "server: ':6030' is not an address host:port, e.g. 127.0.0.1:6030",
+    ),
+    ({"server": "h:70000"}, "server port: 70000 is out of range 1..65535"),
+    (
+        {"server": "h:x"},
+        "server port: 'x' is not an integer (a number or a string of digits)",
+    ),
+    ({"td.connect.port": 0}, "td.connect.port: 0 is out of range 1..65535"),
+    (
+        {"td.connect.ip": "h:1"},
+        "td.connect.ip: 'h:1' is not a host name or IPv4 address (the port is td.connect.port)",
+    ),
+    (
+        {"server": "h:1", "td.connect.ip": "h"},
+        "td.connect.ip: 'h:6030' repeats server; give one of them",
+    ),
+    (
+        {"user": "a", "td.connect.user": "b"},
+        "td.connect.user: 'b' repeats user; give one of them",
+    ),
+    (
+        {"group.idd": "g"},
+        "group.idd: unknown consumer config key (value 'g'); did you mean 'group.id'?",
+    ),
+    (
+        {"Group.Id": "g"},
+        "Group.Id: unknown consumer config key (value 'g'); did you mean 'group.id'?",
+    ),
+]
+
+
+def test_defaults_need_only_a_group_id() -> None:
+    config = parse_config(GROUP)
+    assert config.group_id == "g1"
+    assert {f: getattr(config, f) for f in DEFAULTS} == DEFAULTS
+
+
+def test_every_field_has_a_key_and_a_default_check() -> None:
+    assert {f for f, _ in KEYS.values()} == {f.name for f in fields(ConsumerConfig)}
+    assert set(DEFAULTS) | {"group_id"} == {f.name for f in fields(ConsumerConfig)}
+    assert {key for key, *_ in GOOD} == set(config_keys())
+
+
+@pytest.mark.parametrize(("key", "value", "field", "parsed"), GOOD, ids=lambda v: str(v)[:20])
+def test_each_key_and_alias_sets_its_field(
+    key: str, value: object, field: str, parsed: object
+) -> None:
+    config = parse_config({**GROUP, key: value})
+    assert getattr(config, field) == parsed
+
+
+def test_ip_and_port_aliases_make_one_server() -> None:
+    config = parse_config({**GROUP, "td.connect.ip": "10.1.2.3", "td.connect.port": 6041})
+    assert config.server == "10.1.2.3:6041"
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD, ids=lambda v: str(v)[:40])
+def test_each_bad_value_names_key_value_and_what_is_allowed(
+    extra: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({**GROUP, **extra})
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ("", "group.id: '' is not 1..192 characters long"),
+        ("g" * 193, f"group.id: {'g' * 193!r} is not 1..192 characters long"),
+        ("a:b", "group.id: 'a:b' is not allowed: a group id may not contain ':'"),
+        (None, "group.id: None is not a string"),
+    ],
+)
+def test_bad_group_ids(group: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"group.id": group})
+    assert str(info.value) == message
+
+
+def test_missing_group_id_unknown_keys_and_a_non_dict() -> None:
+    with pytest.raises(ConfigError, match=r"^group.id: missing; every consumer needs a group"):
+        parse_config({"client.id": "c1"})
+    with pytest.raises(ConfigError, match=r"^td.connect.db: unknown consumer config key") as info:
+        parse_config({**GROUP, "td.connect.db": "power"})
+    assert "known keys: auto.commit.interval.ms, auto.offset.reset," in str(info.value)
+    with pytest.raises(ConfigError, match=r"is not a dict of key -> value"):
+        parse_config([("group.id", "g")])  # type: ignore[arg-type]
+
+
+def test_the_config_is_frozen() -> None:
+    config = parse_config(GROUP)
+    with pytest.raises(AttributeError):
+        config.group_id = "other"  # type: ignore[misc]
+
+
+def test_topic_lists() -> None:
+    assert topic_names(["a", " b ", "a"]) == ["a", "b"]
+    assert topic_names(()) == []
+    with pytest.raises(ConfigError, match=r"^subscribe: 'a' is not a list of topic names"):
+        topic_names("a")
+    with pytest.raises(ConfigError, match=r"^subscribe: '' in \['t', ''\] is not a topic name"):
+        topic_names(["t", ""])
+    with pytest.raises(ConfigError, match=r"^subscribe: 3 in \[3\] is not a topic name"):
+        topic_names([3])  # type: ignore[list-item]
