@@ -15,7 +15,13 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import TypeVar
 
-from sqltopic.errors import ConfigError, ConsumerFenced, OffsetOutOfRange
+from sqltopic.errors import (
+    ConfigError,
+    ConsumerFenced,
+    OffsetOutOfRange,
+    TopicDropped,
+    TopicNotFound,
+)
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -85,7 +91,16 @@ class VnodeService(pb_grpc.VnodeServicer):
 
     async def _poll(self, request: pb.PollRequest, context: Context) -> Message:
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
-        vnode = await self._run(self._engine.vnode_of, topic, vgroup)
+        try:
+            vnode = await self._run(self._engine.vnode_of, topic, vgroup)
+        except TopicNotFound:
+            member = self._coordinator.member(request.consumer_id)
+            if member is not None and topic in member.topics:
+                raise TopicDropped(
+                    f"topic {topic} was dropped while consumer {member.id} subscribed to "
+                    "it: unsubscribe from it"
+                ) from None
+            raise
         fence = (request.consumer_id, group, topic, vgroup, request.epoch)
         self._coordinator.check_owner(*fence)
         limits = _limits(request)

@@ -324,3 +324,17 @@ def test_a_held_poll_is_fenced_when_its_vgroup_moves(hot: Connection, wire: Wire
         ("ABORTED", "ConsumerFenced")
     ]
     assert answers == ["data"]
+
+
+def test_polling_a_dropped_subscribed_topic_is_topic_dropped(hot: Connection, wire: Wire) -> None:
+    sub = wire.subscribe("g", ["hot"])
+    epoch = wire.assignment(sub.consumer_id).epoch
+    hot.execute("DROP TOPIC hot")
+    with pytest.raises(grpc.RpcError) as info:
+        wire.poll(sub.consumer_id, "g", "hot", 1, epoch)
+    code, trailers = status(info.value)
+    assert (code.name, trailers["sqltopic-error"]) == ("NOT_FOUND", "TopicDropped")
+    beat = wire.mnode.Heartbeat(
+        pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=epoch), metadata=wire.md
+    )
+    assert [(t.topic, t.dropped) for t in beat.topics] == [("hot", True)]
