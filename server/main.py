@@ -16,7 +16,6 @@ from pathlib import Path
 
 from sqltopic.errors import Error
 from sqltopic.server.auth import DEFAULT_ROOT_PASSWORD
-from sqltopic.server.grpc_server import ServerConfig, run
 
 # Where the root password comes from when --root-password is not given.
 ROOT_PASSWORD_ENV = "SQLTOPIC_ROOT_PASSWORD"
@@ -41,6 +40,10 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # imported here: `sqltopic sql` and friends parse these options without loading the
+    # engine (DuckDB) and the gRPC server
+    from sqltopic.server.grpc_server import ServerConfig, run  # noqa: PLC0415
+
     data = Path(args.data)
     config = ServerConfig(data, args.host, args.port, args.root_password)
 

@@ -1,0 +1,201 @@
+"""`sqltopic consume TOPIC`: print a topic's rows as they arrive.
+
+A `sqltopic.consumer.Consumer` subscribes to the topic and its messages are printed as
+they come: `table` prints an aligned table per block, under a line naming the topic,
+vgroup, offsets and source table; `jsonl` one JSON object per row; `csv` a header once,
+then the rows. Meta events (WITH META topics) are shown in table mode and as notes on
+stderr otherwise; a `data_lost` message is a note on stderr.
+
+Group: `--group G` joins G, starts from its committed offsets (`--from` applies only to
+vgroups without one) and commits each message once printed. Without `--group` the
+command joins a new group of its own, `sqltopic-cli-<random>`, as Kafka's console
+consumer does, and commits nothing. `--commit/--no-commit` overrides either default.
+A message cut short by `--max-rows` is not committed: its rows come again next time.
+
+The run ends after `--max-rows` rows, after `--timeout` seconds without a message, or at
+Ctrl-C (or SIGTERM); the consumer is closed either way and the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Literal, TextIO
+
+from sqltopic.cli_connect import ServerOptions, options_parser, positive_float, positive_int
+from sqltopic.cli_format import FORMATS, Format, counted, table_lines, writer
+
+if TYPE_CHECKING:
+    from sqltopic.consumer import Consumer
+    from sqltopic.message import Message
+
+Start = Literal["earliest", "latest"]
+GROUP_PREFIX = "sqltopic-cli-"
+# How long one poll waits when no --timeout bounds the run: the loop wakes this often
+# for nothing, and Ctrl-C interrupts the wait anyway.
+POLL_WAIT_S = 1.0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "consume",
+        parents=[options_parser()],
+        help="print a topic's rows as they arrive",
+        description="Print a topic's rows as they arrive, until --max-rows, --timeout or "
+        "Ctrl-C. With --group: start from the group's committed offsets and commit what was "
+        "printed. Without: a new group of its own, committing nothing.",
+    )
+    parser.add_argument("topic", help="topic to consume")
+    parser.add_argument(
+        "--group", help=f"consumer group (default: a new group {GROUP_PREFIX}<random>)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        choices=("earliest", "latest"),
+        default="latest",
+        help="where to start on vgroups the group has no committed offset for "
+        "(default: latest, only new rows)",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="table", help="default: table")
+    parser.add_argument("--max-rows", type=positive_int, metavar="N", help="stop after N rows")
+    parser.add_argument(
+        "--timeout", type=positive_float, metavar="S", help="stop after S seconds without data"
+    )
+    parser.add_argument(
+        "--commit",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="commit each message once printed (default: with --group only)",
+    )
+    parser.set_defaults(run=run)
+
+
+@dataclass(frozen=True)
+class Settings:
+    topic: str
+    group: str
+    start: Start
+    fmt: Format
+    max_rows: int | None
+    timeout: float | None
+    commit: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Settings:
+        group = args.group or GROUP_PREFIX + secrets.token_hex(4)
+        commit = args.commit if args.commit is not None else args.group is not None
+        return cls(args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit)
+
+    def config(self, server: ServerOptions) -> dict[str, str]:
+        return {
+            "server": server.server,
+            "user": server.user,
+            "password": server.password,
+            "group.id": self.group,
+            "client.id": f"sqltopic-cli-{os.getpid()}",
+            "auto.offset.reset": self.start,
+            "enable.auto.commit": "false",
+        }
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here, so that the other commands (`server` above all) never load it
+    from sqltopic.consumer import Consumer  # noqa: PLC0415
+
+    settings = Settings.of(args)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Consumer(settings.config(ServerOptions.of(args))) as consumer:
+            consumer.subscribe([settings.topic])
+            # Ctrl-C is how a follow without limits ends; the consumer closes all the same
+            with contextlib.suppress(KeyboardInterrupt):
+                follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the run as Ctrl-C does: the consumer is closed cleanly."""
+    raise KeyboardInterrupt
+
+
+def follow(consumer: Consumer, printer: Printer, settings: Settings) -> int:
+    """Poll and print until the row limit or the idle timeout; the rows printed."""
+    printed = 0
+    idle_since = time.monotonic()
+    while settings.max_rows is None or printed < settings.max_rows:
+        wait = POLL_WAIT_S
+        if settings.timeout is not None:
+            wait = settings.timeout - (time.monotonic() - idle_since)
+            if wait <= 0:
+                break
+        msg = consumer.poll(wait)
+        if msg is None:
+            continue
+        idle_since = time.monotonic()
+        limit = None if settings.max_rows is None else settings.max_rows - printed
+        shown = printer.show(msg, limit)
+        printed += shown
+        if settings.commit and shown == msg.row_count:
+            consumer.commit(msg)
+    return printed
+
+
+class Printer:
+    """Writes messages in one format: rows on `out`, notes on `notes`."""
+
+    def __init__(self, fmt: Format, out: TextIO, notes: TextIO) -> None:
+        self.fmt = fmt
+        self.out = out
+        self.notes = notes
+        self.rows = writer(fmt, out)
+
+    def show(self, msg: Message, limit: int | None) -> int:
+        """Print `msg` (at most `limit` rows); the rows printed."""
+        where = f"topic {msg.topic} vgroup {msg.vgroup}"
+        if msg.kind == "data_lost":
+            self._note(
+                f"{where}: versions {msg.offset}..{msg.end_offset - 1} were deleted by "
+                "retention before they were read"
+            )
+            return 0
+        if msg.kind == "meta":
+            event = json.dumps(msg.meta, ensure_ascii=False, sort_keys=True)
+            if self.fmt == "table":
+                self.out.write(f"-- {where} offset {msg.offset}: meta {event}\n")
+            else:
+                self._note(f"{where} offset {msg.offset}: meta {event}")
+            return 0
+        return self._data(msg, where, limit)
+
+    def _data(self, msg: Message, where: str, limit: int | None) -> int:
+        shown = 0
+        for block in msg.blocks:
+            take = len(block) if limit is None else min(limit - shown, len(block))
+            if take <= 0:
+                break
+            data = block.data.slice(0, take)
+            if self.fmt == "table":
+                source = f" table {block.table_name}" if block.table_name else ""
+                versions = f"versions {msg.offset}..{msg.end_offset - 1}"
+                self.out.write(f"-- {where} {versions}{source}: {counted(take, 'row')}\n")
+                self.out.write("".join(line + "\n" for line in table_lines(data)))
+            else:
+                self.rows.write(data)
+            shown += take
+        self.out.flush()
+        return shown
+
+    def _note(self, text: str) -> None:
+        self.out.flush()
+        print(f"sqltopic: {text}", file=self.notes, flush=True)

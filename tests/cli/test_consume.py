@@ -1,0 +1,146 @@
+"""End-to-end: `sqltopic consume` prints a topic's rows from a real server."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import signal
+import struct
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.cli_format import iso_timestamps
+from sqltopic.client import Connection
+from tests.cli.support import RUN_DEADLINE_S, Lines, parse_table, run_on, start_cli
+from tests.live_server import ServerProcess
+
+COLUMNS = "ts, current, voltage, location, tbname"
+WHERE = "voltage > 220"
+# A safety net only: every run below ends by --max-rows or an idle --timeout.
+IDLE_S = "20"
+
+
+def _insert(conn: Connection, first: int, count: int) -> None:
+    """`count` rows over four meters from timestamp `first` (ms); about half match."""
+    parts = []
+    for m in range(4):
+        values = " ".join(
+            f"({first + i}, {10 + i / 8}, {215 + (i * 7 + m) % 12}, 0.3)"
+            for i in range(m, count, 4)
+        )
+        tags = f"('California.Meter{m}', {m})"
+        parts.append(f"d{1001 + m} USING power.meters TAGS {tags} VALUES {values}")
+    conn.execute("INSERT INTO " + " ".join(parts))
+
+
+def _expected(conn: Connection, since: str = "1970-01-01") -> Counter[tuple[Any, ...]]:
+    table = conn.query(f"SELECT {COLUMNS} FROM power.meters WHERE {WHERE} AND ts >= '{since}'")
+    return _normal(table.to_pylist())
+
+
+def _normal(records: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """Rows comparable across JSON, CSV and Arrow: ISO timestamps, FLOAT as float32."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in records:
+        ts = r["ts"]
+        if not isinstance(ts, str):
+            ts = iso_timestamps(pa.array([ts], pa.timestamp("ms")))[0]
+        current = struct.unpack("f", struct.pack("f", float(r["current"])))[0]
+        out[(ts, current, int(r["voltage"]), r["location"], r["tbname"])] += 1
+    return out
+
+
+@pytest.fixture
+def topic(live_power: Connection) -> Connection:
+    _insert(live_power, 1_538_548_685_000, 40)
+    live_power.execute(f"CREATE TOPIC over AS SELECT {COLUMNS} FROM power.meters WHERE {WHERE}")
+    return live_power
+
+
+def test_jsonl_rows_equal_the_select(topic: Connection, server: ServerProcess) -> None:
+    expected = _expected(topic)
+    total = str(sum(expected.values()))
+    done = run_on(server, "consume", "over", "--from", "earliest", "--format", "jsonl",
+                  "--max-rows", total, "--timeout", IDLE_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _normal([json.loads(line) for line in done.stdout.splitlines()]) == expected
+
+
+def test_csv_with_a_group_commits_and_resumes(topic: Connection, server: ServerProcess) -> None:
+    first = _expected(topic)
+    args = ("consume", "over", "--group", "g1", "--from", "earliest", "--format", "csv")
+    done = run_on(server, *args, "--max-rows", str(sum(first.values())), "--timeout", IDLE_S)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert done.stdout.splitlines()[0] == "ts,current,voltage,location,tbname"
+    assert _normal(rows) == first
+    idle = run_on(server, *args, "--timeout", "2")
+    assert (idle.returncode, idle.stdout) == (0, "")  # all committed
+    _insert(topic, 1_538_548_700_000, 12)
+    later = _expected(topic, since="2018-10-03 06:38:20")  # 1_538_548_700_000
+    more = run_on(server, *args, "--max-rows", str(sum(later.values())), "--timeout", IDLE_S)
+    assert _normal(list(csv.DictReader(io.StringIO(more.stdout)))) == later
+
+
+def test_a_message_cut_by_max_rows_is_not_committed(
+    live_power: Connection, server: ServerProcess
+) -> None:
+    live_power.execute("CREATE TOPIC every AS SELECT ts, voltage FROM power.meters")
+    live_power.execute(
+        "INSERT INTO d1 USING meters TAGS ('x', 1) VALUES (1000, 0, 1, 0) (2000, 0, 2, 0) "
+        "(3000, 0, 3, 0) (4000, 0, 4, 0) (5000, 0, 5, 0)"
+    )
+    args = ("consume", "every", "--group", "g", "--from", "earliest", "--format", "jsonl")
+    cut = run_on(server, *args, "--max-rows", "2", "--timeout", IDLE_S)
+    assert [json.loads(line)["voltage"] for line in cut.stdout.splitlines()] == [1, 2]
+    whole = run_on(server, *args, "--max-rows", "5", "--timeout", IDLE_S)
+    assert [json.loads(line)["voltage"] for line in whole.stdout.splitlines()] == [1, 2, 3, 4, 5]
+
+
+def test_table_format_names_topic_vgroup_and_rows(topic: Connection, server: ServerProcess) -> None:
+    expected = _expected(topic)
+    done = run_on(server, "consume", "over", "--from", "earliest", "--max-rows",
+                  str(sum(expected.values())), "--timeout", IDLE_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    blocks: list[list[str]] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("-- "):
+            assert re.fullmatch(r"-- topic over vgroup \d+ versions \d+\.\.\d+.*: \d+ rows?", line)
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    records = []
+    for block in blocks:
+        header, rows = parse_table(block)
+        assert header == ["ts", "current", "voltage", "location", "tbname"]
+        for row in rows:
+            record = dict(zip(header, row, strict=True))
+            record["ts"] = record["ts"].replace(" ", "T") + "Z"
+            records.append(record)
+    assert _normal(records) == expected
+
+
+def test_ctrl_c_closes_the_consumer_and_exits_0(topic: Connection, server: ServerProcess) -> None:
+    proc = start_cli("consume", "over", "--server", server.address, "--group", "g2",
+                     "--from", "earliest", "--format", "jsonl")  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    Lines(proc.stdout).until("{")  # consuming
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=RUN_DEADLINE_S) == 0
+    assert proc.stderr.read() == ""
+    # what it printed was committed: the group has nothing left, or only later messages
+    again = run_on(server, "consume", "over", "--group", "g2", "--format", "jsonl",
+                   "--timeout", "2")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert len(again.stdout.splitlines()) < sum(_expected(topic).values())
+
+
+def test_unknown_topic_is_one_line(live_power: Connection, server: ServerProcess) -> None:
+    done = run_on(server, "consume", "nosuch", "--timeout", "1")
+    assert (done.returncode, done.stderr) == (1, "sqltopic: topic nosuch does not exist\n")
