@@ -8,7 +8,8 @@ and `tbname` may be named, `*` shows the data columns only, as in TDengine).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, get_args
 
 import pyarrow as pa
 from sqlglot import exp
@@ -21,6 +22,11 @@ from sqltopic.server.state import State
 from sqltopic.sql import statements as st
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
+from sqltopic.sql.topic import coerce_timestamp_literals
+from sqltopic.sql.types import Precision
+
+# Arrow timestamp units that are database precisions.
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 _names = itertools.count()
 
@@ -36,6 +42,7 @@ def select(state: State, session: Session, stmt: st.Select) -> Result:
         relations[name] = rel
         _expand_star(table, visible)
         table.replace(exp.Table(this=exp.to_identifier(name), alias=_alias(table)))
+    coerce_timestamp_literals(tree, _timestamp_columns(relations.values()))
     sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     con = state.duck.get()
     try:
@@ -47,6 +54,16 @@ def select(state: State, session: Session, stmt: st.Select) -> Result:
     finally:
         for name in relations:
             con.unregister(name)
+
+
+def _timestamp_columns(relations: Iterable[pa.Table]) -> dict[str, Precision]:
+    """Timestamp columns of the queried relations by name, with their precision."""
+    found: dict[str, Precision] = {}
+    for rel in relations:
+        for field in rel.schema:
+            if pa.types.is_timestamp(field.type) and field.type.unit in PRECISIONS:
+                found[field.name.lower()] = field.type.unit
+    return found
 
 
 def _alias(table: exp.Table) -> exp.TableAlias:

@@ -42,6 +42,7 @@ from sqltopic.errors import SqlError
 from sqltopic.sql import layout
 from sqltopic.sql.model import TBNAME, Catalog, Topic
 from sqltopic.sql.statements import CreateTopic
+from sqltopic.sql.topic.compare import coerce_timestamp_literals
 from sqltopic.sql.topic.compile import COMPILERS
 from sqltopic.sql.topic.rules import (
     SCALAR_FUNCTIONS,
@@ -54,6 +55,7 @@ from sqltopic.sql.topic.target import find_target
 from sqltopic.sql.topic.text import Text
 
 __all__ = [
+    "coerce_timestamp_literals",
     "SCALAR_FUNCTIONS",
     "STATEFUL_FUNCTIONS",
     "TBNAME_LENGTH",

@@ -73,20 +73,46 @@ def _to_double(node: exp.Expr) -> exp.Expr:
 
 def _timestamp(node: exp.Expr, precision: Precision, text: Text) -> exp.Expr:
     """A literal compared with a timestamp, as a DuckDB timestamp literal."""
+    try:
+        return timestamp_literal(node, precision)
+    except SqlError as err:
+        raise text.error(SqlError, err.message, node) from None
+
+
+def timestamp_literal(node: exp.Expr, precision: Precision) -> exp.Expr:
+    """A literal (integer in `precision`, or date-time string) compared with a timestamp,
+    as a DuckDB timestamp literal; SqlError when it is neither or out of range."""
     value = _literal_epoch(node, precision)
     if value is None:
-        raise text.error(
-            SqlError,
+        raise SqlError(
             f"{node.sql(dialect=TDengine)} is not a timestamp: write an integer in the "
-            f"database precision ({precision}) or a date-time 'YYYY-MM-DD HH:MM:SS[.fff][Z]'",
-            node,
+            f"database precision ({precision}) or a date-time 'YYYY-MM-DD HH:MM:SS[.fff][Z]'"
         )
     try:
         iso = _iso(value, precision)
     except (OverflowError, ValueError):
-        raise text.error(SqlError, f"timestamp {value} is out of range", node) from None
+        raise SqlError(f"timestamp {value} is out of range") from None
     to = exp.DataType.build(_TS_LITERAL[precision], dialect="duckdb")
     return exp.Cast(this=exp.Literal.string(iso), to=to)
+
+
+def coerce_timestamp_literals(tree: exp.Expr, timestamps: dict[str, Precision]) -> None:
+    """In ad hoc SQL: literals compared (=, <, BETWEEN, IN, ...) with a column named in
+    `timestamps` (lowercase name -> precision) become timestamp literals, as TDengine
+    reads `ts > 1538548685000` and `ts > '2018-10-03 14:38:05'`."""
+    for node in list(tree.find_all(*COMPARISONS, exp.Between, exp.In)):
+        operands = _operands(node)
+        if isinstance(node, COMPARISONS) and _is_literal(operands[0]):
+            operands = operands[::-1]
+        subject = operands[0]
+        if not isinstance(subject, exp.Column):
+            continue
+        precision = timestamps.get(subject.name.lower())
+        if precision is None:
+            continue
+        for other in operands[1:]:
+            if _is_literal(other):
+                other.replace(timestamp_literal(other, precision))
 
 
 def _literal_epoch(node: exp.Expr, precision: Precision) -> int | None:

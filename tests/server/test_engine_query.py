@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.errors import SqlError
+from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
 from tests.server.dataset import DATA_NAMES, NORMAL_NAMES, TAG_NAMES, Loaded
 from tests.server.support import norm_rows
@@ -147,3 +148,27 @@ def test_query_sees_only_this_databases_tables(loaded: Loaded) -> None:
     assert engine.execute("SELECT count(*) FROM power.ntb", session).rows == [
         (sum(1 for t, _ in loaded.data.all_rows() if t == "ntb"),)
     ]
+
+
+@pytest.mark.parametrize("precision", ["ms", "us", "ns"])
+def test_timestamps_compare_with_integers_and_date_times(engine: Engine, precision: str) -> None:
+    scale = {"ms": 1, "us": 1_000, "ns": 1_000_000}[precision]
+    engine.execute(f"CREATE DATABASE p PRECISION '{precision}'; USE p")
+    engine.execute("CREATE TABLE t (ts TIMESTAMP, v INT)")
+    base = 1_538_548_685_000  # 2018-10-03 06:38:05 UTC, in ms
+    engine.execute(
+        "INSERT INTO t VALUES " + " ".join(f"({(base + i * 1000) * scale}, {i})" for i in range(5))
+    )
+    cases = {
+        f"ts >= {(base + 2000) * scale}": [2, 3, 4],
+        f"{(base + 1000) * scale} >= ts": [0, 1],
+        "ts > '2018-10-03 06:38:07'": [3, 4],
+        "ts BETWEEN '2018-10-03 06:38:06' AND '2018-10-03T06:38:07Z'": [1, 2],
+        f"ts IN ({base * scale}, '2018-10-03 14:38:09+08:00')": [0, 4],
+        f"t.ts = {(base + 3000) * scale}": [3],
+    }
+    for where, expected in cases.items():
+        rows = engine.execute(f"SELECT v FROM t WHERE {where} ORDER BY v").rows
+        assert [v for (v,) in rows] == expected, where
+    with pytest.raises(SqlError, match="'yesterday' is not a timestamp"):
+        engine.execute("SELECT v FROM t WHERE ts > 'yesterday'")
