@@ -141,7 +141,7 @@ def _ticks(text: str, precision: Precision) -> int:
     else:
         try:
             value = parse_datetime(text.strip(), precision)
-        except Exception:  # sql.values signals a bad date-time with its private class
+        except ValueError:
             raise pa.ArrowInvalid(f"not a timestamp: {text!r}") from None
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise pa.ArrowInvalid(f"timestamp out of range: {text!r}")

@@ -97,7 +97,7 @@ _NOT_A_TIMESTAMP = (
 )
 
 
-class _Rejected(Exception):
+class _Rejected(ValueError):
     """A value does not fit its column; the argument says why."""
 
 
@@ -256,7 +256,8 @@ def _now(word: str, ctx: _Context) -> int:
 
 
 def parse_datetime(text: str, precision: Precision) -> int:
-    """A date-time string as an integer timestamp in `precision`; naive ones are UTC."""
+    """A date-time string as an integer timestamp in `precision`; naive ones are UTC.
+    ValueError (saying why) when it is not one."""
     m = _DATETIME_RE.fullmatch(text)
     if m is None:
         raise _Rejected(_NOT_A_TIMESTAMP)
