@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench proto
+.PHONY: run test lint typecheck pytest setup clean bench bench-server proto
 
 setup: $(STAMP)
 
@@ -54,6 +54,12 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/wal_bench.py
+
+# The server benchmark, with Redis Streams as its peer (docs/performance.md §5, §7):
+# installs redis-server from Debian's packages when it is missing (needs root).
+bench-server: $(STAMP)
+	command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server)
+	$(BIN)/python bench/server_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
