@@ -83,16 +83,38 @@ class VnodeService(pb_grpc.VnodeServicer):
     ) -> AsyncIterator[pb.PollResponse]:
         try:
             self._sessions.session(context.invocation_metadata())
-            message = await self._poll(request, context)
+            frames = await self._poll(request, context)
         except Exception as exc:
             await fail(context, exc)
-        for frame in await self._run(_frames, message, _with_names(request)):
+        for frame in frames:
             yield frame
 
-    async def _poll(self, request: pb.PollRequest, context: Context) -> Message:
+    async def _poll(self, request: pb.PollRequest, context: Context) -> list[pb.PollResponse]:
+        """The answer's frames. Each read (and its framing) is one trip to the worker
+        pool: hops between threads cost more than a small read itself."""
+        deadline = time.monotonic() + _wait_s(request, context)
+        fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
+                 request.epoch)  # fmt: skip
+        vnode, position = await self._run(self._start, request)
+        first = position
+        while True:
+            message, frames = await self._run(self._read, vnode, request, position, first)
+            remaining = deadline - time.monotonic()
+            if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
+                return frames
+            position = message.end_offset
+            reassigned = self._reassigned
+            await wait_for_version(
+                vnode.wal.notifier, position, remaining, self._stopping, reassigned
+            )
+            # the vgroup may have moved while the poll waited: its new owner reads now
+            self._coordinator.check_owner(*fence)
+
+    def _start(self, request: pb.PollRequest) -> tuple[Vnode, int]:
+        """The vnode, after the fencing check, and the position to read from."""
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
         try:
-            vnode = await self._run(self._engine.vnode_of, topic, vgroup)
+            vnode = self._engine.vnode_of(topic, vgroup)
         except TopicNotFound:
             member = self._coordinator.member(request.consumer_id)
             if member is not None and topic in member.topics:
@@ -101,31 +123,23 @@ class VnodeService(pb_grpc.VnodeServicer):
                     "it: unsubscribe from it"
                 ) from None
             raise
-        fence = (request.consumer_id, group, topic, vgroup, request.epoch)
-        self._coordinator.check_owner(*fence)
-        limits = _limits(request)
+        self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+        _limits(request)  # bad limits fail before any read
         if request.HasField("position"):
-            position = request.position
-        else:
-            reset = RESETS.get(request.auto_offset_reset)
-            if reset is None:
-                raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
-            position = start_position(vnode, topic, group, reset)
-        deadline = time.monotonic() + _wait_s(request, context)
-        first = position
-        while True:
-            message = await self._run(read_message, self._engine, vnode, topic, position, limits)
-            message.offset = first
-            remaining = deadline - time.monotonic()
-            if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
-                return message
-            position = message.end_offset
-            reassigned = self._reassigned
-            await wait_for_version(
-                vnode.wal.notifier, position, remaining, self._stopping, reassigned
-            )
-            # the vgroup may have moved while the poll waited: its new owner reads now
-            self._coordinator.check_owner(*fence)
+            return vnode, request.position
+        reset = RESETS.get(request.auto_offset_reset)
+        if reset is None:
+            raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
+        return vnode, start_position(vnode, topic, group, reset)
+
+    def _read(
+        self, vnode: Vnode, request: pb.PollRequest, position: int, first: int
+    ) -> tuple[Message, list[pb.PollResponse]]:
+        """The next message from `position`, and its frames unless it is empty (a held
+        poll reads again after the next write)."""
+        message = read_message(self._engine, vnode, request.topic, position, _limits(request))
+        message.offset = first
+        return message, _frames(message, _with_names(request))
 
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         try:

@@ -75,7 +75,9 @@ def test_a_dropped_topic_fails_the_poll(power: Connection, server: ServerProcess
         power.execute("DROP TOPIC FORCE overvoltage")
         error = _first_error(consumer)
         assert isinstance(error, TopicDropped)
-        assert str(error) == "topic overvoltage was dropped; unsubscribe from it"
+        # the heartbeat's flag (client's words) or the poll's error (server's) comes first
+        assert str(error).startswith("topic overvoltage was dropped")
+        assert str(error).endswith("unsubscribe from it")
         with pytest.raises(TopicDropped):  # until the application unsubscribes
             consumer.poll(0.1)
         consumer.unsubscribe()

@@ -48,13 +48,22 @@ def test_a_message_gathers_min_rows_over_many_entries(db: Engine) -> None:
     start = _vnode(db).wal.next_version
     for i in range(40):
         _insert(db, i * 10, 10)  # 5 matching rows per entry
-    values, end = _values(db, "odd", start, PollLimits(min_rows=50))
+    values, end = _values(db, "odd", start, PollLimits(min_rows=50, read_ahead=0))
     # whole entries, in steps sized by the selectivity seen: at least 50, not all
     assert 50 <= len(values) < 100
     assert values == list(range(1, 2 * len(values), 2))
     rest, final = _values(db, "odd", end, PollLimits(min_rows=10_000))
     assert values + rest == list(range(1, 400, 2))
     assert final == _vnode(db).wal.next_version
+
+
+def test_with_entries_waiting_a_poll_reads_ahead_of_min_rows(db: Engine) -> None:
+    start = _vnode(db).wal.next_version
+    for i in range(40):
+        _insert(db, i * 10, 10)
+    values, final = _values(db, "odd", start, PollLimits(min_rows=5, read_ahead=200))
+    assert values == list(range(1, 200, 2))  # 200 rows read: 20 entries, 100 matching
+    assert final == start + 20
 
 
 def test_max_rows_bounds_a_message_to_whole_entries(db: Engine) -> None:

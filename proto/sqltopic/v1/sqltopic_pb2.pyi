@@ -976,8 +976,11 @@ class PollRequest(_message.Message):
     split); 0 = the server's default (64 MiB).
     """
     min_rows: _builtins.int
-    """`min.poll.rows` (0 = 4096): the vnode stops reading WAL entries for this message
-    once it holds at least this many rows.
+    """`min.poll.rows` (0 = 4096): the vnode keeps reading WAL entries for this message
+    until it holds at least this many rows (or reaches max_rows, max_bytes, a meta
+    event, the end of the WAL, or its per-poll scan budget). With entries waiting it
+    reads at least 100,000 rows' worth anyway: a bigger message drains a backlog faster
+    for about the same cost per message.
     """
     max_wait_ms: _builtins.int
     """`fetch.max.wait.ms` (0 = answer at once): how long the vnode holds a poll that
