@@ -25,6 +25,7 @@ from sqltopic.errors import (
     OffsetOutOfRange,
     RebalanceInProgress,
     SchemaInUseError,
+    ServerUnavailable,
     SqlError,
     SqlSyntaxError,
     TopicDropped,
@@ -42,8 +43,8 @@ from sqltopic.errors import (
 if TYPE_CHECKING:
     from sqltopic import aio
     from sqltopic.client import connect
-    from sqltopic.consumer import Consumer
-    from sqltopic.message import Block, Message, TopicPartition
+    from sqltopic.client.consumer import Consumer
+    from sqltopic.client.message import Block, Message, TopicPartition
 
 __version__ = "0.1.0"
 
@@ -64,6 +65,7 @@ __all__ = [
     "OffsetOutOfRange",
     "RebalanceInProgress",
     "SchemaInUseError",
+    "ServerUnavailable",
     "SqlError",
     "SqlSyntaxError",
     "TopicDropped",
@@ -85,10 +87,10 @@ __all__ = [
 # Public names whose modules import grpc or pyarrow: loaded by __getattr__ on first use.
 _LAZY = {
     "connect": "sqltopic.client",
-    "Consumer": "sqltopic.consumer",
-    "Message": "sqltopic.message",
-    "Block": "sqltopic.message",
-    "TopicPartition": "sqltopic.message",
+    "Consumer": "sqltopic.client.consumer",
+    "Message": "sqltopic.client.message",
+    "Block": "sqltopic.client.message",
+    "TopicPartition": "sqltopic.client.message",
 }
 
 

@@ -7,7 +7,7 @@ loopback (bench/redis_peer.py) in the same run.
    pipelined batches of 10,000 and 1,000 XADDs (one field per column) into Redis with
    `appendfsync always` and `everysec`;
 2. consume: a backlog of 10,000,000 rows (10,000-row writes over 100 children and 4
-   vgroups) drained from the start by one `sqltopic.consumer.Consumer` through query
+   vgroups) drained from the start by one `sqltopic.client.consumer.Consumer` through query
    topics `SELECT ts, current, voltage FROM meters WHERE voltage > X` keeping 50 %, 1 %
    and 100 % of the rows; against XREADGROUP of the same rows, filtered client-side;
 3. latency: a producer process writing one row every millisecond, each carrying its
@@ -56,7 +56,7 @@ from engine_bench import (
 from harness import Report
 
 from sqltopic.client import Connection, connect
-from sqltopic.consumer import Consumer
+from sqltopic.client.consumer import Consumer
 
 # The server's "ready" line on stdout (cli.py) and how long a start or a stop may take:
 # starting Python, DuckDB and grpc takes seconds on a slow machine; a stop syncs WALs.
@@ -610,7 +610,7 @@ NOTES = {
     ),
     "consume_note": (
         "rows_s = backlog rows / seconds from subscribe() to the delivery of the last "
-        "matching row, by one sqltopic.consumer.Consumer (group new per drain, "
+        "matching row, by one sqltopic.client.consumer.Consumer (group new per drain, "
         "auto.offset.reset earliest, other settings default); then every vgroup's "
         "position is checked to be its end, and the delivered count to match. Backlog: "
         "database power VGROUPS 4 WAL_LEVEL 1, 10,000-row writes into child k % 100. "

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sqltopic.cli_format import iso_timestamps
+from sqltopic.cli.format import iso_timestamps
 from sqltopic.client import Connection
 from tests.cli.support import RUN_DEADLINE_S, Lines, parse_table, run_on, start_cli
 from tests.live_server import ServerProcess

@@ -7,8 +7,8 @@ import json
 
 import pyarrow as pa
 
-from sqltopic.cli_format import CsvWriter, JsonLinesWriter, counted, json_values, table_lines
-from sqltopic.cli_progress import Progress, line
+from sqltopic.cli.format import CsvWriter, JsonLinesWriter, counted, json_values, table_lines
+from sqltopic.cli.progress import Progress, line
 
 TS_MS = 1_538_548_685_123
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sqltopic.cli_repl import CONTINUATION, PROMPT
+from sqltopic.cli.repl import CONTINUATION, PROMPT
 from sqltopic.client import Connection, connect
 from tests.cli.support import (
     OUTPUT_DEADLINE_S,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sqltopic.cli_statements import Statement, advance, split, statements
+from sqltopic.cli.statements import Statement, advance, split, statements
 from sqltopic.errors import SqlError
 
 CASES = [

@@ -9,8 +9,8 @@ from collections import Counter
 from typing import Any
 
 from sqltopic.aio import Consumer as AsyncConsumer
-from sqltopic.consumer import Consumer
-from sqltopic.message import Message, TopicPartition
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message, TopicPartition
 
 # A condition that does not hold within this long never will.
 DEADLINE_S = 30.0

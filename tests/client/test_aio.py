@@ -13,6 +13,7 @@ import pytest
 
 import sqltopic
 from sqltopic import aio
+from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import (
     ConfigError,
     Error,
@@ -21,7 +22,6 @@ from sqltopic.errors import (
     SqlSyntaxError,
     TopicNotFound,
 )
-from sqltopic.message import Message, TopicPartition
 from tests.client.support import (
     METERS,
     SELECT,

@@ -7,8 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from sqltopic.consumer_config import KEYS, ConsumerConfig, config_keys, parse_config
-from sqltopic.consumer_state import topic_names
+from sqltopic.client.config import KEYS, ConsumerConfig, config_keys, parse_config
+from sqltopic.client.state import topic_names
 from sqltopic.errors import ConfigError
 
 GROUP = {"group.id": "g1"}

@@ -13,7 +13,8 @@ import pytest
 
 import sqltopic
 from sqltopic.client import Connection
-from sqltopic.consumer import Consumer
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -22,7 +23,6 @@ from sqltopic.errors import (
     OffsetOutOfRange,
     TopicNotFound,
 )
-from sqltopic.message import Message, TopicPartition
 from tests.client.support import (
     SELECT,
     config,

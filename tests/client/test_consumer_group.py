@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sqltopic.client import Connection, connect
-from sqltopic.consumer import Consumer
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message
 from sqltopic.errors import Error, TopicDropped
-from sqltopic.message import Message
 from tests.client.support import (
     DEADLINE_S,
     METERS,

@@ -9,9 +9,9 @@ from datetime import datetime
 import pyarrow as pa
 import pytest
 
-from sqltopic.consumer_effects import Fetch, failed, fetched
+from sqltopic.client.effects import Fetch, failed, fetched
+from sqltopic.client.message import Block, Empty, Message, TopicPartition, message_from_frames
 from sqltopic.errors import Error
-from sqltopic.message import Block, Empty, Message, TopicPartition, message_from_frames
 from sqltopic.proto.arrow_ipc import chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 

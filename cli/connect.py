@@ -12,7 +12,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from sqltopic.client import DEFAULT_ADDRESS, Connection, connect
+from sqltopic.client.connection import DEFAULT_ADDRESS, Connection, connect
 from sqltopic.errors import AuthenticationFailed, Error
 
 SERVER_ENV = "SQLTOPIC_SERVER"

@@ -1,6 +1,6 @@
 """`sqltopic.Consumer`: consuming topics with plain (thread-based) grpc.
 
-All protocol logic is in the sans-IO core (consumer_core.py); this module performs its
+All protocol logic is in the sans-IO core (core.py); this module performs its
 effects: unary calls on one channel per endpoint, each vgroup's `Vnode.Poll` stream on a
 small thread pool (so a held poll on one vgroup never hides data on another), results
 through a queue, and a heartbeat thread. A lock keeps the core consistent between the
@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 
 import grpc
 
-import sqltopic.consumer_effects as fx
-from sqltopic.client import _translated
-from sqltopic.consumer_config import ConsumerConfig, parse_config
-from sqltopic.consumer_core import ConsumerCore
+import sqltopic.client.effects as fx
+from sqltopic.client.config import ConsumerConfig, parse_config
+from sqltopic.client.connection import _translated
+from sqltopic.client.core import ConsumerCore
+from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import Error
-from sqltopic.message import Message, TopicPartition
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqltopic.consumer")

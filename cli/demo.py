@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sqltopic.cli_connect import ServerOptions, open_connection, positive_int
-from sqltopic.cli_format import counted
-from sqltopic.cli_spawn import ServerChild
-from sqltopic.client import Connection
+from sqltopic.cli.connect import ServerOptions, open_connection, positive_int
+from sqltopic.cli.format import counted
+from sqltopic.cli.spawn import ServerChild
+from sqltopic.client.connection import Connection
 from sqltopic.errors import Error
 
 if TYPE_CHECKING:
-    from sqltopic.consumer import Consumer
-    from sqltopic.message import Message
+    from sqltopic.client.consumer import Consumer
+    from sqltopic.client.message import Message
 
 TOPIC = "demo_overvoltage"
 WHERE = "voltage > 225"
@@ -121,7 +121,7 @@ class Summary:
 
 def demo(options: ServerOptions, rows: int) -> Summary:
     # imported here, so that the other commands (`server` above all) never load it
-    from sqltopic.consumer import Consumer  # noqa: PLC0415
+    from sqltopic.client.consumer import Consumer  # noqa: PLC0415
 
     with open_connection(options) as conn:
         conn.execute(SETUP)

@@ -1,8 +1,8 @@
 """The consumer's state without I/O: the assigned vgroups (`Held`), the session and
 membership fields, and the helpers every flow uses (calls with relogin, retries while a
-vnode catches up, requests). Flows build on it in layers: consumer_offsets.py (commit,
-committed, seek), consumer_group.py (membership, heartbeat, assignment) and
-consumer_core.py (polling), which `Consumer` and `aio.Consumer` drive.
+vnode catches up, requests). Flows build on it in layers: offsets.py (commit,
+committed, seek), group.py (membership, heartbeat, assignment) and
+core.py (polling), which `Consumer` and `aio.Consumer` drive.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqltopic.client import CLIENT_NAME
-from sqltopic.consumer_config import ConsumerConfig
-from sqltopic.consumer_effects import (
+from sqltopic.client.config import ConsumerConfig
+from sqltopic.client.connection import CLIENT_NAME
+from sqltopic.client.effects import (
     Cancel,
     Flow,
     Metadata,
@@ -25,6 +25,7 @@ from sqltopic.consumer_effects import (
     Service,
     Sleep,
 )
+from sqltopic.client.message import Message
 from sqltopic.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -33,7 +34,6 @@ from sqltopic.errors import (
     ServerUnavailable,
     WalClosedError,
 )
-from sqltopic.message import Message
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 log = logging.getLogger("sqltopic.consumer")

@@ -1,10 +1,10 @@
 """`sqltopic sql`: run SQL on a server and print each statement's result.
 
-Statements are cut on the client (`cli_statements`) and sent one at a time, so every
+Statements are cut on the client (`statements`) and sent one at a time, so every
 result is printed, and an error names the statement's line and column in the whole
 input. With `-e` or `-f` (or statements piped to stdin) the first error stops the run
 with exit code 1; the statements before it stay done. On a terminal without `-e`/`-f`
-it is an interactive shell (`cli_repl`), where an error is printed and the shell goes on.
+it is an interactive shell (`repl`), where an error is printed and the shell goes on.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sqltopic.cli_connect import ServerOptions, open_connection, options_parser
-from sqltopic.cli_format import FORMATS, Format, RowWriter, writer
-from sqltopic.cli_statements import Statement, advance, split, statements
-from sqltopic.client import Connection, Result
+from sqltopic.cli.connect import ServerOptions, open_connection, options_parser
+from sqltopic.cli.format import FORMATS, Format, RowWriter, writer
+from sqltopic.cli.statements import Statement, advance, split, statements
+from sqltopic.client.connection import Connection, Result
 from sqltopic.errors import Error, SqlError
 
 QUIT_WORDS = ("quit", "exit")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.file is not None:
             shell.run_all(statements(_read(args.file)), source=str(args.file))
         elif sys.stdin.isatty():
-            from sqltopic.cli_repl import interact  # noqa: PLC0415 (readline: terminals only)
+            from sqltopic.cli.repl import interact  # noqa: PLC0415 (readline: terminals only)
 
             interact(shell)
         else:

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TextIO
 
-from sqltopic.cli_format import counted
+from sqltopic.cli.format import counted
 
 # Often enough to look alive, rarely enough to cost nothing.
 REDRAW_S = 0.1

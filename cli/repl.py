@@ -14,8 +14,8 @@ import readline
 import sys
 from pathlib import Path
 
-from sqltopic.cli_sql import Shell, is_quit
-from sqltopic.cli_statements import Statement, split
+from sqltopic.cli.sql import Shell, is_quit
+from sqltopic.cli.statements import Statement, split
 from sqltopic.errors import Error
 
 PROMPT = "sqltopic> "

@@ -2,9 +2,9 @@
 
 `sqltopic server` serves a data directory over gRPC (docs/protocol.md). The client
 commands talk to a server (`--server HOST:PORT`, default 127.0.0.1:6030): `sql` runs
-statements (cli_sql), `load` streams a CSV file into a table (cli_load), `consume` prints
-a topic's rows as they arrive (cli_consume). `demo` starts a server of its own and shows
-a producer and a consumer at work (cli_demo). docs/cli.md is the guide.
+statements (cli/sql.py), `load` streams a CSV file into a table (cli/load.py), `consume`
+prints a topic's rows as they arrive (cli/consume.py). `demo` starts a server of its own
+and shows a producer and a consumer at work (cli/demo.py). docs/cli.md is the guide.
 
 Every failure is one line on stderr, `sqltopic: <what went wrong>`, and exit code 1
 (2 for bad arguments, as argparse does).
@@ -18,10 +18,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sqltopic.cli_consume import add_parser as add_consume
-from sqltopic.cli_demo import add_parser as add_demo
-from sqltopic.cli_load import add_parser as add_load
-from sqltopic.cli_sql import add_parser as add_sql
+from sqltopic.cli.consume import add_parser as add_consume
+from sqltopic.cli.demo import add_parser as add_demo
+from sqltopic.cli.load import add_parser as add_load
+from sqltopic.cli.sql import add_parser as add_sql
 from sqltopic.errors import Error
 from sqltopic.server.main import add_arguments as add_server_arguments
 

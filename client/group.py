@@ -7,9 +7,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from sqltopic.consumer_effects import Flow, Rpc, Wake
-from sqltopic.consumer_offsets import Offsets
-from sqltopic.consumer_state import (
+from sqltopic.client.effects import Flow, Rpc, Wake
+from sqltopic.client.message import TopicPartition
+from sqltopic.client.offsets import Offsets
+from sqltopic.client.state import (
     ASSIGNMENT_RECHECK_S,
     LOGOUT_TIMEOUT_S,
     Held,
@@ -17,7 +18,6 @@ from sqltopic.consumer_state import (
     topic_names,
 )
 from sqltopic.errors import ConsumerFenced, Error, NoPermission, NotFoundError, TopicDropped
-from sqltopic.message import TopicPartition
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 log = logging.getLogger("sqltopic.consumer")

@@ -1,6 +1,6 @@
 """`sqltopic consume TOPIC`: print a topic's rows as they arrive.
 
-A `sqltopic.consumer.Consumer` subscribes to the topic and its messages are printed as
+A `sqltopic.client.consumer.Consumer` subscribes to the topic and its messages are printed as
 they come: `table` prints an aligned table per block, under a line naming the topic,
 vgroup, offsets and source table; `jsonl` one JSON object per row; `csv` a header once,
 then the rows. Meta events (WITH META topics) are shown in table mode and as notes on
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from sqltopic.cli_connect import ServerOptions, options_parser, positive_float, positive_int
-from sqltopic.cli_format import FORMATS, Format, counted, table_lines, writer
+from sqltopic.cli.connect import ServerOptions, options_parser, positive_float, positive_int
+from sqltopic.cli.format import FORMATS, Format, counted, table_lines, writer
 
 if TYPE_CHECKING:
-    from sqltopic.consumer import Consumer
-    from sqltopic.message import Message
+    from sqltopic.client.consumer import Consumer
+    from sqltopic.client.message import Message
 
 Start = Literal["earliest", "latest"]
 GROUP_PREFIX = "sqltopic-cli-"
@@ -109,7 +109,7 @@ class Settings:
 
 def run(args: argparse.Namespace) -> int:
     # imported here, so that the other commands (`server` above all) never load it
-    from sqltopic.consumer import Consumer  # noqa: PLC0415
+    from sqltopic.client.consumer import Consumer  # noqa: PLC0415
 
     settings = Settings.of(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -3,7 +3,7 @@
 The first line names the columns (case-insensitively, in any order; missing ones are
 NULL). For a super table the file carries `tbname` (each row's child table) and may carry
 tag columns, which create missing child tables; a child or normal table takes its data
-columns only. `DESCRIBE` tells the types, and `cli_csv` converts each batch of rows to
+columns only. `DESCRIBE` tells the types, and `csv_values` converts each batch of rows to
 them, naming the line and column of a value that does not fit.
 
 The file is read with Arrow's streaming CSV reader, one block at a time, and written
@@ -25,12 +25,12 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from sqltopic.cli_connect import ServerOptions, open_connection, options_parser, positive_int
-from sqltopic.cli_csv import Rows, Target, convert
-from sqltopic.cli_csv_read import CsvFileError, CsvReader, batches, read_header, text_bytes
-from sqltopic.cli_format import counted
-from sqltopic.cli_progress import Progress
-from sqltopic.client import Connection
+from sqltopic.cli.connect import ServerOptions, open_connection, options_parser, positive_int
+from sqltopic.cli.csv_read import CsvFileError, CsvReader, batches, read_header, text_bytes
+from sqltopic.cli.csv_values import Rows, Target, convert
+from sqltopic.cli.format import counted
+from sqltopic.cli.progress import Progress
+from sqltopic.client.connection import Connection
 from sqltopic.errors import Error, SqlError
 from sqltopic.sql.types import ColumnType, Precision
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from sqltopic.consumer_effects import Cancel, Flow
-from sqltopic.consumer_state import CoreState, Key, offset_of
+from sqltopic.client.effects import Cancel, Flow
+from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.state import CoreState, Key, offset_of
 from sqltopic.errors import ConfigError, ConsumerFenced, Error, OffsetOutOfRange
-from sqltopic.message import Message, TopicPartition
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 

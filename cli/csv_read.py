@@ -2,7 +2,7 @@
 bounded blocks, regrouped into batches of a fixed number of rows.
 
 Arrow's streaming reader parses one block at a time, single-threaded so that it knows
-the line number of a malformed row. Every column is read as text (`cli_csv` converts
+the line number of a malformed row. Every column is read as text (`csv_values` converts
 it); an empty field or one of `NULL_VALUES` is NULL, a quoted empty field the empty
 string. Empty lines are rows (of NULLs), so the row index plus 2 is the line number.
 """
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from sqltopic.cli_format import counted
+from sqltopic.cli.format import counted
 from sqltopic.errors import Error
 
 # Bytes the CSV reader parses at a time: the memory a huge file needs stays bounded.

@@ -1,7 +1,7 @@
 """The consumer without I/O, complete: `ConsumerCore` adds polling to the offset flows
-(consumer_offsets.py) and membership flows (consumer_group.py) over the consumer's state
-(consumer_state.py), so every operation of SPEC §4 is a flow of effects
-(consumer_effects.py). The thread-based `Consumer` (consumer.py) and the asyncio one
+(offsets.py) and membership flows (group.py) over the consumer's state
+(state.py), so every operation of SPEC §4 is a flow of effects
+(effects.py). The thread-based `Consumer` (consumer.py) and the asyncio one
 (aio.py) both drive this one core.
 
 Positions: a vgroup's position is unset until its first answer; a poll without one lets
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 
-from sqltopic.consumer_effects import Fetch, Fetched, Flow, Wait
-from sqltopic.consumer_group import Membership
-from sqltopic.consumer_state import REBALANCE_RETRY_S, TRANSIENT, Held
+from sqltopic.client.effects import Fetch, Fetched, Flow, Wait
+from sqltopic.client.group import Membership
+from sqltopic.client.message import Empty, Message
+from sqltopic.client.state import REBALANCE_RETRY_S, TRANSIENT, Held
 from sqltopic.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -28,7 +29,6 @@ from sqltopic.errors import (
     TopicDropped,
     TopicNotFound,
 )
-from sqltopic.message import Empty, Message
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 log = logging.getLogger("sqltopic.consumer")

@@ -1,4 +1,4 @@
-"""The contract between the consumer's sans-IO core (consumer_core.py) and its two front
+"""The contract between the consumer's sans-IO core (core.py) and its two front
 ends (consumer.py on grpc threads, aio.py on grpc.aio): the effects a flow yields, what
 each one answers, and `Stepper`, which walks a flow one effect at a time.
 
@@ -13,8 +13,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from sqltopic.client.message import Empty, Message, message_from_frames
 from sqltopic.errors import Error
-from sqltopic.message import Empty, Message, message_from_frames
 from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 

@@ -1,0 +1,290 @@
+"""`sqltopic.aio`: the asyncio client on grpc.aio. `await connect()` gives an async
+`Connection` (execute, query, write, close); `Consumer(config)` has the methods of
+`sqltopic.Consumer` as coroutines, async iteration and `async with`.
+
+The consumer drives the same sans-IO core as the thread-based one (core.py):
+each vgroup's poll is a task, results come through an asyncio.Queue, the heartbeat is a
+task. Unlike the sync Consumer it logs in on first use (a constructor cannot await).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from grpc import aio
+
+import sqltopic.client.effects as fx
+from sqltopic.client.config import ConsumerConfig, parse_config
+from sqltopic.client.connection import (
+    CLIENT_NAME,
+    DEFAULT_ADDRESS,
+    DEFAULT_TIMEOUT_S,
+    Result,
+    _read_result,
+    _translated,
+    _write_frames,
+)
+from sqltopic.client.consumer import ITERATION_POLL_S, STUBS
+from sqltopic.client.core import ConsumerCore
+from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.state import LOGOUT_TIMEOUT_S
+from sqltopic.errors import Error
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sqltopic.consumer")
+T = TypeVar("T")
+
+__all__ = ["Connection", "Consumer", "connect"]
+
+
+class Connection:
+    """A logged-in session (as `sqltopic.Connection`), with coroutine methods."""
+
+    def __init__(self, address: str, token: str, channel: aio.Channel, timeout: float) -> None:
+        self.address = address
+        self._channel = channel
+        self._sql = pb_grpc.SqlStub(channel)
+        self._session = pb_grpc.SessionStub(channel)
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = timeout
+        self._closed = False
+
+    async def execute(self, sql: str) -> Result:
+        """Run one or more statements; the last one's result."""
+        request = pb.ExecuteRequest(sql=sql)
+        with _translated():
+            call = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
+            header, parts = _read_result([frame async for frame in call])
+        return Result(from_ipc(parts), header.affected_rows, header.database or None)
+
+    async def query(self, sql: str) -> pa.Table:
+        """Run a query; its rows as an Arrow table."""
+        return (await self.execute(sql)).to_arrow()
+
+    async def write(self, target: str, data: pa.Table, database: str | None = None) -> int:
+        """Append Arrow rows to `[db.]table` or `[db.]stable` (see Connection.write)."""
+        frames = _write_frames(target, database, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+        with _translated():
+            answer = await self._sql.Write(frames, metadata=self._metadata, timeout=self._timeout)
+        return int(answer.rows)
+
+    async def close(self) -> None:
+        """Log out and close the channel; later calls fail."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._session.Logout(
+                pb.LogoutRequest(), metadata=self._metadata, timeout=LOGOUT_TIMEOUT_S
+            )
+        except aio.AioRpcError:
+            pass  # the server may be gone; the token dies with it
+        finally:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def connect(
+    address: str = DEFAULT_ADDRESS,
+    user: str = "root",
+    password: str = "taosdata",
+    database: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Connection:
+    """Log in to the server at `address` (`host:port`); `database` is then in use."""
+    channel = aio.insecure_channel(address, options=MESSAGE_OPTIONS)
+    try:
+        request = pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME)
+        with _translated():
+            login = await pb_grpc.SessionStub(channel).Login(request, timeout=timeout)
+        conn = Connection(address, login.token, channel, timeout)
+        if database is not None:
+            await conn.execute(f"USE {database}")
+    except BaseException:
+        await channel.close()
+        raise
+    return conn
+
+
+class Consumer:
+    """A member of a consumer group, for asyncio (see `sqltopic.Consumer`). The config
+    is checked at once (ConfigError); the login happens on the first call."""
+
+    def __init__(self, config: Mapping[str, object] | ConsumerConfig) -> None:
+        parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
+        self._core = ConsumerCore(parsed)
+        self._channels: dict[str, aio.Channel] = {}
+        self._fetches: dict[int, asyncio.Task[None]] = {}
+        self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._commits = asyncio.Lock()  # commit_async stores in call order
+        self._logged_in = False
+
+    async def subscribe(self, topics: Sequence[str]) -> None:
+        await self._run(self._core.subscribe(topics))
+        if self._heartbeat is None and self._core.consumer_id:
+            self._heartbeat = asyncio.create_task(self._heartbeats())
+
+    async def unsubscribe(self) -> None:
+        await self._run(self._core.unsubscribe())
+
+    def subscription(self) -> list[str]:
+        return list(self._core.topics)
+
+    async def poll(self, timeout: float | None = 1.0) -> Message | None:
+        return await self._run(self._core.poll(timeout))
+
+    async def commit(
+        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
+    ) -> None:
+        await self._commit(self._core.offsets_to_commit(message, offsets))
+
+    def commit_async(
+        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
+    ) -> asyncio.Task[None]:
+        """Start a commit of the offsets as they are now; the task (await it or add a
+        done callback) fails with the commit's error. Commits are stored in call order."""
+        return asyncio.create_task(self._commit(self._core.offsets_to_commit(message, offsets)))
+
+    async def _commit(self, batch: list[pb.TopicVgroupOffset]) -> None:
+        async with self._commits:
+            await self._run(self._core.commit(batch))
+
+    async def assignment(self) -> list[TopicPartition]:
+        return await self._run(self._core.assignment())
+
+    def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
+        return self._core.position(parts)
+
+    async def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
+        return await self._run(self._core.committed(parts))
+
+    async def seek(self, part: TopicPartition) -> None:
+        await self._run(self._core.seek(part))
+
+    async def close(self) -> None:
+        if self._core.closed:
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        try:
+            if self._logged_in:
+                await self._run(self._core.close())
+            self._core.closed = True
+        finally:
+            for task in list(self._fetches.values()):
+                task.cancel()
+            self._results.put_nowait(None)  # a poll waiting in another task looks again
+            channels, self._channels = list(self._channels.values()), {}
+            for channel in channels:
+                await channel.close()
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        while True:  # until poll raises "closed" (or another error)
+            try:
+                message = await self.poll(ITERATION_POLL_S)
+            except Error:
+                if self._core.closed:
+                    return  # closed, maybe by another task while polling
+                raise
+            if message is not None:
+                yield message
+
+    async def __aenter__(self) -> Consumer:
+        await self._login()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # --- performing effects -------------------------------------------------------------
+
+    async def _login(self) -> None:
+        if not self._logged_in:
+            await self._run(self._core.login(), login=False)
+            self._logged_in = True
+
+    async def _run(self, flow: fx.Flow[T], login: bool = True) -> T:
+        if login:
+            await self._login()
+        stepper = fx.Stepper(flow)
+        while (effect := stepper.next()) is not None:
+            try:
+                stepper.answer(await self._perform(effect))
+            except Error as err:
+                stepper.fail(err)
+        return stepper.value
+
+    async def _perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Rpc):
+            method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
+            with _translated():
+                return await method(
+                    effect.request, metadata=effect.metadata, timeout=effect.timeout
+                )
+        if isinstance(effect, fx.Fetch):
+            self._fetches[effect.ticket] = asyncio.create_task(self._fetch(effect))
+        elif isinstance(effect, fx.Cancel):
+            for ticket in effect.tickets:
+                task = self._fetches.pop(ticket, None)
+                if task is not None:
+                    task.cancel()
+        elif isinstance(effect, fx.Wait):
+            try:
+                return await asyncio.wait_for(self._results.get(), effect.seconds)
+            except TimeoutError:
+                return None
+        elif isinstance(effect, fx.Sleep):
+            await asyncio.sleep(effect.seconds)
+        elif isinstance(effect, fx.Wake):
+            self._results.put_nowait(None)
+        return None
+
+    async def _fetch(self, fetch: fx.Fetch) -> None:
+        """One vgroup's poll, as a task; its result goes to the queue."""
+        try:
+            stub = self._stub("vnode", fetch.endpoint)
+            call = stub.Poll(fetch.request, metadata=fetch.metadata, timeout=fetch.timeout)
+            with _translated():
+                result = fx.fetched(fetch, [frame async for frame in call])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every poll answers, or its vgroup would stall
+            result = fx.failed(fetch, exc)
+        if self._fetches.pop(fetch.ticket, None) is not None:
+            self._results.put_nowait(result)
+
+    def _stub(self, service: str, endpoint: str) -> Any:
+        if self._core.closed and service != "session":
+            raise Error("this consumer is closed; create a new one")
+        address = endpoint or self._core.config.server
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = aio.insecure_channel(address, options=fx.CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return STUBS[service](channel)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self._core.heartbeat_s)
+            try:
+                await self._run(self._core.heartbeat())
+            except Exception as exc:  # the task must outlive a failed heartbeat
+                log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
