@@ -95,6 +95,18 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """What a consumer last reported for a vgroup it holds: its position (None before
+    its first poll there) and the rows delivered since it got the vgroup."""
+
+    position: int | None
+    rows: int
+
+
+SubKey = tuple[str, str, int]  # (topic, group, vgroup)
+
+
+@dataclass(frozen=True)
 class Owner:
     """Who holds a vgroup of a (topic, group): the consumer and the epoch it got it at."""
 
@@ -113,6 +125,9 @@ class Coordinator:
     owners: dict[tuple[str, str], dict[int, Owner]] = field(default_factory=dict)
     # called (in the changing thread) after any assignment changed: wakes held polls
     listeners: list[Callable[[], None]] = field(default_factory=list)
+    # the holder's last report per (topic, group, vgroup), and rows of earlier holders
+    progress: dict[SubKey, Progress] = field(default_factory=dict)
+    rows_before: dict[SubKey, int] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -148,21 +163,29 @@ class Coordinator:
                 self._rebalance(topic, group)
             return member
 
-    def unsubscribe(self, consumer_id: int) -> Member:
+    def unsubscribe(
+        self, consumer_id: int, progress: Iterable[tuple[str, int, Progress]] = ()
+    ) -> Member:
         """Drop every topic of the member (it stays a member); its vgroups move at once."""
         with self._lock:
             member = self._member(consumer_id)
+            self._report(member, progress)
             return self.subscribe(member.id, member.group, (), client_id=member.client_id)
 
-    def close(self, consumer_id: int) -> None:
+    def close(self, consumer_id: int, progress: Iterable[tuple[str, int, Progress]] = ()) -> None:
         """The member leaves; its vgroups move at once. Unknown ids are ignored."""
         with self._lock:
-            member = self.members.pop(consumer_id, None)
+            member = self.members.get(consumer_id)
             if member is not None:
+                self._report(member, progress)
+                del self.members[consumer_id]
                 self._rebalance_all(member)
 
-    def heartbeat(self, consumer_id: int, polled: bool) -> Member | None:
-        """Note the member alive (and polling); None when it is not a member (removed)."""
+    def heartbeat(
+        self, consumer_id: int, polled: bool, progress: Iterable[tuple[str, int, Progress]] = ()
+    ) -> Member | None:
+        """Note the member alive (and polling) and its progress on the vgroups it holds;
+        None when it is not a member (removed)."""
         with self._lock:
             member = self.members.get(consumer_id)
             if member is None:
@@ -170,7 +193,27 @@ class Coordinator:
             member.last_heartbeat = self.clock()
             if polled:
                 member.last_poll = member.last_heartbeat
+            self._report(member, progress)
             return member
+
+    def _report(self, member: Member, progress: Iterable[tuple[str, int, Progress]]) -> None:
+        """Keep progress reports for vgroups the member still holds (a late report of a
+        vgroup that moved on must not count its rows twice)."""
+        for topic, vgroup, report in progress:
+            owner = self.owners.get((topic, member.group), {}).get(vgroup)
+            if owner is not None and owner.consumer == member.id:
+                self.progress[topic, member.group, vgroup] = report
+
+    def rows(self, topic: str, group: str, vgroup: int) -> int | None:
+        """Rows the group consumed from the vgroup over all its holders; None if none
+        ever reported."""
+        with self._lock:
+            key = (topic, group, vgroup)
+            current = self.progress.get(key)
+            before = self.rows_before.get(key)
+            if current is None and before is None:
+                return None
+            return (before or 0) + (current.rows if current else 0)
 
     def member(self, consumer_id: int) -> Member | None:
         with self._lock:
@@ -241,6 +284,12 @@ class Coordinator:
                 kept = {(t, v) for t, v in member.assignment if t != topic}
                 mine = {(topic, v) for v, c in wanted.items() if c == member.id}
                 member.assignment = frozenset(kept | mine)
+        for vgroup, holder in current.items():
+            if wanted.get(vgroup) != holder:  # the holder's rows stay with the group
+                sub = (topic, group, vgroup)
+                done = self.progress.pop(sub, None)
+                if done is not None:
+                    self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
         owners = {v: Owner(c, self.members[c].epoch) for v, c in wanted.items()}
         previous = self.owners.get(key, {})
         # an unchanged holder keeps the epoch it got the vgroup at: its polls stay valid

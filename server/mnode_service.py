@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 
 from sqltopic.errors import TopicNotFound
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
-from sqltopic.server.coordinator import Coordinator, Liveness, Member
+from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
 from sqltopic.server.engine import Engine
 from sqltopic.server.rpc import RESETS, Context, fail
 
@@ -68,7 +69,9 @@ class MnodeService(pb_grpc.MnodeServicer):
     ) -> pb.HeartbeatResponse:
         try:
             self._sessions.session(context.invocation_metadata())
-            member = self._coordinator.heartbeat(request.consumer_id, request.polled)
+            member = self._coordinator.heartbeat(
+                request.consumer_id, request.polled, _progress(request.progress)
+            )
         except Exception as exc:
             await fail(context, exc)
         if member is None:
@@ -129,7 +132,7 @@ class MnodeService(pb_grpc.MnodeServicer):
     ) -> pb.UnsubscribeResponse:
         try:
             self._sessions.session(context.invocation_metadata())
-            member = self._coordinator.unsubscribe(request.consumer_id)
+            member = self._coordinator.unsubscribe(request.consumer_id, _progress(request.progress))
         except Exception as exc:
             await fail(context, exc)
         return pb.UnsubscribeResponse(epoch=member.epoch)
@@ -137,7 +140,7 @@ class MnodeService(pb_grpc.MnodeServicer):
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         try:
             self._sessions.session(context.invocation_metadata())
-            self._coordinator.close(request.consumer_id)
+            self._coordinator.close(request.consumer_id, _progress(request.progress))
         except Exception as exc:
             await fail(context, exc)
         return pb.CloseResponse()
@@ -151,6 +154,13 @@ async def rebalance_timer(coordinator: Coordinator, stop: asyncio.Event) -> None
         for member in coordinator.expire():
             log.info("consumer %d of group %s removed (no heartbeat or poll in time)",
                      member.id, member.group)  # fmt: skip
+
+
+def _progress(reports: Iterable[pb.VgroupProgress]) -> list[tuple[str, int, Progress]]:
+    return [
+        (r.topic, r.vgroup, Progress(r.position if r.HasField("position") else None, r.rows))
+        for r in reports
+    ]
 
 
 def _parameters(request: pb.SubscribeRequest, liveness: Liveness) -> dict[str, str]:
