@@ -16,10 +16,10 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress
+from sqltopic.errors import ConfigError, ConsumerFenced, NotFoundError, RebalanceInProgress
 from sqltopic.server.assign import assign
 
 Status = Literal["ready", "rebalancing", "removed"]
@@ -84,14 +84,14 @@ class Member:
     topics: tuple[str, ...]
     liveness: Liveness
     parameters: dict[str, str]
-    joined_at: float
-    last_heartbeat: float
+    last_heartbeat: float  # on the coordinator's (monotonic) clock
     last_poll: float
+    joined_us: int = 0  # wall-clock µs, for SHOW CONSUMERS (0 = never)
+    subscribed_us: int = 0
+    rebalanced_us: int = 0
     epoch: int = 1
     status: Status = "ready"
     assignment: frozenset[tuple[str, int]] = frozenset()
-    subscribed_at: float = 0.0
-    rebalanced_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,7 @@ class Coordinator:
 
     vgroups_of: Callable[[str], list[int]]
     clock: Clock = time.monotonic
+    wall_us: Callable[[], int] = lambda: time.time_ns() // 1000
     members: dict[int, Member] = field(default_factory=dict)
     # (topic, group) -> vgroup -> owner
     owners: dict[tuple[str, str], dict[int, Owner]] = field(default_factory=dict)
@@ -152,13 +153,13 @@ class Coordinator:
             if member is None or member.group != group:
                 member = Member(
                     next(self._ids), group, client_id, user, fqdn, (),
-                    liveness or Liveness(), parameters or {}, now, now, now,
+                    liveness or Liveness(), parameters or {}, now, now, self.wall_us(),
                 )  # fmt: skip
                 self.members[member.id] = member
             member.last_heartbeat = member.last_poll = now
             touched = set(member.topics) | set(wanted)
             member.topics = wanted
-            member.subscribed_at = now
+            member.subscribed_us = self.wall_us()
             for topic in touched:
                 self._rebalance(topic, group)
             return member
@@ -219,6 +220,44 @@ class Coordinator:
         with self._lock:
             return self.members.get(consumer_id)
 
+    def snapshot(self) -> tuple[list[Member], dict[tuple[str, str], dict[int, Owner]]]:
+        """Copies of the members and owners, for SHOW: consistent with each other."""
+        with self._lock:
+            members = [replace(m) for m in self.members.values()]
+            return members, {k: dict(v) for k, v in self.owners.items()}
+
+    def progress_of(self, topic: str, group: str, vgroup: int) -> Progress | None:
+        with self._lock:
+            return self.progress.get((topic, group, vgroup))
+
+    def subscribers(self, topic: str, group: str | None = None) -> list[Member]:
+        """Live members subscribed to `topic` (in `group`, if given)."""
+        with self._lock:
+            return [
+                m for m in self.members.values()
+                if topic in m.topics and (group is None or m.group == group)
+            ]  # fmt: skip
+
+    def remove(self, consumer_ids: Iterable[int]) -> None:
+        """Remove members now (DROP CONSUMER GROUP ... FORCE): they are told REMOVED at
+        their next heartbeat and fenced off at once."""
+        with self._lock:
+            for consumer_id in consumer_ids:
+                member = self.members.pop(consumer_id, None)
+                if member is not None:
+                    member.status = "removed"
+                    self._rebalance_all(member)
+
+    def forget_topic(self, topic: str, group: str | None = None) -> None:
+        """Drop the assignments and counters of a dropped topic (or of one group on it);
+        subscribers keep the name and learn from their heartbeat that it is gone."""
+        with self._lock:
+            for key in [k for k in self.owners if k[0] == topic and group in (None, k[1])]:
+                del self.owners[key]
+            for table in (self.progress, self.rows_before):
+                for sub in [k for k in table if k[0] == topic and group in (None, k[1])]:
+                    del table[sub]
+
     def expire(self) -> list[Member]:
         """Remove members past their session timeout or max poll interval."""
         with self._lock:
@@ -261,6 +300,13 @@ class Coordinator:
             raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
         return member
 
+    def _vgroups(self, topic: str) -> list[int]:
+        """The topic's vgroups; none once it was dropped (its subscribers hold nothing)."""
+        try:
+            return self.vgroups_of(topic)
+        except NotFoundError:
+            return []
+
     def _rebalance_all(self, member: Member) -> None:
         for topic in member.topics:
             self._rebalance(topic, member.group)
@@ -271,15 +317,15 @@ class Coordinator:
         subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
         key = (topic, group)
         current = {v: o.consumer for v, o in self.owners.get(key, {}).items()}
-        vgroups = self.vgroups_of(topic) if subscribers else []
+        vgroups = self._vgroups(topic) if subscribers else []
         wanted = assign(vgroups, [m.id for m in subscribers], current)
         changed = {c for v, c in current.items() if wanted.get(v) != c}
         changed |= {c for v, c in wanted.items() if current.get(v) != c}
-        now = self.clock()
+        now_us = self.wall_us()
         for member in self.members.values():
             if member.id in changed:
                 member.epoch += 1
-                member.rebalanced_at = now
+                member.rebalanced_us = now_us
             if member.group == group:
                 kept = {(t, v) for t, v in member.assignment if t != topic}
                 mine = {(topic, v) for v, c in wanted.items() if c == member.id}

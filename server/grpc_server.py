@@ -67,6 +67,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     server = aio.server(options=MESSAGE_OPTIONS)
     sessions = Sessions(config.root_password)
     coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1])
+    engine.state.coordinator = coordinator  # SHOW CONSUMERS, DROP TOPIC see it
     stopping = asyncio.Event()
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
     asyncio.get_running_loop().set_default_executor(executor)

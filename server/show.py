@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.server import show_groups
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.server.vnode import wal_options
@@ -105,9 +106,12 @@ def _users(state: State, session: Session, stmt: st.Show) -> Result:
     return Result.of_rows(USERS, rows)
 
 
-def _empty(schema: pa.Schema) -> Callable[[State, Session, st.Show], Result]:
-    """Consumers and subscriptions live in the server's mnode; the embedded engine has none."""
-    return lambda state, session, stmt: Result.of_rows(schema, [])
+def _consumers(state: State, session: Session, stmt: st.Show) -> Result:
+    return show_groups.consumers(state, CONSUMERS)
+
+
+def _subscriptions(state: State, session: Session, stmt: st.Show) -> Result:
+    return show_groups.subscriptions(state, SUBSCRIPTIONS)
 
 
 _SHOWS: dict[str, Callable[[State, Session, st.Show], Result]] = {
@@ -116,8 +120,8 @@ _SHOWS: dict[str, Callable[[State, Session, st.Show], Result]] = {
     "tables": _tables,
     "topics": _topics,
     "users": _users,
-    "consumers": _empty(CONSUMERS),
-    "subscriptions": _empty(SUBSCRIPTIONS),
+    "consumers": _consumers,
+    "subscriptions": _subscriptions,
 }
 
 

@@ -11,6 +11,7 @@ import duckdb
 
 from sqltopic.errors import SqlError
 from sqltopic.server.catalog_store import CatalogStore
+from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.result import Session
 from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
@@ -55,6 +56,9 @@ class State:
     generation: int = 0  # bumped by every catalog change; caches derived from it compare
     # vgroups whose WAL holds DDL events the catalog failed to commit (replayed at open)
     unapplied: set[int] = field(default_factory=set)
+    # the server's consumer coordinator (mnode); None in the embedded engine, which has
+    # no consumers: SHOW CONSUMERS is empty and DROP TOPIC never finds one
+    coordinator: Coordinator | None = None
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqltopic.errors import AlreadyExistsError, TopicNotFound
+from sqltopic.errors import AlreadyExistsError, SchemaInUseError, TopicNotFound
+from sqltopic.server.coordinator import Member
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
@@ -27,21 +28,45 @@ def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.name} does not exist")
+    live = state.coordinator.subscribers(stmt.name) if state.coordinator else []
+    if live and not stmt.force:
+        raise SchemaInUseError(
+            f"topic {stmt.name} has {_consumers(live)}: unsubscribe or close them first, "
+            f"or DROP TOPIC FORCE {stmt.name} (they then get TopicDropped)"
+        )
     topic = state.catalog.topics.pop(stmt.name)
     state.commit([("topic", "", stmt.name)])
     _forget_offsets(state, topic.db, stmt.name, None)
+    if state.coordinator is not None:
+        state.coordinator.forget_topic(stmt.name)
     return Result()
 
 
 def drop_consumer_group(state: State, session: Session, stmt: st.DropConsumerGroup) -> Result:
-    """Removes the group's committed offsets on the topic's vnodes."""
+    """Removes the group's committed offsets on the topic's vnodes (and, with FORCE, its
+    live consumers of the topic)."""
     topic = state.catalog.topics.get(stmt.topic)
     if topic is None:
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.topic} does not exist")
+    live = state.coordinator.subscribers(topic.name, stmt.group) if state.coordinator else []
+    if live and not stmt.force:
+        raise SchemaInUseError(
+            f"consumer group {stmt.group} on topic {topic.name} has {_consumers(live)}: close "
+            f"them first, or DROP CONSUMER GROUP FORCE {stmt.group} ON {topic.name} (they "
+            "are removed from the group)"
+        )
+    if state.coordinator is not None:
+        state.coordinator.remove(m.id for m in live)
+        state.coordinator.forget_topic(topic.name, stmt.group)
     _forget_offsets(state, topic.db, topic.name, stmt.group)
     return Result()
+
+
+def _consumers(members: list[Member]) -> str:
+    ids = ", ".join(f"{m.id} (group {m.group})" for m in members)
+    return f"{len(members)} live consumer{'s' if len(members) > 1 else ''}: {ids}"
 
 
 def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.client import Connection, connect
+from sqltopic.errors import SchemaInUseError
 from sqltopic.proto.arrow_ipc import MAX_FRAME_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from tests.live_server import ServerProcess
@@ -329,7 +330,9 @@ def test_a_held_poll_is_fenced_when_its_vgroup_moves(hot: Connection, wire: Wire
 def test_polling_a_dropped_subscribed_topic_is_topic_dropped(hot: Connection, wire: Wire) -> None:
     sub = wire.subscribe("g", ["hot"])
     epoch = wire.assignment(sub.consumer_id).epoch
-    hot.execute("DROP TOPIC hot")
+    with pytest.raises(SchemaInUseError, match=r"1 live consumer: .*DROP TOPIC FORCE hot"):
+        hot.execute("DROP TOPIC hot")
+    hot.execute("DROP TOPIC FORCE hot")
     with pytest.raises(grpc.RpcError) as info:
         wire.poll(sub.consumer_id, "g", "hot", 1, epoch)
     code, trailers = status(info.value)
