@@ -3,7 +3,10 @@ server with consumers joined over the wire."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -116,3 +119,104 @@ def test_drop_refuses_while_consumers_live_and_force_removes_them(
     assert status(info.value)[1]["sqltopic-error"] == "ConsumerFenced"
     hot.execute("DROP TOPIC hot")  # no consumer left: no FORCE needed
     assert _show(hot, "TOPICS") == []
+
+
+def _held(wire: Wire, consumer: int) -> list[int]:
+    return sorted(a.vgroup for a in wire.assignment(consumer).assignments)
+
+
+def test_four_vgroups_spread_as_consumers_join_and_leave(
+    live_power: Connection, wire: Wire
+) -> None:
+    live_power.execute("CREATE DATABASE four VGROUPS 4")
+    live_power.execute("CREATE TABLE four.t (ts TIMESTAMP, v INT)")
+    live_power.execute("CREATE TOPIC ft AS SELECT * FROM four.t")
+    members: list[int] = []
+    expected = {1: [4], 2: [2, 2], 3: [2, 1, 1], 4: [1, 1, 1, 1], 5: [1, 1, 1, 1, 0]}
+    before: dict[int, list[int]] = {}
+    for k in range(1, 6):
+        members.append(wire.subscribe("g", ["ft"]).consumer_id)
+        now = {m: _held(wire, m) for m in members}
+        assert sorted((len(v) for v in now.values()), reverse=True) == expected[k]
+        assert sorted(v for vs in now.values() for v in vs) == sorted(set().union(*now.values()))
+        # a vgroup moves only to the newcomer
+        assert all(set(now[m]) <= set(before[m]) for m in before)
+        before = now
+    for k in range(5, 1, -1):
+        gone = members.pop()
+        wire.mnode.Close(pb.CloseRequest(consumer_id=gone), metadata=wire.md)
+        now = {m: _held(wire, m) for m in members}
+        assert sorted((len(v) for v in now.values()), reverse=True) == expected[k - 1]
+        assert all(set(before[m]) <= set(now[m]) for m in members)  # kept what they had
+        before = now
+
+
+def test_each_topic_is_shared_only_by_its_subscribers(hot: Connection, wire: Wire) -> None:
+    hot.execute("CREATE TOPIC cold AS SELECT ts, voltage FROM power.meters WHERE voltage <= 220")
+    a = wire.subscribe("g", ["hot"]).consumer_id
+    b = wire.subscribe("g", ["cold"]).consumer_id
+    got: dict[str, list[int]] = {}
+    for consumer, topic in ((a, "hot"), (b, "cold")):
+        asg = wire.assignment(consumer)
+        assert sorted(x.vgroup for x in asg.assignments) == [1, 2]
+        assert {x.topic for x in asg.assignments} == {topic}
+        got[topic] = []
+        for x in asg.assignments:
+            frames = wire.poll(consumer, "g", topic, x.vgroup, asg.epoch,
+                               auto_offset_reset=pb.OFFSET_RESET_EARLIEST)  # fmt: skip
+            got[topic] += [int(str(r["voltage"])) for r in rows(frames)]
+    assert sorted(got["hot"]) == sorted([221, 222, 223, 224] * 4)
+    assert sorted(got["cold"]) == sorted(list(range(215, 221)) * 4)
+
+
+CONSUMER_CHILD = """
+import sys
+from sqltopic.client.consumer import Consumer
+config = {"server": sys.argv[1], "group.id": "g", "session.timeout.ms": "6000",
+          "heartbeat.interval.ms": "1000", "auto.offset.reset": "earliest"}
+with Consumer(config) as consumer:
+    consumer.subscribe(["hot"])
+    print("subscribed", flush=True)
+    while True:
+        consumer.poll(1.0)
+"""
+# Session timeout (6 s) + the mnode's 2 s timer, with room for a slow CI machine.
+EXPIRY_DEADLINE_S = 60.0
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + EXPIRY_DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.2)
+
+
+def test_a_killed_consumer_times_out_and_its_vgroups_move(
+    hot: Connection, wire: Wire, server: ServerProcess
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER_CHILD, server.address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "subscribed"
+        survivor = wire.subscribe("g", ["hot"], session_timeout_ms=60_000).consumer_id
+        assert len(_held(wire, survivor)) == 1
+        child.kill()  # SIGKILL: no close, no more heartbeats
+        child.wait(30)
+        _wait_until(lambda: _held(wire, survivor) == [1, 2], "the survivor holds both")
+        assert [c["consumer_id"] for c in _show(hot, "CONSUMERS")] == [str(survivor)]
+    finally:
+        child.kill()
+
+
+def test_a_consumer_that_stops_polling_is_removed(hot: Connection, wire: Wire) -> None:
+    sub = wire.subscribe("g", ["hot"], max_poll_interval_ms=1000)
+
+    def beat_without_polling() -> bool:
+        request = pb.HeartbeatRequest(consumer_id=sub.consumer_id, polled=False)
+        answer = wire.mnode.Heartbeat(request, metadata=wire.md)
+        return answer.status == pb.CONSUMER_STATUS_REMOVED
+
+    _wait_until(beat_without_polling, "the idle consumer is removed")
+    assert _show(hot, "CONSUMERS") == []
