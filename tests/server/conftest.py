@@ -1,5 +1,6 @@
 """Engine fixtures: real engines on temp directories, with the fake clock and no
-background threads; every engine still open at the end of a test is closed."""
+background threads; every engine still open at the end of a test is closed. And `wire`:
+a protocol-level client logged in to the `server` fixture."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 
 from sqltopic.server.engine import Engine
 from tests.conftest import FakeClock
+from tests.live_server import ServerProcess
 from tests.server.dataset import Loaded, write_dataset
 from tests.server.support import POWER_DDL, EngineFactory
+from tests.server.wire import Wire
 
 
 @pytest.fixture
@@ -51,3 +54,10 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
         ref.close()
     finally:
         engine.close()
+
+
+@pytest.fixture
+def wire(server: ServerProcess) -> Iterator[Wire]:
+    w = Wire(server.address)
+    yield w
+    w.close()

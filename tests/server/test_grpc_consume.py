@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -27,13 +26,6 @@ TOPIC = (
     "CREATE TOPIC hot AS SELECT ts, voltage, tbname, location FROM power.meters WHERE voltage > 220"
 )
 EARLIEST = pb.OFFSET_RESET_EARLIEST
-
-
-@pytest.fixture
-def wire(server: ServerProcess) -> Iterator[Wire]:
-    w = Wire(server.address)
-    yield w
-    w.close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -20,13 +20,6 @@ from tests.live_server import ServerProcess
 from tests.server.wire import Wire, offsets, rows, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
-
-
-@pytest.fixture
-def wire(server: ServerProcess) -> Iterator[Wire]:
-    w = Wire(server.address)
-    yield w
-    w.close()
 
 
 @pytest.fixture
