@@ -1,44 +1,81 @@
-"""Sessions of the gRPC server: the root user's password check, and bearer tokens that
-each own a `Session` (the current database). Tokens live in memory only: a restart ends
-every session, as docs/protocol.md promises."""
+"""Sessions of the gRPC server: password checks at login, and bearer tokens that each
+own a `Session` (the current database and the user).
+
+`root` logs in with the password the server was started with; other users with the
+password CREATE/ALTER USER set (a salted hash in the catalog, server/passwords.py).
+Tokens live in memory only: a restart ends every session, as docs/protocol.md promises.
+A token remembers the salt of its user's password at login: ALTER USER draws a new
+salt and DROP USER removes the record, so either ends the user's sessions at their
+next call, with nothing to notify.
+"""
 
 from __future__ import annotations
 
 import hmac
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from sqltopic.errors import AuthenticationFailed
+from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, dummy_check, verify_password
 from sqltopic.server.result import Session
+from sqltopic.sql.model import User
+
+__all__ = ["DEFAULT_ROOT_PASSWORD", "ROOT_USER", "Sessions", "UserLookup", "token_of"]
 
 ROOT_USER = "root"
-DEFAULT_ROOT_PASSWORD = "taosdata"  # TDengine's default, so its examples work unchanged
 AUTH_HEADER = "authorization"
 BEARER = "Bearer "
 # 32 random bytes: unguessable, and short enough for a header.
 TOKEN_BYTES = 32
 
+# The catalog's record of a user other than root, None when there is none.
+UserLookup = Callable[[str], User | None]
+
+
+def _no_users(name: str) -> User | None:
+    return None
+
+
+@dataclass(frozen=True)
+class _Login:
+    session: Session
+    salt: str  # of the user's password at login ("" for root)
+
 
 class Sessions:
     """The open sessions, by token. Thread-safe."""
 
-    def __init__(self, root_password: str) -> None:
+    def __init__(self, root_password: str, users: UserLookup = _no_users) -> None:
         self._root_password = root_password
-        self._by_token: dict[str, Session] = {}
+        self._users = users
+        self._by_token: dict[str, _Login] = {}
         self._lock = threading.Lock()
 
     def login(self, user: str, password: str) -> tuple[str, Session]:
         """A new token and its session; AuthenticationFailed on a wrong user or password."""
-        if user != ROOT_USER or not hmac.compare_digest(
-            password.encode(), self._root_password.encode()
-        ):
-            raise AuthenticationFailed("wrong user or password")
+        name = user.lower()  # user names are identifiers: case-insensitive
+        salt = self._check(name, password)
         token = secrets.token_urlsafe(TOKEN_BYTES)
-        session = Session(user=user)
+        session = Session(user=name)
         with self._lock:
-            self._by_token[token] = session
+            self._by_token[token] = _Login(session, salt)
         return token, session
+
+    def _check(self, name: str, password: str) -> str:
+        """The salt the login is bound to; AuthenticationFailed on a wrong password.
+        The message never says which of user and password was wrong."""
+        if name == ROOT_USER:
+            if hmac.compare_digest(password.encode(), self._root_password.encode()):
+                return ""
+            raise AuthenticationFailed("wrong user or password")
+        record = self._users(name)
+        if record is None:
+            dummy_check(password)
+        elif verify_password(password, record.salt, record.password_hash):
+            return record.salt
+        raise AuthenticationFailed("wrong user or password")
 
     def session(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Session:
         """The session the call's `authorization: Bearer <token>` names."""
@@ -52,10 +89,20 @@ class Sessions:
 
     def _lookup(self, token: str) -> Session:
         with self._lock:
-            session = self._by_token.get(token)
-        if session is None:
+            login = self._by_token.get(token)
+        if login is None:
             raise AuthenticationFailed("unknown or expired token: log in again")
-        return session
+        user = login.session.user
+        if user != ROOT_USER:
+            record = self._users(user)
+            if record is None or record.salt != login.salt:
+                with self._lock:
+                    self._by_token.pop(token, None)
+                raise AuthenticationFailed(
+                    f"the session of user {user} ended: its password was changed or the "
+                    "user was dropped; log in again"
+                )
+        return login.session
 
 
 def token_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:

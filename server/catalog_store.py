@@ -174,7 +174,7 @@ def _topic_field(name: str, value: Any) -> Any:
 
 
 def _dump_user(u: User) -> dict[str, Any]:
-    return {**asdict(u), "subscribe": list(u.subscribe)}
+    return {**asdict(u), "subscribe": dict(u.subscribe)}
 
 
 def _load_database(c: Catalog, r: dict[str, Any]) -> None:
@@ -203,7 +203,10 @@ def _load_table(c: Catalog, r: dict[str, Any]) -> None:
 
 
 def _load_user(c: Catalog, r: dict[str, Any]) -> None:
-    c.users[r["name"]] = User(**{**r, "subscribe": tuple(r["subscribe"])})
+    granted = {str(t): int(us) for t, us in (r.get("subscribe") or {}).items()}
+    user = User(r["name"], r["password_hash"], r["salt"], bool(r.get("superuser")),
+                r["create_us"], granted)  # fmt: skip
+    c.users[user.name] = user
 
 
 _DUMPERS: dict[str, Any] = {

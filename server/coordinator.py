@@ -108,10 +108,15 @@ SubKey = tuple[str, str, int]  # (topic, group, vgroup)
 
 @dataclass(frozen=True)
 class Owner:
-    """Who holds a vgroup of a (topic, group): the consumer and the epoch it got it at."""
+    """Who holds a vgroup of a (topic, group): the consumer and the epoch it got it at.
+    A vgroup `revoking` stays with its holder, which may still commit but no longer
+    poll it, until the holder lets go (commits it, stops reporting it, leaves) or times
+    out; only then does the next owner get it, so two consumers never read it at once."""
 
     consumer: int
     epoch: int
+    revoking: bool = False
+    since: float = 0.0  # when the revocation started (coordinator clock)
 
 
 @dataclass
@@ -128,6 +133,8 @@ class Coordinator:
     listeners: list[Callable[[], None]] = field(default_factory=list)
     # the holder's last report per (topic, group, vgroup), and rows of earlier holders
     progress: dict[SubKey, Progress] = field(default_factory=dict)
+    # the last plan per (topic, group): vgroup -> the consumer it is meant for
+    plans: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     rows_before: dict[SubKey, int] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.RLock = field(default_factory=threading.RLock)
@@ -157,6 +164,8 @@ class Coordinator:
                 )  # fmt: skip
                 self.members[member.id] = member
             member.last_heartbeat = member.last_poll = now
+            for topic in set(member.topics) - set(wanted):
+                self._let_go(member, topic)  # the client committed before it asked
             touched = set(member.topics) | set(wanted)
             member.topics = wanted
             member.subscribed_us = self.wall_us()
@@ -194,16 +203,33 @@ class Coordinator:
             member.last_heartbeat = self.clock()
             if polled:
                 member.last_poll = member.last_heartbeat
-            self._report(member, progress)
+            reported = self._report(member, progress)
+            self._release_unreported(member, reported)
             return member
 
-    def _report(self, member: Member, progress: Iterable[tuple[str, int, Progress]]) -> None:
+    def _release_unreported(self, member: Member, reported: set[tuple[str, int]]) -> None:
+        """A heartbeat lists every vgroup the consumer still holds: revoked ones it no
+        longer lists were let go."""
+        for (topic, group), owners in list(self.owners.items()):
+            if group != member.group:
+                continue
+            for vgroup, owner in list(owners.items()):
+                mine = owner.consumer == member.id and owner.revoking
+                if mine and (topic, vgroup) not in reported:
+                    self.release(member.id, group, topic, vgroup)
+
+    def _report(
+        self, member: Member, progress: Iterable[tuple[str, int, Progress]]
+    ) -> set[tuple[str, int]]:
         """Keep progress reports for vgroups the member still holds (a late report of a
-        vgroup that moved on must not count its rows twice)."""
+        vgroup that moved on must not count its rows twice); the (topic, vgroup) listed."""
+        listed: set[tuple[str, int]] = set()
         for topic, vgroup, report in progress:
+            listed.add((topic, vgroup))
             owner = self.owners.get((topic, member.group), {}).get(vgroup)
             if owner is not None and owner.consumer == member.id:
                 self.progress[topic, member.group, vgroup] = report
+        return listed
 
     def rows(self, topic: str, group: str, vgroup: int) -> int | None:
         """Rows the group consumed from the vgroup over all its holders; None if none
@@ -267,12 +293,25 @@ class Coordinator:
                 del self.members[member.id]
                 member.status = "removed"
                 self._rebalance_all(member)
+            self._expire_revocations(now)
             return dead
 
+    def _expire_revocations(self, now: float) -> None:
+        """A holder that neither commits nor drops a revoked vgroup within its session
+        timeout (a stuck client) loses it anyway."""
+        for (topic, group), owners in list(self.owners.items()):
+            for vgroup, owner in list(owners.items()):
+                holder = self.members.get(owner.consumer)
+                limit = holder.liveness.session_timeout_ms / 1000 if holder else 0.0
+                if owner.revoking and now - owner.since > limit:
+                    self.release(owner.consumer, group, topic, vgroup)
+
     def check_owner(
-        self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int
-    ) -> None:
-        """Fencing: pass only if the consumer holds the vgroup at an epoch it knows."""
+        self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int,
+        *, commit: bool = False,
+    ) -> None:  # fmt: skip
+        """Fencing: pass only if the consumer holds the vgroup at an epoch it knows (and,
+        to poll, is not letting go of it: a revoked vgroup may still be committed)."""
         with self._lock:
             owner = self.owners.get((topic, group), {}).get(vgroup)
             member = self.members.get(consumer_id)
@@ -287,6 +326,11 @@ class Coordinator:
                     f"vgroup {vgroup} of topic {topic} is held by {holder} in group "
                     f"{group}, not by consumer {consumer_id} at epoch {epoch}: refresh the "
                     "assignment"
+                )
+            if owner.revoking and not commit:
+                raise ConsumerFenced(
+                    f"vgroup {vgroup} of topic {topic} moves to another consumer of group "
+                    f"{group}: commit its position and refresh the assignment"
                 )
 
     def held(self, group: str, topic: str, vgroup: int) -> bool:
@@ -312,41 +356,104 @@ class Coordinator:
             self._rebalance(topic, member.group)
 
     def _rebalance(self, topic: str, group: str) -> None:
-        """Reassign the topic's vgroups among the group's subscribers; bump the epoch of
-        every member whose assignment changed."""
+        """Plan the topic's vgroups among the group's subscribers (balanced, sticky) and
+        apply the plan cooperatively: a free vgroup goes to its planned consumer at once;
+        one a live consumer holds is first revoked from it (see Owner). Every member
+        whose assignment changed gets a new epoch; held polls are woken."""
         subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
         key = (topic, group)
-        current = {v: o.consumer for v, o in self.owners.get(key, {}).items()}
+        before = dict(self.owners.get(key, {}))
+        holders = {v: o.consumer for v, o in before.items() if o.consumer in self.members}
         vgroups = self._vgroups(topic) if subscribers else []
-        wanted = assign(vgroups, [m.id for m in subscribers], current)
-        changed = {c for v, c in current.items() if wanted.get(v) != c}
-        changed |= {c for v, c in wanted.items() if current.get(v) != c}
-        now_us = self.wall_us()
-        for member in self.members.values():
-            if member.id in changed:
-                member.epoch += 1
-                member.rebalanced_us = now_us
-            if member.group == group:
-                kept = {(t, v) for t, v in member.assignment if t != topic}
-                mine = {(topic, v) for v, c in wanted.items() if c == member.id}
-                member.assignment = frozenset(kept | mine)
-        for vgroup, holder in current.items():
-            if wanted.get(vgroup) != holder:  # the holder's rows stay with the group
-                sub = (topic, group, vgroup)
-                done = self.progress.pop(sub, None)
-                if done is not None:
-                    self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
-        owners = {v: Owner(c, self.members[c].epoch) for v, c in wanted.items()}
-        previous = self.owners.get(key, {})
-        # an unchanged holder keeps the epoch it got the vgroup at: its polls stay valid
-        owners.update({v: previous[v] for v, c in wanted.items() if current.get(v) == c})
-        if owners:
-            self.owners[key] = owners
+        wanted = assign(vgroups, [m.id for m in subscribers], holders)
+        now = self.clock()
+        after: dict[int, Owner] = {}
+        for vgroup in set(before) | set(wanted):
+            old, target = before.get(vgroup), wanted.get(vgroup)
+            if old is not None and old.consumer in self.members:
+                if old.consumer == target:
+                    after[vgroup] = Owner(old.consumer, old.epoch)
+                else:  # a live holder lets go first
+                    since = old.since if old.revoking else now
+                    after[vgroup] = Owner(old.consumer, old.epoch, revoking=True, since=since)
+                continue
+            self._fold_rows((topic, group, vgroup))
+            if target is not None:
+                after[vgroup] = Owner(target, 0)  # epoch set below, after the bump
+        self.plans[key] = wanted
+        changed = self._apply_owners(topic, group, before, after)
+        if after:
+            self.owners[key] = after
         else:
             self.owners.pop(key, None)
         if changed:
             for listener in self.listeners:
                 listener()
+
+    def _apply_owners(
+        self, topic: str, group: str, before: dict[int, Owner], after: dict[int, Owner]
+    ) -> set[int]:
+        """Update members' assignments, epochs and status to `after`; the changed ids."""
+
+        def serving(owners: dict[int, Owner], member: int) -> set[int]:
+            return {v for v, o in owners.items() if o.consumer == member and not o.revoking}
+
+        changed: set[int] = set()
+        now_us = self.wall_us()
+        for member in self.members.values():
+            if member.group != group:
+                continue
+            mine = serving(after, member.id)
+            if mine != serving(before, member.id):
+                changed.add(member.id)
+                member.epoch += 1
+                member.rebalanced_us = now_us
+            kept = {(t, v) for t, v in member.assignment if t != topic}
+            member.assignment = frozenset(kept | {(topic, v) for v in mine})
+        for vgroup, owner in after.items():
+            if owner.epoch == 0:
+                after[vgroup] = Owner(owner.consumer, self.members[owner.consumer].epoch)
+        self.owners[topic, group] = after
+        for member in self.members.values():
+            if member.group == group:
+                member.status = "rebalancing" if self._incoming(member) else "ready"
+        return changed
+
+    def _incoming(self, member: Member) -> bool:
+        """Whether the member waits for a vgroup that its holder is still letting go."""
+        for (topic, group), plan in self.plans.items():
+            if group != member.group:
+                continue
+            owners = self.owners.get((topic, group), {})
+            for vgroup, planned in plan.items():
+                owner = owners.get(vgroup)
+                if planned == member.id and owner is not None and owner.consumer != member.id:
+                    return True
+        return False
+
+    def _let_go(self, member: Member, topic: str) -> None:
+        """The member stops consuming `topic`: its vgroups there are free at once."""
+        owners = self.owners.get((topic, member.group), {})
+        for vgroup in [v for v, o in owners.items() if o.consumer == member.id]:
+            del owners[vgroup]
+            self._fold_rows((topic, member.group, vgroup))
+
+    def _fold_rows(self, sub: SubKey) -> None:
+        """The leaving holder's rows stay with the group."""
+        done = self.progress.pop(sub, None)
+        if done is not None:
+            self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
+
+    def release(self, consumer_id: int, group: str, topic: str, vgroup: int) -> None:
+        """The holder let go of a vgroup being revoked: it goes to its next owner."""
+        with self._lock:
+            owners = self.owners.get((topic, group), {})
+            owner = owners.get(vgroup)
+            if owner is None or owner.consumer != consumer_id or not owner.revoking:
+                return
+            del owners[vgroup]
+            self._fold_rows((topic, group, vgroup))
+            self._rebalance(topic, group)
 
 
 def _expired(member: Member, now: float) -> bool:

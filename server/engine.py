@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
-from sqltopic.server import ddl, query, show, topics, writes
+from sqltopic.server import ddl, query, show, topics, users, writes
 from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
@@ -46,6 +46,10 @@ _DDL: dict[type[st.Statement], Handler] = {
     st.CreateTopic: topics.create_topic,
     st.DropTopic: topics.drop_topic,
     st.DropConsumerGroup: topics.drop_consumer_group,
+    st.CreateUser: users.create_user,
+    st.AlterUser: users.alter_user,
+    st.DropUser: users.drop_user,
+    st.Grant: users.grant,
 }
 _READS: dict[type[st.Statement], Handler] = {
     st.Use: ddl.use,
@@ -102,9 +106,7 @@ class Engine:
                 return handler(state, session, stmt)
         handler = _READS.get(type(stmt))
         if handler is None:
-            raise UnsupportedStatement(
-                f"{type(stmt).__name__} statements come with the server (users and grants)"
-            )
+            raise UnsupportedStatement(f"{type(stmt).__name__} statements are not supported")
         with state.lock.shared():
             return handler(state, session, stmt)
 

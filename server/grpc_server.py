@@ -24,10 +24,12 @@ from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server import users
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
 from sqltopic.server.mnode_service import MnodeService, rebalance_timer
+from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
 from sqltopic.server.sql_service import SessionService, SqlService
 from sqltopic.server.vnode_service import VnodeService
 
@@ -50,12 +52,15 @@ class ServerConfig:
     data: Path
     host: str = "127.0.0.1"
     port: int = 6030
-    root_password: str = "taosdata"
+    root_password: str = DEFAULT_ROOT_PASSWORD
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     """Open the engine, serve until SIGTERM/SIGINT, then close it. Raises WalLockedError
-    when another server holds the data directory. `ready` gets the bound address."""
+    when another server holds the data directory, ConfigError when the root password is
+    empty, or is the default and the address is not a loopback one. `ready` gets the
+    bound address."""
+    check_root_password(config.host, config.root_password)
     engine = Engine(config.data)
     try:
         asyncio.run(_serve(engine, config, ready))
@@ -65,7 +70,7 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
     server = aio.server(options=MESSAGE_OPTIONS)
-    sessions = Sessions(config.root_password)
+    sessions = Sessions(config.root_password, users.lookup(engine.state))
     coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1])
     engine.state.coordinator = coordinator  # SHOW CONSUMERS, DROP TOPIC see it
     stopping = asyncio.Event()

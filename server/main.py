@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sqltopic.errors import Error
-from sqltopic.server.auth import DEFAULT_ROOT_PASSWORD
+from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
 
-# Where the root password comes from when --root-password is not given.
-ROOT_PASSWORD_ENV = "SQLTOPIC_ROOT_PASSWORD"
 DEFAULT_DATA = "./sqltopic-data"
 READY_LINE = "sqltopic server listening on"
 
@@ -31,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root-password",
         default=os.environ.get(ROOT_PASSWORD_ENV, DEFAULT_ROOT_PASSWORD),
-        help=f"password of user root (default: ${ROOT_PASSWORD_ENV} or taosdata)",
+        help=f"password of user root (default: ${ROOT_PASSWORD_ENV} or taosdata, which "
+        "only a server listening on a loopback address accepts)",
     )
 
 

@@ -15,6 +15,7 @@ from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
 from sqltopic.server.engine import Engine
 from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.users import check_subscribe, may_subscribe
 
 log = logging.getLogger("sqltopic.server")
 
@@ -40,6 +41,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             session = self._sessions.session(context.invocation_metadata())
             for topic in request.topics:
                 self._engine.topic_vgroups(topic)  # TopicNotFound
+                check_subscribe(self._engine.state, session.user, topic)  # NoPermission
             liveness = Liveness.of(
                 request.session_timeout_ms,
                 request.max_poll_interval_ms,
@@ -90,6 +92,10 @@ class MnodeService(pb_grpc.MnodeServicer):
                 self._engine.topic_vgroups(topic)
             except TopicNotFound:
                 states.append(pb.TopicState(topic=topic, dropped=True))
+                continue
+            # a REVOKE (or DROP USER) reaches a running consumer here; its polls fail
+            if not may_subscribe(self._engine.state, member.user, topic):
+                states.append(pb.TopicState(topic=topic, no_privilege=True))
         return states
 
     async def GetAssignment(

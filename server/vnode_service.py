@@ -18,6 +18,7 @@ from typing import TypeVar
 from sqltopic.errors import (
     ConfigError,
     ConsumerFenced,
+    NoPermission,
     OffsetOutOfRange,
     TopicDropped,
     TopicNotFound,
@@ -25,7 +26,7 @@ from sqltopic.errors import (
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.server.auth import Sessions
+from sqltopic.server.auth import ROOT_USER, Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import (
@@ -38,6 +39,7 @@ from sqltopic.server.poll import (
 )
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.users import check_subscribe
 from sqltopic.server.vnode import Vnode
 
 T = TypeVar("T")
@@ -82,20 +84,22 @@ class VnodeService(pb_grpc.VnodeServicer):
         self, request: pb.PollRequest, context: Context
     ) -> AsyncIterator[pb.PollResponse]:
         try:
-            self._sessions.session(context.invocation_metadata())
-            frames = await self._poll(request, context)
+            user = self._sessions.session(context.invocation_metadata()).user
+            frames = await self._poll(request, context, user)
         except Exception as exc:
             await fail(context, exc)
         for frame in frames:
             yield frame
 
-    async def _poll(self, request: pb.PollRequest, context: Context) -> list[pb.PollResponse]:
+    async def _poll(
+        self, request: pb.PollRequest, context: Context, user: str
+    ) -> list[pb.PollResponse]:
         """The answer's frames. Each read (and its framing) is one trip to the worker
         pool: hops between threads cost more than a small read itself."""
         deadline = time.monotonic() + _wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
-        vnode, position = await self._run(self._start, request)
+        vnode, position = await self._run(self._start, request, user)
         first = position
         while True:
             message, frames = await self._run(self._read, vnode, request, position, first)
@@ -110,7 +114,7 @@ class VnodeService(pb_grpc.VnodeServicer):
             # the vgroup may have moved while the poll waited: its new owner reads now
             self._coordinator.check_owner(*fence)
 
-    def _start(self, request: pb.PollRequest) -> tuple[Vnode, int]:
+    def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int]:
         """The vnode, after the fencing check, and the position to read from."""
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
         try:
@@ -124,6 +128,7 @@ class VnodeService(pb_grpc.VnodeServicer):
                 ) from None
             raise
         self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+        self._check_right(request.consumer_id, topic, user)
         _limits(request)  # bad limits fail before any read
         if request.HasField("position"):
             return vnode, request.position
@@ -131,6 +136,20 @@ class VnodeService(pb_grpc.VnodeServicer):
         if reset is None:
             raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
         return vnode, start_position(vnode, topic, group, reset)
+
+    def _check_right(self, consumer_id: int, topic: str, user: str) -> None:
+        """NoPermission once the subscriber's user lost the right to consume `topic`
+        (REVOKE, DROP USER): checked at every poll, so none reads after the revoke. And
+        only the subscriber's own user (or root) may poll as that consumer."""
+        member = self._coordinator.member(consumer_id)
+        if member is None:
+            raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
+        if user not in (member.user, ROOT_USER):
+            raise NoPermission(
+                f"consumer {consumer_id} belongs to user {member.user}, not {user}: poll "
+                "with your own consumer"
+            )
+        check_subscribe(self._engine.state, member.user, topic)
 
     def _read(
         self, vnode: Vnode, request: pb.PollRequest, position: int, first: int
@@ -168,11 +187,16 @@ class VnodeService(pb_grpc.VnodeServicer):
         now_us = self._engine.state.now_us()
         for vnode, rows in stores.values():
             vnode.offsets.commit(rows, now_us)
+        if request.consumer_id:  # a commit of a vgroup being revoked lets go of it
+            for item in request.offsets:
+                self._coordinator.release(request.consumer_id, group, item.topic, item.vgroup)
 
     def _check_committer(self, request: pb.CommitRequest, topic: str, vgroup: int) -> None:
         group = request.group_id
         if request.consumer_id:
-            self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
+            self._coordinator.check_owner(
+                request.consumer_id, group, topic, vgroup, request.epoch, commit=True
+            )
         elif self._coordinator.held(group, topic, vgroup):
             raise ConsumerFenced(
                 f"group {group} has a live consumer on vgroup {vgroup} of topic {topic}: a "

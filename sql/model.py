@@ -109,12 +109,16 @@ class Topic:
 
 @dataclass(frozen=True, slots=True)
 class User:
+    """A user created with CREATE USER (root is built in: its password is the server's
+    setting). `subscribe` maps each topic granted SUBSCRIBE on to that topic's creation
+    time, so that a grant never carries over to a namesake created after a DROP TOPIC."""
+
     name: str
-    password_hash: str  # hex scrypt digest
-    salt: str  # hex
+    password_hash: str  # "scrypt$N$r$p$<hex digest>" (server/passwords.py); never clear
+    salt: str  # hex, random per user and per password change
     superuser: bool
     create_us: int
-    subscribe: tuple[str, ...] = ()  # topics granted
+    subscribe: dict[str, int] = field(default_factory=dict)  # topic -> its create_us
 
 
 @dataclass(slots=True)

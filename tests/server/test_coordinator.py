@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress
-from sqltopic.server.coordinator import Coordinator, Liveness
+from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
 
 
 class Clock:
@@ -45,26 +45,64 @@ def test_a_single_consumer_gets_every_vgroup_and_polls_at_its_epoch(coord: Coord
         coord.check_owner(a.id, "g", "t", 3, a.epoch + 1)
 
 
-def test_a_second_consumer_takes_half_and_fences_the_first_there(coord: Coordinator) -> None:
+def _beat(coord: Coordinator, member: Member) -> None:
+    """A heartbeat listing exactly the vgroups the member serves."""
+    progress = [(t, v, Progress(None, 0)) for t, v in member.assignment]
+    coord.heartbeat(member.id, polled=True, progress=progress)
+
+
+def test_a_joining_consumer_gets_vgroups_only_once_their_holder_lets_go(
+    coord: Coordinator,
+) -> None:
     a = coord.subscribe(0, "g", ["t"])
     epoch_a = a.epoch
     b = coord.subscribe(0, "g", ["t"])
+    # a serves two, lets go of two; b waits for them
     assert len(_held(coord, a.id)) == 2
-    assert len(_held(coord, b.id)) == 2
-    assert a.epoch == epoch_a + 1
-    (_, moved), *_ = sorted(_held(coord, b.id))
-    with pytest.raises(ConsumerFenced):
-        coord.check_owner(a.id, "g", "t", moved, a.epoch)
+    assert _held(coord, b.id) == set()
+    assert (a.epoch, a.status, b.status) == (epoch_a + 1, "ready", "rebalancing")
+    moving = [v for v in (1, 2, 3, 4) if ("t", v) not in _held(coord, a.id)]
+    with pytest.raises(ConsumerFenced, match="moves to another consumer"):
+        coord.check_owner(a.id, "g", "t", moving[0], a.epoch)
+    coord.check_owner(a.id, "g", "t", moving[0], a.epoch, commit=True)  # may commit it
     (_, kept), *_ = sorted(_held(coord, a.id))
     coord.check_owner(a.id, "g", "t", kept, epoch_a)  # kept vgroups stay valid at the old epoch
+    coord.release(a.id, "g", "t", moving[0])  # a committed it
+    assert _held(coord, b.id) == {("t", moving[0])}
+    assert b.status == "rebalancing"
+    _beat(coord, a)  # a no longer lists the other one
+    assert _held(coord, b.id) == {("t", v) for v in moving}
+    assert (a.status, b.status) == ("ready", "ready")
+    coord.check_owner(b.id, "g", "t", moving[1], b.epoch)
+    with pytest.raises(ConsumerFenced):
+        coord.check_owner(a.id, "g", "t", moving[1], a.epoch, commit=True)
+
+
+def test_a_holder_that_never_lets_go_loses_the_vgroup_after_its_session_timeout(
+    coord: Coordinator, clock: Clock
+) -> None:
+    live = Liveness.of(6000, 600_000, 1000)
+    a = coord.subscribe(0, "g", ["u"], liveness=live)
+    b = coord.subscribe(0, "g", ["u"], liveness=live)
+    assert _held(coord, b.id) == set()
+    for _ in range(4):  # a heartbeats, still listing both vgroups, for 8 s
+        clock.now += 2
+        coord.heartbeat(
+            a.id, polled=True, progress=[("u", 5, Progress(1, 0)), ("u", 6, Progress(1, 0))]
+        )
+        coord.heartbeat(b.id, polled=True)
+        coord.expire()
+    assert len(_held(coord, b.id)) == 1
+    assert coord.member(a.id) is not None  # a is alive, only the revocation timed out
 
 
 def test_each_topic_is_balanced_among_its_own_subscribers(coord: Coordinator) -> None:
     a = coord.subscribe(0, "g", ["t", "u"])
     b = coord.subscribe(0, "g", ["u"])
+    _beat(coord, a)
     assert {t for t, _ in _held(coord, a.id)} == {"t", "u"}
     assert len([v for t, v in _held(coord, a.id) if t == "t"]) == 4
-    assert _held(coord, b.id)
+    assert len(_held(coord, b.id)) == 1
     assert {t for t, _ in _held(coord, b.id)} == {"u"}
 
 

@@ -11,7 +11,6 @@ from sqltopic.errors import (
     SchemaInUseError,
     SqlError,
     TopicNotFound,
-    UnsupportedStatement,
 )
 from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
@@ -331,8 +330,3 @@ def test_no_database_selected(engine: Engine) -> None:
     for sql in ("SHOW TABLES", "CREATE TABLE t (ts TIMESTAMP, a INT)", "SELECT * FROM t"):
         with pytest.raises(SqlError, match="no database selected"):
             engine.execute(sql)
-
-
-def test_user_statements_belong_to_the_server(engine: Engine) -> None:
-    with pytest.raises(UnsupportedStatement):
-        engine.execute("CREATE USER u PASS 'secret'")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pyarrow as pa
@@ -146,32 +148,48 @@ def test_a_waiting_poll_receives_a_later_write(hot: Connection, wire: Wire) -> N
     assert offsets(answer[0]) == (end, end + 2)
 
 
-def test_polls_and_commits_are_fenced_to_the_assigned_consumer(hot: Connection, wire: Wire) -> None:
+def _fenced(call: Callable[[], object]) -> str:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    code, trailers = status(info.value)
+    assert (code, trailers["sqltopic-error"]) == (grpc.StatusCode.ABORTED, "ConsumerFenced")
+    return str(cast("grpc.Call", info.value).details())
+
+
+def test_a_vgroup_moves_only_after_its_holder_commits_it(hot: Connection, wire: Wire) -> None:
     a = wire.subscribe("g", ["hot"])
     asg = wire.assignment(a.consumer_id)
-    b = wire.subscribe("g", ["hot"])  # takes one vgroup away from a
-    asg_b = wire.assignment(b.consumer_id)
-    (moved,) = [x.vgroup for x in asg_b.assignments]
+    b = wire.subscribe("g", ["hot"])  # one of a's two vgroups is to move to b
+    assert b.status == pb.CONSUMER_STATUS_REBALANCING
+    assert list(wire.assignment(b.consumer_id).assignments) == []
+    both = [pb.VgroupProgress(topic="hot", vgroup=v) for v in (1, 2)]  # a still reads both
     heartbeat = wire.mnode.Heartbeat(
-        pb.HeartbeatRequest(consumer_id=a.consumer_id, epoch=asg.epoch), metadata=wire.md
+        pb.HeartbeatRequest(consumer_id=a.consumer_id, epoch=asg.epoch, progress=both),
+        metadata=wire.md,
     )
     assert heartbeat.refresh_assignment
-    assert heartbeat.status == pb.CONSUMER_STATUS_READY
-    for call in (
-        lambda: wire.poll(a.consumer_id, "g", "hot", moved, asg.epoch),
-        lambda: wire.commit(a.consumer_id, "g", asg.epoch, ("hot", moved, 1)),
-        lambda: wire.commit(0, "g", 0, ("hot", moved, 1)),  # standalone while b holds it
-    ):
-        with pytest.raises(grpc.RpcError) as info:
-            call()
-        code, trailers = status(info.value)
-        assert (code, trailers["sqltopic-error"]) == (grpc.StatusCode.ABORTED, "ConsumerFenced")
-    assert wire.committed("g", "hot", moved) is None
-    wire.poll(b.consumer_id, "g", "hot", moved, asg_b.epoch)
+    asg_a = wire.assignment(a.consumer_id, known=asg.epoch)
+    (kept,) = [x.vgroup for x in asg_a.assignments]
+    (moving,) = {1, 2} - {kept}
+    # a may no longer poll it, nobody but a may commit it, and a may (its last position)
+    assert "moves to another consumer" in _fenced(
+        lambda: wire.poll(a.consumer_id, "g", "hot", moving, asg_a.epoch)
+    )
+    _fenced(lambda: wire.commit(0, "g", 0, ("hot", moving, 1)))  # standalone: a holds it
+    _fenced(lambda: wire.poll(b.consumer_id, "g", "hot", moving, b.epoch))
+    wire.commit(a.consumer_id, "g", asg_a.epoch, ("hot", moving, 1))
+    asg_b = wire.assignment(b.consumer_id)
+    assert ([x.vgroup for x in asg_b.assignments], asg_b.status) == (
+        [moving],
+        pb.CONSUMER_STATUS_READY,
+    )
+    frames = wire.poll(b.consumer_id, "g", "hot", moving, asg_b.epoch)
+    assert offsets(frames)[0] == 1  # b starts where a committed
+    _fenced(lambda: wire.commit(a.consumer_id, "g", asg_a.epoch, ("hot", moving, 1)))
     wire.mnode.Close(pb.CloseRequest(consumer_id=a.consumer_id), metadata=wire.md)
     wire.mnode.Close(pb.CloseRequest(consumer_id=b.consumer_id), metadata=wire.md)
-    wire.commit(0, "g", 0, ("hot", moved, 1))  # the group is idle: a tool may commit
-    assert wire.committed("g", "hot", moved) == 1
+    wire.commit(0, "g", 0, ("hot", moving, 2))  # the group is idle: a tool may commit
+    assert wire.committed("g", "hot", moving) == 2
     gone = wire.mnode.Heartbeat(pb.HeartbeatRequest(consumer_id=a.consumer_id), metadata=wire.md)
     assert gone.status == pb.CONSUMER_STATUS_REMOVED
 
