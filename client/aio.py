@@ -235,10 +235,18 @@ class Consumer:
     async def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Rpc):
             method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
-            with _translated():
-                return await method(
-                    effect.request, metadata=effect.metadata, timeout=effect.timeout
-                )
+            try:
+                with _translated():
+                    return await method(
+                        effect.request, metadata=effect.metadata, timeout=effect.timeout
+                    )
+            except asyncio.CancelledError:
+                # close() in another task closed the channel under this call: that is
+                # "closed" for the caller, not a cancellation of its own task
+                task = asyncio.current_task()
+                if self._core.closed and task is not None and not task.cancelling():
+                    raise Error("the consumer is closed") from None
+                raise
         if isinstance(effect, fx.Fetch):
             self._fetches[effect.ticket] = asyncio.create_task(self._fetch(effect))
         elif isinstance(effect, fx.Cancel):

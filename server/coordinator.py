@@ -12,15 +12,15 @@ REMOVED on their next heartbeat, rejoin, and resume from their committed offsets
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from sqltopic.errors import ConfigError, ConsumerFenced, NotFoundError, RebalanceInProgress
 from sqltopic.server.assign import assign
+from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
 
 Status = Literal["ready", "rebalancing", "removed"]
 Clock = Callable[[], float]
@@ -136,8 +136,62 @@ class Coordinator:
     # the last plan per (topic, group): vgroup -> the consumer it is meant for
     plans: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     rows_before: dict[SubKey, int] = field(default_factory=dict)
-    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    # where the state is kept across restarts; None: in memory only
+    store: CoordinatorStore | None = None
+    _next_id: int = 1
+    _version: int = 0  # raised by every change of members or assignments
+    _saved: int = 0  # the version the store holds
+    _progress_dirty: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def persist(self, progress: bool = False) -> None:
+        """Save the state if members or assignments changed since the last save (and,
+        with `progress`, if progress reports did). Call before answering the change."""
+        with self._lock:
+            if self.store is None:
+                return
+            if self._version == self._saved and not (progress and self._progress_dirty):
+                return
+            self.store.save(self._durable())
+            self._saved = self._version
+            self._progress_dirty = False
+
+    def restore(self) -> None:
+        """Load the saved state: members get a full session timeout to come back."""
+        with self._lock:
+            snap = self.store.load() if self.store is not None else None
+            if snap is None:
+                return
+            now = self.clock()
+            self._next_id = snap.next_id
+            for doc in snap.members:
+                member = _member_of(doc, now)
+                self.members[member.id] = member
+            for topic, group, vgroup, consumer, epoch, revoking in snap.owners:
+                owner = Owner(consumer, epoch, revoking=revoking, since=now)
+                self.owners.setdefault((topic, group), {})[vgroup] = owner
+            for topic, group, vgroup, planned in snap.plans:
+                self.plans.setdefault((topic, group), {})[vgroup] = planned
+            for topic, group, vgroup, rows in snap.rows_before:
+                self.rows_before[topic, group, vgroup] = rows
+            for topic, group, vgroup, position, rows in snap.progress:
+                self.progress[topic, group, vgroup] = Progress(position, rows)
+            self._saved = self._version
+
+    def _durable(self) -> Snapshot:
+        return Snapshot(
+            next_id=self._next_id,
+            members=[_member_doc(m) for m in self.members.values()],
+            owners=[[t, g, v, o.consumer, o.epoch, o.revoking]
+                    for (t, g), owners in self.owners.items() for v, o in owners.items()],
+            plans=[[t, g, v, c] for (t, g), plan in self.plans.items() for v, c in plan.items()],
+            rows_before=[[t, g, v, n] for (t, g, v), n in self.rows_before.items()],
+            progress=[[t, g, v, p.position, p.rows] for (t, g, v), p in self.progress.items()],
+        )  # fmt: skip
 
     def subscribe(
         self,
@@ -159,7 +213,7 @@ class Coordinator:
             member = self.members.get(consumer_id)
             if member is None or member.group != group:
                 member = Member(
-                    next(self._ids), group, client_id, user, fqdn, (),
+                    self._new_id(), group, client_id, user, fqdn, (),
                     liveness or Liveness(), parameters or {}, now, now, self.wall_us(),
                 )  # fmt: skip
                 self.members[member.id] = member
@@ -229,6 +283,7 @@ class Coordinator:
             owner = self.owners.get((topic, member.group), {}).get(vgroup)
             if owner is not None and owner.consumer == member.id:
                 self.progress[topic, member.group, vgroup] = report
+                self._progress_dirty = True
         return listed
 
     def rows(self, topic: str, group: str, vgroup: int) -> int | None:
@@ -278,6 +333,7 @@ class Coordinator:
         """Drop the assignments and counters of a dropped topic (or of one group on it);
         subscribers keep the name and learn from their heartbeat that it is gone."""
         with self._lock:
+            self._version += 1
             for key in [k for k in self.owners if k[0] == topic and group in (None, k[1])]:
                 del self.owners[key]
             for table in (self.progress, self.rows_before):
@@ -360,6 +416,7 @@ class Coordinator:
         apply the plan cooperatively: a free vgroup goes to its planned consumer at once;
         one a live consumer holds is first revoked from it (see Owner). Every member
         whose assignment changed gets a new epoch; held polls are woken."""
+        self._version += 1
         subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
         key = (topic, group)
         before = dict(self.owners.get(key, {}))
@@ -454,6 +511,30 @@ class Coordinator:
             del owners[vgroup]
             self._fold_rows((topic, group, vgroup))
             self._rebalance(topic, group)
+
+
+def _member_doc(m: Member) -> dict[str, Any]:
+    live = m.liveness
+    return {
+        "id": m.id, "group": m.group, "client_id": m.client_id, "user": m.user,
+        "fqdn": m.fqdn, "topics": list(m.topics),
+        "liveness": [live.session_timeout_ms, live.max_poll_interval_ms,
+                     live.heartbeat_interval_ms],
+        "parameters": m.parameters, "joined_us": m.joined_us,
+        "subscribed_us": m.subscribed_us, "rebalanced_us": m.rebalanced_us,
+        "epoch": m.epoch, "status": m.status,
+        "assignment": [list(a) for a in sorted(m.assignment)],
+    }  # fmt: skip
+
+
+def _member_of(doc: dict[str, Any], now: float) -> Member:
+    return Member(
+        doc["id"], doc["group"], doc["client_id"], doc["user"], doc["fqdn"],
+        tuple(doc["topics"]), Liveness(*doc["liveness"]), doc["parameters"], now, now,
+        joined_us=doc["joined_us"], subscribed_us=doc["subscribed_us"],
+        rebalanced_us=doc["rebalanced_us"], epoch=doc["epoch"], status=doc["status"],
+        assignment=frozenset((t, v) for t, v in doc["assignment"]),
+    )  # fmt: skip
 
 
 def _expired(member: Member, now: float) -> bool:

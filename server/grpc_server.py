@@ -27,6 +27,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server import users
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
+from sqltopic.server.coordinator_store import CoordinatorStore
 from sqltopic.server.engine import Engine
 from sqltopic.server.mnode_service import MnodeService, rebalance_timer
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
@@ -71,7 +72,10 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
     server = aio.server(options=MESSAGE_OPTIONS)
     sessions = Sessions(config.root_password, users.lookup(engine.state))
-    coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1])
+    coordinator = Coordinator(
+        lambda topic: engine.topic_vgroups(topic)[1], store=CoordinatorStore(config.data)
+    )
+    coordinator.restore()  # groups as they were: their consumers carry on
     engine.state.coordinator = coordinator  # SHOW CONSUMERS, DROP TOPIC see it
     stopping = asyncio.Event()
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
@@ -99,6 +103,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     await health_servicer.enter_graceful_shutdown()
     await server.stop(SHUTDOWN_GRACE_S)
     await timer
+    coordinator.persist(progress=True)
 
 
 async def _add_health(server: aio.Server) -> health.aio.HealthServicer:

@@ -57,6 +57,7 @@ class MnodeService(pb_grpc.MnodeServicer):
                 liveness=liveness,
                 parameters=_parameters(request, liveness),
             )
+            await asyncio.to_thread(self._coordinator.persist)
         except Exception as exc:
             await fail(context, exc)
         return pb.SubscribeResponse(
@@ -74,6 +75,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             member = self._coordinator.heartbeat(
                 request.consumer_id, request.polled, _progress(request.progress)
             )
+            await asyncio.to_thread(self._coordinator.persist)  # a release in it
         except Exception as exc:
             await fail(context, exc)
         if member is None:
@@ -139,6 +141,7 @@ class MnodeService(pb_grpc.MnodeServicer):
         try:
             self._sessions.session(context.invocation_metadata())
             member = self._coordinator.unsubscribe(request.consumer_id, _progress(request.progress))
+            await asyncio.to_thread(self._coordinator.persist)
         except Exception as exc:
             await fail(context, exc)
         return pb.UnsubscribeResponse(epoch=member.epoch)
@@ -147,19 +150,25 @@ class MnodeService(pb_grpc.MnodeServicer):
         try:
             self._sessions.session(context.invocation_metadata())
             self._coordinator.close(request.consumer_id, _progress(request.progress))
+            await asyncio.to_thread(self._coordinator.persist)
         except Exception as exc:
             await fail(context, exc)
         return pb.CloseResponse()
 
 
 async def rebalance_timer(coordinator: Coordinator, stop: asyncio.Event) -> None:
-    """Every REBALANCE_INTERVAL_S, remove consumers whose session or poll interval ran out."""
+    """Every REBALANCE_INTERVAL_S, remove consumers whose session or poll interval ran
+    out, and save the group state (progress reports included)."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), REBALANCE_INTERVAL_S)
         for member in coordinator.expire():
             log.info("consumer %d of group %s removed (no heartbeat or poll in time)",
                      member.id, member.group)  # fmt: skip
+        try:
+            await asyncio.to_thread(coordinator.persist, True)
+        except OSError:
+            log.exception("saving the consumer group state failed; retrying at the next tick")
 
 
 def _progress(reports: Iterable[pb.VgroupProgress]) -> list[tuple[str, int, Progress]]:

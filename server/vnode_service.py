@@ -190,6 +190,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if request.consumer_id:  # a commit of a vgroup being revoked lets go of it
             for item in request.offsets:
                 self._coordinator.release(request.consumer_id, group, item.topic, item.vgroup)
+            self._coordinator.persist()
 
     def _check_committer(self, request: pb.CommitRequest, topic: str, vgroup: int) -> None:
         group = request.group_id

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress
+from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress, WalCorruptionError
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
+from sqltopic.server.coordinator_store import CoordinatorStore
 
 
 class Clock:
@@ -165,3 +168,38 @@ def test_bad_group_and_client_ids_are_refused_and_change_nothing(
         coord.subscribe(0, group, ["t"], client_id=client)
     assert coord.members == {}
     assert coord.owners == {}
+
+
+def test_the_state_survives_a_restart_through_its_store(tmp_path: Path, clock: Clock) -> None:
+    vgroups = {"t": [1, 2, 3, 4]}
+    first = Coordinator(lambda t: vgroups[t], clock=clock, store=CoordinatorStore(tmp_path))
+    a = first.subscribe(0, "g", ["t"], client_id="ca", user="alice", fqdn="h1")
+    first.heartbeat(a.id, polled=True, progress=[("t", v, Progress(7, 3)) for v in (1, 2, 3, 4)])
+    b = first.subscribe(0, "g", ["t"])  # two vgroups revoking from a, b waiting
+    first.persist(progress=True)
+    clock.now += 100  # long after a's last heartbeat: restored members get a fresh window
+    second = Coordinator(lambda t: vgroups[t], clock=clock, store=CoordinatorStore(tmp_path))
+    second.restore()
+    assert second.expire() == []
+    ra, rb = second.member(a.id), second.member(b.id)
+    assert ra is not None
+    assert rb is not None
+    assert (ra.client_id, ra.user, ra.fqdn, ra.epoch, ra.assignment) == (
+        "ca",
+        "alice",
+        "h1",
+        a.epoch,
+        a.assignment,
+    )
+    assert (rb.status, rb.assignment) == ("rebalancing", frozenset())
+    assert second.rows("t", "g", 1) == 3
+    moving = next(v for v in (1, 2, 3, 4) if ("t", v) not in ra.assignment)
+    second.release(a.id, "g", "t", moving)  # the hand-over goes on where it was
+    assert ("t", moving) in rb.assignment
+    assert second.subscribe(0, "g", ["t"]).id == b.id + 1  # ids are never reused
+
+
+def test_a_damaged_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "mnode.json").write_text('{"format": 1, "members": [')
+    with pytest.raises(WalCorruptionError, match=r"consumer group state .* is damaged"):
+        CoordinatorStore(tmp_path).load()

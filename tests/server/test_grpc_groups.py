@@ -7,16 +7,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pyarrow as pa
 import pytest
 
-from sqltopic.client import Connection
+from sqltopic.client import Connection, connect
 from sqltopic.errors import SchemaInUseError
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from tests.live_server import ServerProcess
+from tests.live_server import POWER, ServerProcess
 from tests.server.wire import Wire, offsets, rows, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
@@ -225,3 +226,56 @@ def test_a_consumer_that_stops_polling_is_removed(hot: Connection, wire: Wire) -
 
     _wait_until(beat_without_polling, "the idle consumer is removed")
     assert _show(hot, "CONSUMERS") == []
+
+
+def test_groups_survive_a_server_restart(data: Path) -> None:
+    first = ServerProcess(data)
+    first.wait_ready()
+    try:
+        wire = Wire(first.address)
+        with connect(first.address) as conn:
+            conn.execute(POWER + "; " + TOPIC)
+        sub = wire.subscribe("g", ["hot"], client_id="c1")
+        asg = wire.assignment(sub.consumer_id)
+        progress = [pb.VgroupProgress(topic="hot", vgroup=a.vgroup, position=1, rows=5)
+                    for a in asg.assignments]  # fmt: skip
+        wire.mnode.Heartbeat(pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=asg.epoch,
+                                                 progress=progress), metadata=wire.md)  # fmt: skip
+        wire.close()
+        assert first.stop() == 0  # graceful: progress saved too
+    finally:
+        first.kill()
+    second = ServerProcess(data, port=first.port)
+    second.wait_ready()
+    try:
+        wire = Wire(second.address)  # tokens die with the server: log in again
+        beat = wire.mnode.Heartbeat(
+            pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=asg.epoch), metadata=wire.md
+        )
+        assert (beat.status, beat.epoch, beat.refresh_assignment) == (
+            pb.CONSUMER_STATUS_READY,
+            asg.epoch,
+            False,
+        )
+        again = wire.assignment(sub.consumer_id)
+        assert sorted(a.vgroup for a in again.assignments) == [1, 2]
+        with connect(second.address) as conn:
+            (consumer,) = _show(conn, "CONSUMERS")
+            assert (consumer["consumer_id"], consumer["client_id"]) == (str(sub.consumer_id), "c1")
+            assert [r["rows"] for r in _show(conn, "SUBSCRIPTIONS")] == [5, 5]
+        second.kill()  # SIGKILL: the membership saved at subscribe time is enough
+        third = ServerProcess(data, port=first.port)
+        third.wait_ready()
+        try:
+            wire2 = Wire(third.address)
+            beat = wire2.mnode.Heartbeat(
+                pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=asg.epoch),
+                metadata=wire2.md,
+            )
+            assert beat.status == pb.CONSUMER_STATUS_READY
+            wire2.close()
+        finally:
+            third.kill()
+        wire.close()
+    finally:
+        second.kill()
