@@ -96,8 +96,8 @@ class _ConsumerStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Consum
     """
     CONSUMER_STATUS_REMOVED: _ConsumerStatus.ValueType  # 3
     """The mnode no longer knows this consumer (session.timeout.ms without heartbeat,
-    max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`, a server
-    restart). Its vgroups have moved. It must stop polling, drop its positions and
+    max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`; a server
+    restart keeps members). Its vgroups have moved. It must stop polling, drop its positions and
     call Mnode.Subscribe again; it resumes from the group's committed offsets.
     """
 
@@ -114,8 +114,8 @@ current assignment; a new epoch follows.
 """
 CONSUMER_STATUS_REMOVED: ConsumerStatus.ValueType  # 3
 """The mnode no longer knows this consumer (session.timeout.ms without heartbeat,
-max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`, a server
-restart). Its vgroups have moved. It must stop polling, drop its positions and
+max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`; a server
+restart keeps members). Its vgroups have moved. It must stop polling, drop its positions and
 call Mnode.Subscribe again; it resumes from the group's committed offsets.
 """
 Global___ConsumerStatus: _TypeAlias = ConsumerStatus  # noqa: Y015
