@@ -152,6 +152,11 @@ class Membership(Offsets):
         """Keep the positions of vgroups still held, commit (auto-commit) and drop the
         others, start the new ones unset."""
         new = {(a.topic, a.vgroup): a for a in assignments}
+        # a vgroup granted again after the assignment we knew went through other hands:
+        # our position there is stale (someone else may have committed beyond it)
+        regained = [k for k, a in new.items() if k in self.held and a.granted_epoch > self.epoch]
+        if regained:
+            yield from self._drop(regained)
         lost = [key for key in self.held if key not in new]
         if lost:
             # best effort: the vnode may already fence us on a vgroup that moved on

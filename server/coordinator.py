@@ -1,13 +1,14 @@
 """The mnode's consumer coordinator: group membership, assignments, epochs and fencing.
 
 Consumers join a group with a topic list; for every (topic, group) the coordinator
-assigns the topic's vgroups among the group's consumers subscribed to that topic
-(`assign.assign`: balanced and sticky). Every change to a consumer's assignment raises
-its epoch. Vnodes ask `check_owner` before serving a poll or commit, so a consumer that
-lost a vgroup is fenced off at once. A consumer silent for `session.timeout.ms`, or
-without a poll for `max.poll.interval.ms`, is removed by `expire`, which the server calls
-on a timer. State is in memory: after a server restart consumers are unknown, get
-REMOVED on their next heartbeat, rejoin, and resume from their committed offsets.
+plans the topic's vgroups among the group's consumers subscribed to that topic
+(`assign.assign`: balanced and sticky) and applies the plan cooperatively: a vgroup
+leaves a live holder only once it let go (committed it, stopped listing it, left, or
+timed out). Every change to a consumer's assignment raises its epoch. Vnodes ask
+`check_owner` before serving a poll or commit, so a consumer that lost a vgroup is
+fenced off at once. A consumer silent for `session.timeout.ms`, or without a poll for
+`max.poll.interval.ms`, is removed by `expire`, which the server calls on a timer. The
+state is saved in the data directory (`coordinator_store`), so a restart keeps groups.
 """
 
 from __future__ import annotations
@@ -306,6 +307,12 @@ class Coordinator:
         with self._lock:
             members = [replace(m) for m in self.members.values()]
             return members, {k: dict(v) for k, v in self.owners.items()}
+
+    def granted_epoch(self, member: Member, topic: str, vgroup: int) -> int:
+        """The member's epoch when it got the vgroup (0 if it does not hold it)."""
+        with self._lock:
+            owner = self.owners.get((topic, member.group), {}).get(vgroup)
+            return owner.epoch if owner is not None and owner.consumer == member.id else 0
 
     def progress_of(self, topic: str, group: str, vgroup: int) -> Progress | None:
         with self._lock:

@@ -131,6 +131,7 @@ class MnodeService(pb_grpc.MnodeServicer):
                 pb.Assignment(
                     topic=topic, database=db, vgroup=vgroup, endpoint="",
                     begin=wal.first_version, end=wal.next_version,
+                    granted_epoch=self._coordinator.granted_epoch(member, topic, vgroup),
                 )
             )  # fmt: skip
         return out

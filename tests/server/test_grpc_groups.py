@@ -279,3 +279,22 @@ def test_groups_survive_a_server_restart(data: Path) -> None:
         wire.close()
     finally:
         second.kill()
+
+
+def test_a_vgroup_granted_again_says_so(hot: Connection, wire: Wire) -> None:
+    """A consumer that gets back a vgroup another one held in between learns it from
+    `granted_epoch`, so it drops the stale position it may still keep."""
+    a = wire.subscribe("g", ["hot"]).consumer_id
+    first = wire.assignment(a)
+    assert all(x.granted_epoch <= first.epoch for x in first.assignments)
+    b = wire.subscribe("g", ["hot"]).consumer_id
+    _let_go(wire, [a])  # a lets go of one vgroup: b gets it
+    (moved,) = _held(wire, b)
+    wire.commit(b, "g", wire.assignment(b).epoch, ("hot", moved, 3))
+    wire.mnode.Close(pb.CloseRequest(consumer_id=b), metadata=wire.md)
+    again = wire.assignment(a, known=first.epoch)
+    granted = {x.vgroup: x.granted_epoch for x in again.assignments}
+    assert sorted(granted) == [1, 2]
+    assert granted[moved] > first.epoch  # anew: resume from the commit (3), not a's position
+    (kept,) = {1, 2} - {moved}
+    assert granted[kept] <= first.epoch

@@ -765,6 +765,7 @@ class Assignment(_message.Message):
     ENDPOINT_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    GRANTED_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     database: _builtins.str
@@ -781,6 +782,12 @@ class Assignment(_message.Message):
     """
     end: _builtins.int
     """The vnode's next version to write when the assignment was computed."""
+    granted_epoch: _builtins.int
+    """The consumer's epoch when it was given this vgroup. Greater than the epoch of the
+    assignment the consumer last fetched: it got the vgroup anew (perhaps after another
+    consumer held and committed it), so a position it still keeps for the vgroup is
+    stale: drop it and resume from the group's committed offset.
+    """
     def __init__(
         self,
         *,
@@ -790,10 +797,11 @@ class Assignment(_message.Message):
         endpoint: _builtins.str = ...,
         begin: _builtins.int = ...,
         end: _builtins.int = ...,
+        granted_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "database", b"database", "end", b"end", "endpoint", b"endpoint", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "database", b"database", "end", b"end", "endpoint", b"endpoint", "granted_epoch", b"granted_epoch", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
