@@ -29,7 +29,7 @@ from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.coordinator_store import CoordinatorStore
 from sqltopic.server.engine import Engine
-from sqltopic.server.mnode_service import MnodeService, rebalance_timer
+from sqltopic.server.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
 from sqltopic.server.sql_service import SessionService, SqlService
 from sqltopic.server.vnode_service import VnodeService
@@ -54,6 +54,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 6030
     root_password: str = DEFAULT_ROOT_PASSWORD
+    rebalance_interval_s: float = REBALANCE_INTERVAL_S
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
@@ -95,7 +96,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
         raise OSError(f"cannot listen on {address}")
     await server.start()
     stop = _stop_on_signals()
-    timer = asyncio.create_task(rebalance_timer(coordinator, stopping))
+    timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
     ready(f"{config.host}:{port}")
     await stop.wait()
     log.info("shutting down")

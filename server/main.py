@@ -32,6 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"password of user root (default: ${ROOT_PASSWORD_ENV} or taosdata, which "
         "only a server listening on a loopback address accepts)",
     )
+    parser.add_argument(
+        "--rebalance-interval-ms", type=_interval_ms, default=2000,
+        help="how often the mnode looks for consumers past their session timeout or max "
+        "poll interval (TDengine: 2000; joins and leaves rebalance at once anyway)",
+    )  # fmt: skip
+
+
+def _interval_ms(text: str) -> int:
+    """100..60000 ms: below, the timer would only burn CPU; above, dead consumers would
+    keep their vgroups for minutes."""
+    value = int(text)
+    if not 100 <= value <= 60_000:
+        raise argparse.ArgumentTypeError(f"{value} is out of range 100..60000")
+    return value
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -44,7 +58,9 @@ def serve(args: argparse.Namespace) -> int:
     from sqltopic.server.grpc_server import ServerConfig, run  # noqa: PLC0415
 
     data = Path(args.data)
-    config = ServerConfig(data, args.host, args.port, args.root_password)
+    config = ServerConfig(
+        data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000
+    )
 
     def ready(address: str) -> None:
         print(f"{READY_LINE} {address}, data {data}", flush=True)

@@ -157,12 +157,14 @@ class MnodeService(pb_grpc.MnodeServicer):
         return pb.CloseResponse()
 
 
-async def rebalance_timer(coordinator: Coordinator, stop: asyncio.Event) -> None:
-    """Every REBALANCE_INTERVAL_S, remove consumers whose session or poll interval ran
+async def rebalance_timer(
+    coordinator: Coordinator, stop: asyncio.Event, interval_s: float = REBALANCE_INTERVAL_S
+) -> None:
+    """Every `interval_s`, remove consumers whose session or poll interval ran
     out, and save the group state (progress reports included)."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), REBALANCE_INTERVAL_S)
+            await asyncio.wait_for(stop.wait(), interval_s)
         for member in coordinator.expire():
             log.info("consumer %d of group %s removed (no heartbeat or poll in time)",
                      member.id, member.group)  # fmt: skip

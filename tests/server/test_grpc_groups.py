@@ -298,3 +298,33 @@ def test_a_vgroup_granted_again_says_so(hot: Connection, wire: Wire) -> None:
     assert granted[moved] > first.epoch  # anew: resume from the commit (3), not a's position
     (kept,) = {1, 2} - {moved}
     assert granted[kept] <= first.epoch
+
+
+def test_the_rebalance_interval_is_an_option_with_a_range(data: Path) -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "sqltopic.server", "--data", str(data),
+         "--rebalance-interval-ms", "5"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "--rebalance-interval-ms: 5 is out of range 100..60000" in bad.stderr
+    assert not data.exists()  # refused before touching the data directory
+    fast = ServerProcess(data, extra=("--rebalance-interval-ms", "200"))
+    fast.wait_ready()
+    try:
+        wire = Wire(fast.address)
+        with connect(fast.address) as conn:
+            conn.execute(POWER + "; " + TOPIC)
+        sub = wire.subscribe("g", ["hot"], max_poll_interval_ms=1000)
+        _wait_until(
+            lambda: (
+                wire.mnode.Heartbeat(
+                    pb.HeartbeatRequest(consumer_id=sub.consumer_id), metadata=wire.md
+                ).status
+                == pb.CONSUMER_STATUS_REMOVED
+            ),
+            "the idle consumer is removed",
+        )
+        wire.close()
+    finally:
+        fast.kill()
