@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench bench-server proto
+.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-rebalance proto
 
 setup: $(STAMP)
 
@@ -60,6 +60,10 @@ bench: $(STAMP)
 bench-server: $(STAMP)
 	command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server)
 	$(BIN)/python bench/server_bench.py
+
+# Consumer-group rebalances: join, leave, crash takeover (docs/performance.md §6).
+bench-rebalance: $(STAMP)
+	$(BIN)/python bench/rebalance_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

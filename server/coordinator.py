@@ -96,6 +96,15 @@ class Member:
 
 
 @dataclass(frozen=True)
+class AssignmentView:
+    """A member's assignment as GetAssignment answers it: all read at one instant."""
+
+    epoch: int
+    status: Status
+    vgroups: tuple[tuple[str, int, int], ...]  # (topic, vgroup, granted epoch)
+
+
+@dataclass(frozen=True)
 class Progress:
     """What a consumer last reported for a vgroup it holds: its position (None before
     its first poll there) and the rows delivered since it got the vgroup."""
@@ -308,11 +317,19 @@ class Coordinator:
             members = [replace(m) for m in self.members.values()]
             return members, {k: dict(v) for k, v in self.owners.items()}
 
-    def granted_epoch(self, member: Member, topic: str, vgroup: int) -> int:
-        """The member's epoch when it got the vgroup (0 if it does not hold it)."""
+    def assignment_of(self, consumer_id: int) -> AssignmentView | None:
+        """The member's epoch, status and vgroups (with the epoch each was granted at),
+        read together; None when it is not a member."""
         with self._lock:
-            owner = self.owners.get((topic, member.group), {}).get(vgroup)
-            return owner.epoch if owner is not None and owner.consumer == member.id else 0
+            member = self.members.get(consumer_id)
+            if member is None:
+                return None
+            vgroups = []
+            for topic, vgroup in sorted(member.assignment):
+                owner = self.owners.get((topic, member.group), {}).get(vgroup)
+                granted = owner.epoch if owner is not None and owner.consumer == member.id else 0
+                vgroups.append((topic, vgroup, granted))
+            return AssignmentView(member.epoch, member.status, tuple(vgroups))
 
     def progress_of(self, topic: str, group: str, vgroup: int) -> Progress | None:
         with self._lock:

@@ -12,7 +12,13 @@ from sqltopic.errors import TopicNotFound
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
-from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
+from sqltopic.server.coordinator import (
+    AssignmentView,
+    Coordinator,
+    Liveness,
+    Member,
+    Progress,
+)
 from sqltopic.server.engine import Engine
 from sqltopic.server.rpc import RESETS, Context, fail
 from sqltopic.server.users import check_subscribe, may_subscribe
@@ -105,23 +111,25 @@ class MnodeService(pb_grpc.MnodeServicer):
     ) -> pb.GetAssignmentResponse:
         try:
             self._sessions.session(context.invocation_metadata())
-            member = self._coordinator.member(request.consumer_id)
-            if member is None:
+            # one consistent view: an epoch paired with another epoch's vgroups would
+            # leave the consumer short of vgroups with nothing telling it to ask again
+            view = self._coordinator.assignment_of(request.consumer_id)
+            if view is None:
                 return pb.GetAssignmentResponse(status=pb.CONSUMER_STATUS_REMOVED)
-            if member.epoch == request.known_epoch:
+            if view.epoch == request.known_epoch:
                 return pb.GetAssignmentResponse(
-                    epoch=member.epoch, unchanged=True, status=STATUS[member.status]
+                    epoch=view.epoch, unchanged=True, status=STATUS[view.status]
                 )
-            assignments = await asyncio.to_thread(self._assignments, member)
+            assignments = await asyncio.to_thread(self._assignments, view)
         except Exception as exc:
             await fail(context, exc)
         return pb.GetAssignmentResponse(
-            epoch=member.epoch, assignments=assignments, status=STATUS[member.status]
+            epoch=view.epoch, assignments=assignments, status=STATUS[view.status]
         )
 
-    def _assignments(self, member: Member) -> list[pb.Assignment]:
+    def _assignments(self, view: AssignmentView) -> list[pb.Assignment]:
         out = []
-        for topic, vgroup in sorted(member.assignment):
+        for topic, vgroup, granted in view.vgroups:
             try:
                 db, _ = self._engine.topic_vgroups(topic)
                 wal = self._engine.vnode_of(topic, vgroup).wal
@@ -130,8 +138,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             out.append(
                 pb.Assignment(
                     topic=topic, database=db, vgroup=vgroup, endpoint="",
-                    begin=wal.first_version, end=wal.next_version,
-                    granted_epoch=self._coordinator.granted_epoch(member, topic, vgroup),
+                    begin=wal.first_version, end=wal.next_version, granted_epoch=granted,
                 )
             )  # fmt: skip
         return out

@@ -203,3 +203,12 @@ def test_a_damaged_state_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "mnode.json").write_text('{"format": 1, "members": [')
     with pytest.raises(WalCorruptionError, match=r"consumer group state .* is damaged"):
         CoordinatorStore(tmp_path).load()
+
+
+def test_an_assignment_view_pairs_epoch_status_and_vgroups(coord: Coordinator) -> None:
+    a = coord.subscribe(0, "g", ["t"])
+    view = coord.assignment_of(a.id)
+    assert view is not None
+    assert (view.epoch, view.status) == (a.epoch, "ready")
+    assert view.vgroups == tuple(("t", v, a.epoch) for v in (1, 2, 3, 4))
+    assert coord.assignment_of(999) is None
