@@ -13,7 +13,7 @@ loopback (bench/redis_peer.py) in the same run.
 3. latency: a producer process writing one row every millisecond, each carrying its
    send time, to an idle subscribed consumer; against XADD and a blocked XREAD.
 
-Rebalancing is measured separately (the next issue). `--json` prints one JSON object on
+Rebalancing is measured by bench/rebalance_bench.py. `--json` prints one JSON object on
 stdout (progress goes to stderr), otherwise a table; `--quick` is a small smoke run.
 """
 
@@ -631,7 +631,7 @@ NOTES = {
         f"the rate it kept. _paced{round(SLOW_PERIOD_S * 1000)}ms: sqltopic again, one "
         f"row per {round(SLOW_PERIOD_S * 1000)} ms, at most {SLOW_SAMPLES} samples."
     ),
-    "rebalance": "not measured here (the next issue)",
+    "rebalance": "not measured here: bench/rebalance_bench.py",
 }
 
 
