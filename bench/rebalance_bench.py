@@ -33,7 +33,6 @@ import contextlib
 import math
 import multiprocessing
 import random
-import socket
 import statistics
 import sys
 import threading
@@ -813,13 +812,6 @@ def machine_meta(root: Path, sizes: Sizes) -> Report:
 # --- the run ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def child_names() -> list[str]:
     """One child table name per vgroup (by the server's placement hash), slot order."""
     names: dict[int, str] = {}
@@ -857,7 +849,8 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     meta = machine_meta(root, sizes) | NOTES
     rng = random.Random(seed)
     children = child_names()
-    with ServerChild(root / "data", free_port(), ROOT_PASSWORD) as server:
+    # port 0: the server binds a free one and names it in its ready line
+    with ServerChild(root / "data", 0, ROOT_PASSWORD) as server:
         with phase("start", seconds):
             address = server.start()
             conn = connect(address)

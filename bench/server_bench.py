@@ -21,20 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
-import queue
 import random
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO
 
 import grpc
 import harness
@@ -55,17 +49,13 @@ from engine_bench import (
 )  # fmt: skip
 from harness import Report
 
+from sqltopic.cli.spawn import ServerChild
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
 
-# The server's "ready" line on stdout (cli.py) and how long a start or a stop may take:
-# starting Python, DuckDB and grpc takes seconds on a slow machine; a stop syncs WALs.
-READY = "sqltopic server listening on"
-START_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 60.0
+# The bench's server binds loopback only, where the default root password is allowed.
+ROOT_PASSWORD = "taosdata"
 VGROUPS = 4
-# Lines of the server's log quoted when it fails to start.
-LOG_TAIL_LINES = 20
 # Distinct data tables reused by the ingest writes (their tags and targets vary).
 DATA_TABLES = 8
 # Goals (issue 4): rows/s of Arrow writes and INSERTs at WAL_LEVEL 2, rows scanned/s of
@@ -116,61 +106,13 @@ def median_rate(rates: list[float]) -> int:
 # --- the server process ----------------------------------------------------------------
 
 
-class Server:
-    """`python -m sqltopic.cli server` on `data` and a free loopback port, its log in
-    `log_path`; ready when it prints its READY line. Stopped by SIGTERM (graceful)."""
-
-    def __init__(self, data: Path, log_path: Path) -> None:
-        self.port = rp.free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(data)]
-        self.log_path = log_path
-        self._log: IO[str] = log_path.open("w")
-        self.proc = subprocess.Popen(
-            [*args, "--port", str(self.port)],
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=dict(os.environ),
-        )  # fmt: skip
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        """Forward stdout lines (and keep the pipe drained)."""
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while True:
-            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            if line is None:
-                tail = self.log_path.read_text().strip().splitlines()[-LOG_TAIL_LINES:]
-                raise RuntimeError(
-                    f"sqltopic server exited ({self.proc.wait()}): " + "\n".join(tail)
-                )
-            if line.startswith(READY):
-                return
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
 @contextlib.contextmanager
-def sqltopic_server(root: Path) -> Iterator[Server]:
-    server = Server(root / "sqltopic-data", root / "sqltopic-server.log")
-    try:
-        server.wait_ready()
+def sqltopic_server(root: Path) -> Iterator[ServerChild]:
+    """A server on `root`'s data directory and a free loopback port (port 0: the server
+    binds one and names it in its ready line), stopped gracefully at the end."""
+    with ServerChild(root / "sqltopic-data", 0, ROOT_PASSWORD) as server:
+        server.start()
         yield server
-    finally:
-        server.stop()
 
 
 def create_schema(conn: Connection, db: str, level: int) -> None:
