@@ -11,6 +11,7 @@ from typing import Any
 from sqltopic.aio import Consumer as AsyncConsumer
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message, TopicPartition
+from sqltopic.errors import Error
 
 # A condition that does not hold within this long never will.
 DEADLINE_S = 30.0
@@ -95,3 +96,14 @@ async def drain_async(consumer: AsyncConsumer) -> list[Message]:
     while progress.more(consumer.position(progress.parts)):
         progress.add(await consumer.poll(1.0))
     return progress.messages
+
+
+def first_error(consumer: Consumer) -> Error:
+    """The error a poll raises first (it must within the deadline)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            consumer.poll(0.2)
+        except Error as err:
+            return err
+    raise AssertionError(f"poll raised nothing within {DEADLINE_S} s")

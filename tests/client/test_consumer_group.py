@@ -12,7 +12,7 @@ import pytest
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
-from sqltopic.errors import Error, TopicDropped
+from sqltopic.errors import TopicDropped
 from tests.client.support import (
     DEADLINE_S,
     METERS,
@@ -20,6 +20,7 @@ from tests.client.support import (
     TOPIC,
     config,
     drain,
+    first_error,
     later_rows,
     rows_of,
 )
@@ -31,17 +32,6 @@ FAST = {"heartbeat_interval_ms": 1000, "session_timeout_ms": 6000}
 
 def _vgroups(consumer: Consumer) -> set[int]:
     return {p.vgroup for p in consumer.assignment()}
-
-
-def _first_error(consumer: Consumer) -> Error:
-    """The error a poll raises first (it must within the deadline)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        try:
-            consumer.poll(0.5)
-        except Error as err:
-            return err
-    raise AssertionError("no poll failed")
 
 
 def test_a_second_member_takes_over_half_and_nothing_is_lost(
@@ -73,7 +63,7 @@ def test_a_dropped_topic_fails_the_poll(power: Connection, server: ServerProcess
         consumer.subscribe(["overvoltage"])
         drain(consumer)
         power.execute("DROP TOPIC FORCE overvoltage")
-        error = _first_error(consumer)
+        error = first_error(consumer)
         assert isinstance(error, TopicDropped)
         # the heartbeat's flag (client's words) or the poll's error (server's) comes first
         assert str(error).startswith("topic overvoltage was dropped")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +16,11 @@ import pytest
 
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
-from sqltopic.errors import AuthenticationFailed, Error, NoPermission
+from sqltopic.errors import AuthenticationFailed, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.passwords import ROOT_PASSWORD_ENV
-from tests.client.support import DEADLINE_S, METERS, config, drain
+from tests.client.support import METERS, config, drain, first_error
 from tests.live_server import POWER, START_DEADLINE_S, ServerProcess, free_port
 from tests.server.wire import CALL_TIMEOUT_S, Wire, status
 
@@ -60,17 +59,6 @@ class UserWire(Wire):
     def heartbeat(self, consumer: int, epoch: int) -> pb.HeartbeatResponse:
         request = pb.HeartbeatRequest(consumer_id=consumer, epoch=epoch)
         return self.mnode.Heartbeat(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
-
-
-def first_error(consumer: Consumer) -> Error:
-    """What poll raises first (a deadline bounds the wait)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        try:
-            consumer.poll(0.2)
-        except Error as exc:
-            return exc
-    raise AssertionError(f"poll raised nothing within {DEADLINE_S} s")
 
 
 def test_a_user_runs_sql_but_not_user_statements(alice: Connection) -> None:
