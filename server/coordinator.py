@@ -463,10 +463,6 @@ class Coordinator:
                 after[vgroup] = Owner(target, 0)  # epoch set below, after the bump
         self.plans[key] = wanted
         changed = self._apply_owners(topic, group, before, after)
-        if after:
-            self.owners[key] = after
-        else:
-            self.owners.pop(key, None)
         if changed:
             for listener in self.listeners:
                 listener()
@@ -474,7 +470,8 @@ class Coordinator:
     def _apply_owners(
         self, topic: str, group: str, before: dict[int, Owner], after: dict[int, Owner]
     ) -> set[int]:
-        """Update members' assignments, epochs and status to `after`; the changed ids."""
+        """Install `after` as the owners and bring members' assignments, epochs and
+        status in line with it; the ids of members whose assignment changed."""
 
         def serving(owners: dict[int, Owner], member: int) -> set[int]:
             return {v for v, o in owners.items() if o.consumer == member and not o.revoking}
@@ -494,8 +491,11 @@ class Coordinator:
         for vgroup, owner in after.items():
             if owner.epoch == 0:
                 after[vgroup] = Owner(owner.consumer, self.members[owner.consumer].epoch)
-        self.owners[topic, group] = after
-        for member in self.members.values():
+        if after:
+            self.owners[topic, group] = after
+        else:
+            self.owners.pop((topic, group), None)
+        for member in self.members.values():  # after the owners: status reads them
             if member.group == group:
                 member.status = "rebalancing" if self._incoming(member) else "ready"
         return changed
