@@ -99,10 +99,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         deadline = time.monotonic() + _wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
-        vnode, position = await self._run(self._start, request, user)
+        vnode, position, limits = await self._run(self._start, request, user)
         first = position
         while True:
-            message, frames = await self._run(self._read, vnode, request, position, first)
+            message, frames = await self._run(self._read, vnode, request, limits, position, first)
             remaining = deadline - time.monotonic()
             if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
                 return frames
@@ -114,8 +114,9 @@ class VnodeService(pb_grpc.VnodeServicer):
             # the vgroup may have moved while the poll waited: its new owner reads now
             self._coordinator.check_owner(*fence)
 
-    def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int]:
-        """The vnode, after the fencing check, and the position to read from."""
+    def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int, PollLimits]:
+        """The vnode, after the fencing check, the position to read from, and the
+        request's limits (bad ones fail before any read)."""
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
         try:
             vnode = self._engine.vnode_of(topic, vgroup)
@@ -129,13 +130,13 @@ class VnodeService(pb_grpc.VnodeServicer):
             raise
         self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
         self._check_right(request.consumer_id, topic, user)
-        _limits(request)  # bad limits fail before any read
+        limits = _limits(request)
         if request.HasField("position"):
-            return vnode, request.position
+            return vnode, request.position, limits
         reset = RESETS.get(request.auto_offset_reset)
         if reset is None:
             raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
-        return vnode, start_position(vnode, topic, group, reset)
+        return vnode, start_position(vnode, topic, group, reset), limits
 
     def _check_right(self, consumer_id: int, topic: str, user: str) -> None:
         """NoPermission once the subscriber's user lost the right to consume `topic`
@@ -152,11 +153,12 @@ class VnodeService(pb_grpc.VnodeServicer):
         check_subscribe(self._engine.state, member.user, topic)
 
     def _read(
-        self, vnode: Vnode, request: pb.PollRequest, position: int, first: int
-    ) -> tuple[Message, list[pb.PollResponse]]:
+        self, vnode: Vnode, request: pb.PollRequest, limits: PollLimits, position: int,
+        first: int,
+    ) -> tuple[Message, list[pb.PollResponse]]:  # fmt: skip
         """The next message from `position`, and its frames unless it is empty (a held
         poll reads again after the next write)."""
-        message = read_message(self._engine, vnode, request.topic, position, _limits(request))
+        message = read_message(self._engine, vnode, request.topic, position, limits)
         message.offset = first
         return message, _frames(message, _with_names(request))
 
