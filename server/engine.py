@@ -16,12 +16,12 @@ import pyarrow as pa
 
 from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
 from sqltopic.server import ddl, query, show, topics, users, writes
-from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql import statements as st
+from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.parse import parse

@@ -10,11 +10,11 @@ from pathlib import Path
 import duckdb
 
 from sqltopic.errors import SqlError
-from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.result import Session
 from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
+from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.events import Event, Key, apply
 from sqltopic.sql.model import Catalog, Database, Table
 from sqltopic.sql.statements import TableRef

@@ -18,8 +18,8 @@ import signal
 import sys
 from typing import Any
 
-from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.engine import Engine
+from sqltopic.sql.catalog_store import CatalogStore
 
 
 def _die(*args: Any, **kwargs: Any) -> None:

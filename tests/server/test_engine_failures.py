@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sqltopic.server.catalog_store import CatalogStore
 from sqltopic.server.engine import Engine
+from sqltopic.sql.catalog_store import CatalogStore
 
 CRASH_AFTER_RETENTION = """
 import os, sys
