@@ -106,6 +106,8 @@ class ConsumerCore(Membership):
         return max(0.0, min(due) - now) if due else None
 
     def _on_fetched(self, done: Fetched) -> None:
+        if done.epoch > self.epoch:
+            self.need_refresh = True  # our assignment moved on: take it up now
         key = self._in_flight.pop(done.ticket, None)
         held = self.held.get(key) if key is not None else None
         if held is None or held.ticket != done.ticket:

@@ -94,6 +94,8 @@ class Fetched:
 
     ticket: int
     result: Message | Empty | Error
+    # the consumer's epoch at the mnode, as the vnode saw it when answering (0: unknown)
+    epoch: int = 0
 
 
 Effect = Rpc | Fetch | Cancel | Wait | Sleep | Wake
@@ -134,7 +136,7 @@ def fetched(fetch: Fetch, frames: list[pb.PollResponse]) -> Fetched:
         message = message_from_frames(fetch.topic, fetch.database, fetch.vgroup, frames)
     except Exception as exc:  # a malformed answer fails this poll, not the consumer
         return failed(fetch, exc)
-    return Fetched(fetch.ticket, message)
+    return Fetched(fetch.ticket, message, frames[0].epoch if frames else 0)
 
 
 def failed(fetch: Fetch, exc: BaseException) -> Fetched:

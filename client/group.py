@@ -64,6 +64,11 @@ class Membership(Offsets):
         """One Heartbeat; wakes a waiting poll when the answer changes what it must do."""
         if not self.consumer_id or self.closed:
             return
+        if (yield from self._beat()):
+            yield Wake()
+
+    def _beat(self) -> Flow[bool]:
+        """Send a Heartbeat; True when its answer changed what a poll must do."""
         polled, self.polled = self.polled, False
         request = pb.HeartbeatRequest(
             consumer_id=self.consumer_id, epoch=self.epoch, polled=polled, progress=self.progress()
@@ -73,8 +78,7 @@ class Membership(Offsets):
         except Error:
             self.polled = self.polled or polled  # report the poll with the next heartbeat
             raise
-        if self._on_heartbeat(answer):
-            yield Wake()
+        return self._on_heartbeat(answer)
 
     def _on_heartbeat(self, answer: pb.HeartbeatResponse) -> bool:
         if answer.status == pb.CONSUMER_STATUS_REMOVED:
@@ -144,13 +148,19 @@ class Membership(Offsets):
             self.need_rejoin = True
             return
         self.status = answer.status
+        let_go = False
         if not answer.unchanged:
-            yield from self._apply(answer.assignments)
+            let_go = yield from self._apply(answer.assignments)
         self.epoch = answer.epoch
+        if let_go:
+            # The mnode hands a revoked vgroup on once its holder commits it or reports
+            # progress without it. Report now: an uncommitted vgroup (manual commits, or
+            # nothing read yet) would otherwise wait for the next heartbeat.
+            yield from self._quietly("reporting released vgroups", self._beat(), logging.INFO)
 
-    def _apply(self, assignments: Iterable[pb.Assignment]) -> Flow[None]:
+    def _apply(self, assignments: Iterable[pb.Assignment]) -> Flow[bool]:
         """Keep the positions of vgroups still held, commit (auto-commit) and drop the
-        others, start the new ones unset."""
+        others, start the new ones unset. True if a vgroup was let go."""
         new = {(a.topic, a.vgroup): a for a in assignments}
         # a vgroup granted again after the assignment we knew went through other hands:
         # our position there is stale (someone else may have committed beyond it)
@@ -165,6 +175,7 @@ class Membership(Offsets):
         for key, a in new.items():
             held = self.held.setdefault(key, Held(a.topic, a.database, a.vgroup, a.endpoint))
             held.endpoint = a.endpoint
+        return bool(lost)
 
     def assignment(self) -> Flow[list[TopicPartition]]:
         """The assigned vgroups (fresh from the mnode) with their positions and the

@@ -58,7 +58,8 @@ class Offsets(CoreState):
     ) -> Flow[None]:
         if not self.config.enable_auto_commit or not self.consumer_id:
             return
-        self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000
+        if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
+            self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000
         offsets = self.positions(self.held if keys is None else keys)
         if changed_only:
             offsets = [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]

@@ -376,6 +376,19 @@ class Coordinator:
             self._expire_revocations(now)
             return dead
 
+    def next_deadline(self) -> float | None:
+        """When (coordinator clock) the next member or revocation runs out, if nothing
+        arrives before: the timer wakes then, so a dead consumer's vgroups move on at its
+        session timeout, not up to a tick later."""
+        with self._lock:
+            times = [_deadline(m) for m in self.members.values()]
+            for owners in self.owners.values():
+                for owner in owners.values():
+                    holder = self.members.get(owner.consumer)
+                    if owner.revoking and holder is not None:
+                        times.append(owner.since + holder.liveness.session_timeout_ms / 1000)
+            return min(times, default=None)
+
     def _expire_revocations(self, now: float) -> None:
         """A holder that neither commits nor drops a revoked vgroup within its session
         timeout (a stuck client) loses it anyway."""
@@ -562,10 +575,15 @@ def _member_of(doc: dict[str, Any], now: float) -> Member:
 
 
 def _expired(member: Member, now: float) -> bool:
+    return now > _deadline(member)
+
+
+def _deadline(member: Member) -> float:
+    """When the member runs out of session or poll interval, unless it calls again."""
     live = member.liveness
-    return (
-        now - member.last_heartbeat > live.session_timeout_ms / 1000
-        or now - member.last_poll > live.max_poll_interval_ms / 1000
+    return min(
+        member.last_heartbeat + live.session_timeout_ms / 1000,
+        member.last_poll + live.max_poll_interval_ms / 1000,
     )
 
 

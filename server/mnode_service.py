@@ -27,6 +27,10 @@ log = logging.getLogger("sqltopic.server")
 
 # TDengine's mnode checks consumers every 2 s: silent consumers are found within a tick.
 REBALANCE_INTERVAL_S = 2.0
+# The timer wakes this long after a deadline (and never sooner than this), so that the
+# member is past it (expiry is `now > deadline`) despite clock granularity, and a deadline
+# in the past cannot make the timer spin.
+EXPIRY_SLACK_S = 0.005
 STATUS = {
     "ready": pb.CONSUMER_STATUS_READY,
     "rebalancing": pb.CONSUMER_STATUS_REBALANCING,
@@ -167,14 +171,22 @@ class MnodeService(pb_grpc.MnodeServicer):
 async def rebalance_timer(
     coordinator: Coordinator, stop: asyncio.Event, interval_s: float = REBALANCE_INTERVAL_S
 ) -> None:
-    """Every `interval_s`, remove consumers whose session or poll interval ran
-    out, and save the group state (progress reports included)."""
+    """Remove consumers whose session or poll interval ran out (checked every
+    `interval_s`, and at the earliest deadline known when the timer went to sleep), and
+    save the group state (progress reports included) every `interval_s`."""
+    clock = coordinator.clock
+    tick = clock() + interval_s
     while not stop.is_set():
+        deadline = coordinator.next_deadline()
+        wake = tick if deadline is None else min(tick, deadline + EXPIRY_SLACK_S)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+            await asyncio.wait_for(stop.wait(), max(wake - clock(), EXPIRY_SLACK_S))
         for member in coordinator.expire():
             log.info("consumer %d of group %s removed (no heartbeat or poll in time)",
                      member.id, member.group)  # fmt: skip
+        if clock() < tick:
+            continue
+        tick = clock() + interval_s
         try:
             await asyncio.to_thread(coordinator.persist, True)
         except OSError:

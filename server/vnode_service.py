@@ -103,8 +103,11 @@ class VnodeService(pb_grpc.VnodeServicer):
         first = position
         while True:
             message, frames = await self._run(self._read, vnode, request, limits, position, first)
+            epoch = self._epoch(request.consumer_id)
+            frames[0].epoch = epoch
             remaining = deadline - time.monotonic()
-            if message.kind != "empty" or remaining <= 0 or self._stopping.is_set():
+            done = remaining <= 0 or self._stopping.is_set() or epoch > request.epoch
+            if message.kind != "empty" or done:
                 return frames
             position = message.end_offset
             reassigned = self._reassigned
@@ -113,6 +116,12 @@ class VnodeService(pb_grpc.VnodeServicer):
             )
             # the vgroup may have moved while the poll waited: its new owner reads now
             self._coordinator.check_owner(*fence)
+
+    def _epoch(self, consumer_id: int) -> int:
+        """The consumer's current epoch: once it moved past the poll's, the consumer has
+        vgroups to take up or let go, and learns it from this answer, not its heartbeat."""
+        member = self._coordinator.member(consumer_id)
+        return member.epoch if member is not None else 0
 
     def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int, PollLimits]:
         """The vnode, after the fencing check, the position to read from, and the

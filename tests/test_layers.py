@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"errors", "proto"},
     "aio": {"client"},  # the public name of client/aio.py
     "__init__": {"errors", "client", "aio"},
-    "cli": {"errors", "wal", "sql", "proto", "server", "client"},
+    "cli": {"errors", "wal", "sql", "proto", "server", "spark_jobs", "client"},
 }
 
 

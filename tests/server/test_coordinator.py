@@ -139,6 +139,26 @@ def test_silent_and_idle_consumers_expire(coord: Coordinator, clock: Clock) -> N
     assert not coord.held("g", "t", 1)
 
 
+def test_the_next_deadline_is_the_earliest_expiry_of_a_member_or_revocation(
+    coord: Coordinator, clock: Clock
+) -> None:
+    assert coord.next_deadline() is None
+    live = Liveness.of(6000, 60_000, 1000)
+    start = clock.now
+    a = coord.subscribe(0, "g", ["t"], liveness=live)
+    assert coord.next_deadline() == start + 6
+    clock.now += 3
+    coord.heartbeat(a.id, polled=True, progress=[("t", v, Progress(1, 0)) for v in (1, 2, 3, 4)])
+    assert coord.next_deadline() == start + 9  # a's session runs from its last heartbeat
+    clock.now += 1
+    b = coord.subscribe(0, "g", ["t"], liveness=live)  # two vgroups of a are revoked
+    assert coord.next_deadline() == start + 9  # b's session and the revocation end later
+    clock.now = start + 9.001
+    assert [m.id for m in coord.expire()] == [a.id]
+    assert len(_held(coord, b.id)) == 4
+    assert coord.next_deadline() == start + 10  # b joined at start + 4, 6 s session
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -1043,6 +1043,14 @@ class PollResponse(_message.Message):
     DATA_LOST_FIELD_NUMBER: _builtins.int
     EMPTY_FIELD_NUMBER: _builtins.int
     BLOCKS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """First frame only: the polling consumer's epoch at the mnode when the answer was
+    made (0 once it is no member). Newer than the poll's `epoch`: the consumer's
+    assignment changed (it gained or is losing vgroups), so call GetAssignment now
+    rather than at the next heartbeat. A held poll is answered (`empty`) as soon as
+    the consumer's epoch changes.
+    """
     @_builtins.property
     def data(self) -> Global___DataMessage:
         """Rows of the topic."""
@@ -1071,10 +1079,11 @@ class PollResponse(_message.Message):
         data_lost: Global___DataLostMessage | None = ...,
         empty: Global___EmptyMessage | None = ...,
         blocks: _abc.Iterable[Global___BlockPart] | None = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "data_lost", b"data_lost", "empty", b"empty", "message", b"message", "meta", b"meta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "data", b"data", "data_lost", b"data_lost", "empty", b"empty", "message", b"message", "meta", b"meta"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "data", b"data", "data_lost", b"data_lost", "empty", b"empty", "epoch", b"epoch", "message", b"message", "meta", b"meta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["data", "meta", "data_lost", "empty"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
