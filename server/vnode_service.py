@@ -173,19 +173,20 @@ class VnodeService(pb_grpc.VnodeServicer):
 
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         try:
-            self._sessions.session(context.invocation_metadata())
-            await self._run(self._commit, request)
+            user = self._sessions.session(context.invocation_metadata()).user
+            await self._run(self._commit, request, user)
         except Exception as exc:
             await fail(context, exc)
         return pb.CommitResponse()
 
-    def _commit(self, request: pb.CommitRequest) -> None:
+    def _commit(self, request: pb.CommitRequest, user: str) -> None:
         """Check every offset, then store them (one transaction per vnode)."""
         group = request.group_id
         stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
         for item in request.offsets:
             vnode = self._engine.vnode_of(item.topic, item.vgroup)
             self._check_committer(request, item.topic, item.vgroup)
+            self._check_commit_right(request.consumer_id, item.topic, user)
             end = vnode.wal.next_version
             if not 1 <= item.offset <= end:
                 raise OffsetOutOfRange(
@@ -202,6 +203,14 @@ class VnodeService(pb_grpc.VnodeServicer):
             for item in request.offsets:
                 self._coordinator.release(request.consumer_id, group, item.topic, item.vgroup)
             self._coordinator.persist()
+
+    def _check_commit_right(self, consumer_id: int, topic: str, user: str) -> None:
+        """A consumer's offsets are committed by its own user (or root), as it polls; a
+        standalone commit needs the right to consume the topic."""
+        if consumer_id:
+            self._check_right(consumer_id, topic, user)
+        else:
+            check_subscribe(self._engine.state, user, topic)
 
     def _check_committer(self, request: pb.CommitRequest, topic: str, vgroup: int) -> None:
         group = request.group_id

@@ -192,7 +192,7 @@ def test_a_root_password_from_the_environment_opens_a_public_address(
         proc.kill()
 
 
-def test_a_user_cannot_poll_as_another_users_consumer(
+def test_a_user_cannot_poll_or_commit_as_another_users_consumer(
     server: ServerProcess, granted: Connection
 ) -> None:
     granted.execute("CREATE USER bob PASS 'bob-pw-123'; GRANT SUBSCRIBE ON t1 TO alice")
@@ -210,6 +210,16 @@ def test_a_user_cannot_poll_as_another_users_consumer(
             "NoPermission",
         )
         alice.poll(sub.consumer_id, "ga", "t1", vgroup, epoch)  # its own user may
+        with pytest.raises(grpc.RpcError) as info:  # nor commit as it ...
+            bob.commit(sub.consumer_id, "ga", epoch, ("t1", vgroup, 1))
+        assert status(info.value)[1]["sqltopic-error"] == "NoPermission"
+        with pytest.raises(grpc.RpcError) as info:  # ... nor commit for a group on t1
+            bob.commit(0, "gb", 0, ("t1", vgroup, 1))
+        assert "bob may not consume topic t1" in str(info.value.details())
+        assert bob.committed("ga", "t1", vgroup) is None  # nothing was stored
+        assert bob.committed("gb", "t1", vgroup) is None
+        alice.commit(sub.consumer_id, "ga", epoch, ("t1", vgroup, 1))
+        assert alice.committed("ga", "t1", vgroup) == 1
     finally:
         alice.close()
         bob.close()
