@@ -10,6 +10,7 @@ META topics also return the DDL events, in WAL order among the blocks.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +25,16 @@ from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema, tags_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
 from sqltopic.sql.topic import matching_tables, topic_schema
+from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
 # many entries, bounded so that a read of tiny entries returns promptly.
 READ_ENTRIES = 8192
+# Rows up to which a simple topic (sql/topic/arrow_eval.py) runs with pyarrow: DuckDB's
+# ~1 ms per query dominates small reads (a consumer keeping up reads a few rows per
+# poll); on large ones DuckDB's parallel scan wins.
+ARROW_EVAL_MAX_ROWS = 65_536
 # Bytes of entries one read holds, at most: keeps a message well inside gRPC limits.
 READ_BYTES = 64 << 20
 # Entries fetched from the WAL at a time while a read fills up to max_rows: a read
@@ -213,16 +219,32 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
         # the compiled SQL quotes every identifier: `"tbname"` appears iff the topic names it
         tbname=f'"{TBNAME}"' in topic.select_sql,
     )  # fmt: skip
-    con = state.duck.get()
-    con.register(layout.BATCH, batch)
-    try:
-        out = con.sql(topic.select_sql).to_arrow_table()
-    finally:
-        con.unregister(layout.BATCH)
+    out = _evaluate(state, topic, batch)
     data = out.cast(topic_schema(topic, cat))
     names = {e.table.name for e in pending}
     only = next(iter(names)) if len(names) == 1 else None
     return TopicBlock(only, data, pending[0].version, pending[-1].version)
+
+
+def _evaluate(state: State, topic: Topic, batch: pa.Table) -> pa.Table:
+    """The topic's SELECT over `batch`: with pyarrow when the batch is small and the
+    topic simple enough to be exact there, else with DuckDB."""
+    if batch.num_rows <= ARROW_EVAL_MAX_ROWS:
+        plan = _arrow_plan(topic.select_sql)
+        out = plan.run(batch) if plan is not None else None
+        if out is not None:
+            return out
+    con = state.duck.get()
+    con.register(layout.BATCH, batch)
+    try:
+        return con.sql(topic.select_sql).to_arrow_table()
+    finally:
+        con.unregister(layout.BATCH)
+
+
+@functools.lru_cache(maxsize=1024)
+def _arrow_plan(select_sql: str) -> ArrowPlan | None:
+    return arrow_plan(select_sql)
 
 
 def _used_tags(cat: Catalog, topic: Topic) -> tuple[Column, ...]:

@@ -30,7 +30,8 @@ before it: `text` (positions and errors), `rules` (TDengine's rules, as data, an
 expression rules), `probe` (DuckDB), `target` (the table a topic reads), `shape` (the
 SELECT's clauses and FROM), `names` (output columns and column binding), `compare`
 (comparisons), `translate` (translation to DuckDB), `schema` (output types), `compile`
-(each kind of topic).
+(each kind of topic). Beside them, `arrow_eval` runs the simplest compiled topics with
+pyarrow instead of DuckDB (small reads, where DuckDB's fixed cost per query dominates).
 """
 
 from __future__ import annotations
