@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-rebalance proto
+.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-rebalance bench-backfill proto
 
 setup: $(STAMP)
 
@@ -64,6 +64,10 @@ bench-server: $(STAMP)
 # Consumer-group rebalances: join, leave, crash takeover (docs/performance.md §6).
 bench-rebalance: $(STAMP)
 	$(BIN)/python bench/rebalance_bench.py
+
+# The Spark backfill against one live consumer on the same history (docs/performance.md, Backfill).
+bench-backfill: $(STAMP)
+	$(BIN)/python bench/backfill_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

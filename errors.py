@@ -182,3 +182,24 @@ class VersionNotRetained(WalError):
 
 class VersionOrderError(WalError, ValueError):
     """An explicit version was not greater than the last one appended."""
+
+
+# --- Spark backfill -------------------------------------------------------------------
+
+
+class BackfillError(Error):
+    """A Spark backfill cannot start, or did not finish; the message says why and what
+    to do. Nothing it wrote counts as a result (the manifest is written last)."""
+
+
+class BackfillUnsupported(BackfillError):
+    """The topic cannot be backfilled by Spark: it is not a query topic, or a part of its
+    SQL has no exact Spark SQL translation (the message names that part)."""
+
+
+class JavaNotFound(BackfillError):
+    """Spark needs Java (17), and neither JAVA_HOME nor PATH leads to a `java`."""
+
+
+class OutputExists(BackfillError):
+    """The backfill's output directory exists and is not empty."""

@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sqltopic.cli.backfill import add_parser as add_backfill
 from sqltopic.cli.consume import add_parser as add_consume
 from sqltopic.cli.demo import add_parser as add_demo
 from sqltopic.cli.load import add_parser as add_load
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_server(sub)
-    for add in (add_sql, add_load, add_consume, add_demo):
+    for add in (add_sql, add_load, add_consume, add_backfill, add_demo):
         add(sub)
     args = parser.parse_args(argv)
     if args.command != "server":

@@ -16,10 +16,12 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
-from sqltopic.server.vnode import EntryTable, entry_table
-from sqltopic.sql.layout import CIDS_KEY
+from sqltopic.sql.entries import EntryTable, conform, entry_table
 from sqltopic.sql.model import TBNAME, Column, Table
 from sqltopic.wal import EntryType, WalReader
+
+# `conform` is re-exported: the server's readers import it from here.
+__all__ = ["SCAN_ENTRIES", "DataEntry", "conform", "constant", "data_entries", "with_context"]
 
 # A scan reads the WAL in batches of this many entries: large enough to amortise the
 # per-read cost, small enough to bound the memory of entries held at once.
@@ -50,32 +52,6 @@ def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry
                 batch = rec.arrow()
                 yield DataEntry(rec.version, entry_table(batch), batch)
         version = records[-1].version + 1
-
-
-def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """`batch` with exactly the columns of `schema` (a `data_schema`), in its order and
-    types. Columns match by id: one dropped and added again under its name is NULL."""
-    have = _ids(batch.schema)
-    want = _ids(schema)
-    if have == want and batch.schema.equals(schema, check_metadata=False):
-        return batch
-    positions = {cid: i for i, cid in enumerate(have)}
-    arrays = []
-    for field, cid in zip(schema, want, strict=True):
-        i = positions.get(cid, -1)
-        if i < 0 or batch.schema.field(i).name != field.name:
-            arrays.append(pa.nulls(batch.num_rows, field.type))
-            continue
-        col = batch.column(i)
-        arrays.append(col if col.type == field.type else col.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _ids(schema: pa.Schema) -> list[bytes]:
-    raw: bytes | None = (schema.metadata or {}).get(CIDS_KEY)
-    if raw is None:  # no ids recorded: match by name
-        return [f.name.encode() for f in schema]
-    return raw.split(b",")
 
 
 class _Constants:

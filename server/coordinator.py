@@ -353,6 +353,19 @@ class Coordinator:
                     member.status = "removed"
                     self._rebalance_all(member)
 
+    def evict(self, group: str, topics: Iterable[str], then: Callable[[], None]) -> list[int]:
+        """Remove `group`'s members subscribed to any of `topics`, and run `then` before
+        anyone can subscribe again (a removed client rejoins by itself at once); the ids
+        removed. A failing `then` leaves the members removed."""
+        with self._lock:
+            wanted = set(topics)
+            ids = [
+                m.id for m in self.members.values() if m.group == group and wanted & set(m.topics)
+            ]
+            self.remove(ids)
+            then()
+            return ids
+
     def forget_topic(self, topic: str, group: str | None = None) -> None:
         """Drop the assignments and counters of a dropped topic (or of one group on it);
         subscribers keep the name and learn from their heartbeat that it is gone."""

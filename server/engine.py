@@ -21,15 +21,13 @@ from sqltopic.server.state import State
 from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql import statements as st
-from sqltopic.sql.catalog_store import CatalogStore
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.parse import parse
 from sqltopic.wal import EntryType
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
-
-CATALOG_FILE = "catalog.sqlite"
 
 Handler = Callable[[State, Session, Any], Result]
 

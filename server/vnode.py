@@ -1,8 +1,6 @@
-"""A vnode: one partition of a database, owning one WAL and its groups' committed offsets,
-and its data entries' form.
+"""A vnode: one partition of a database, owning one WAL and its groups' committed offsets.
 
-A data entry is one Arrow record batch of one table; the schema metadata names the table
-(and its super table), so an entry is self-describing in WAL order.
+A data entry's form (which table owns it) lives in `sql/entries.py`, shared with Spark.
 """
 
 from __future__ import annotations
@@ -11,17 +9,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from sqltopic.errors import SqlError
 from sqltopic.server.offsets import OffsetStore
-from sqltopic.sql.model import Database, Table
+from sqltopic.sql.entries import (
+    STABLE_KEY,
+    TABLE_KEY,
+    UID_KEY,
+    EntryTable,
+    entry_table,
+    entry_table_keyed,
+    tag_batch,
+    vnode_dir,
+)
+from sqltopic.sql.model import Database
 from sqltopic.wal import Wal, WalOptions, WalReader
 from sqltopic.wal.options import Clock
 
-TABLE_KEY = b"sqltopic.table"
-STABLE_KEY = b"sqltopic.stable"
-UID_KEY = b"sqltopic.uid"
+# A data entry's form is re-exported: the server's modules import it from here.
+__all__ = [
+    "STABLE_KEY",
+    "TABLE_KEY",
+    "UID_KEY",
+    "WAL_OPTION_FIELDS",
+    "EntryTable",
+    "Vnode",
+    "entry_table",
+    "entry_table_keyed",
+    "tag_batch",
+    "vnode_dir",
+    "wal_options",
+]
 
 # Database WAL_* options and the WalOptions fields they set.
 WAL_OPTION_FIELDS = {
@@ -41,55 +58,6 @@ def wal_options(options: dict[str, int]) -> WalOptions:
         return WalOptions(**fields)
     except (ValueError, TypeError) as exc:
         raise SqlError(f"bad database option: {exc}") from None
-
-
-def vnode_dir(data_dir: Path, vgroup: int) -> Path:
-    return data_dir / "vnode" / f"vnode{vgroup}"
-
-
-def tag_batch(batch: pa.RecordBatch, table: Table) -> pa.RecordBatch:
-    """`batch` with the schema metadata that names its table."""
-    meta = {
-        **(batch.schema.metadata or {}),
-        TABLE_KEY: table.name.encode(),
-        STABLE_KEY: (table.stable or "").encode(),
-        UID_KEY: str(table.uid).encode(),
-    }
-    return batch.replace_schema_metadata(meta)
-
-
-@dataclass(frozen=True, slots=True)
-class EntryTable:
-    """Who a data entry belongs to: table name, super table, table uid."""
-
-    name: str
-    stable: str | None
-    uid: int
-
-    def is_of(self, table: Table) -> bool:
-        return self.name == table.name and self.uid == table.uid
-
-
-def entry_table_keyed(batch: pa.RecordBatch, key: bytes) -> EntryTable:
-    """`entry_table`, remembered under the entry's schema bytes (see decode_arrow_keyed)."""
-    owner = _OWNERS.get(key)
-    if owner is None:
-        if len(_OWNERS) >= OWNERS_KEPT:
-            _OWNERS.clear()
-        owner = _OWNERS[key] = entry_table(batch)
-    return owner
-
-
-# Entry schemas whose owner is remembered: one per table written, tiny each.
-OWNERS_KEPT = 16_384
-_OWNERS: dict[bytes, EntryTable] = {}
-
-
-def entry_table(batch: pa.RecordBatch) -> EntryTable:
-    meta = batch.schema.metadata or {}
-    stable = meta.get(STABLE_KEY, b"").decode()
-    uid = int(meta.get(UID_KEY, b"0"))
-    return EntryTable(meta.get(TABLE_KEY, b"").decode(), stable or None, uid)
 
 
 @dataclass

@@ -180,12 +180,16 @@ class VnodeService(pb_grpc.VnodeServicer):
         return pb.CommitResponse()
 
     def _commit(self, request: pb.CommitRequest, user: str) -> None:
-        """Check every offset, then store them (one transaction per vnode)."""
+        """Check every offset, then store them (one transaction per vnode); with `evict`,
+        remove the group's consumers first, with no join possible until they are stored."""
         group = request.group_id
+        if request.evict and request.consumer_id:
+            raise ConfigError("evict: only a standalone commit (consumer_id 0) may evict")
         stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
         for item in request.offsets:
             vnode = self._engine.vnode_of(item.topic, item.vgroup)
-            self._check_committer(request, item.topic, item.vgroup)
+            if not request.evict:
+                self._check_committer(request, item.topic, item.vgroup)
             self._check_commit_right(request.consumer_id, item.topic, user)
             end = vnode.wal.next_version
             if not 1 <= item.offset <= end:
@@ -197,8 +201,17 @@ class VnodeService(pb_grpc.VnodeServicer):
                 )
             stores.setdefault(item.vgroup, (vnode, []))[1].append((item.topic, group, item.offset))
         now_us = self._engine.state.now_us()
-        for vnode, rows in stores.values():
-            vnode.offsets.commit(rows, now_us)
+
+        def store() -> None:
+            for vnode, rows in stores.values():
+                vnode.offsets.commit(rows, now_us)
+
+        if request.evict:
+            topics = {item.topic for item in request.offsets}
+            if self._coordinator.evict(group, topics, store):
+                self._coordinator.persist()
+            return
+        store()
         if request.consumer_id:  # a commit of a vgroup being revoked lets go of it
             for item in request.offsets:
                 self._coordinator.release(request.consumer_id, group, item.topic, item.vgroup)

@@ -1,2 +1,23 @@
 """Spark: a PySpark data source over WAL segments and the topic backfill job.
-Uses `wal` and `sql`."""
+Uses `wal` and `sql`.
+
+`register(spark)` adds the `sqltopic_wal` data source (spark_jobs/source.py) to a
+session; `backfill` holds the job (`prepare`, `local_ends`, `run_backfill`). pyspark is
+imported only by the modules that need it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("sqltopic_wal")` available in `spark`."""
+    from sqltopic.spark_jobs.source import register as _register  # noqa: PLC0415
+
+    _register(spark)

@@ -32,6 +32,22 @@ CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)
 BUSY_TIMEOUT_S = 5.0
 
 
+# The catalog's file name in a data directory.
+CATALOG_FILE = "catalog.sqlite"
+
+
+def load_readonly(path: Path) -> tuple[Catalog, dict[int, int]]:
+    """The catalog in `path`, read without writing anything (a server may be running on
+    it: SQLite's WAL journal lets a reader see the last committed state)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no catalog at {path}: is this a sqltopic data directory?")
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        return _load(con)
+    finally:
+        con.close()
+
+
 class CatalogStore:
     """Reads the whole catalog at open; writes changed objects in one transaction."""
 
@@ -50,13 +66,7 @@ class CatalogStore:
 
     def load(self) -> tuple[Catalog, dict[int, int]]:
         """The catalog and, per vgroup, the last WAL version applied to it."""
-        catalog = Catalog()
-        for kind, body in self._db.execute("SELECT kind, body FROM objects"):
-            _LOADERS[kind](catalog, json.loads(body))
-        row = self._db.execute("SELECT value FROM settings WHERE name='next_vgroup'").fetchone()
-        catalog.next_vgroup = int(row[0]) if row else 1
-        applied = dict(self._db.execute("SELECT vgroup, version FROM applied").fetchall())
-        return catalog, applied
+        return _load(self._db)
 
     # --- writing -------------------------------------------------------------------------
 
@@ -97,6 +107,16 @@ class CatalogStore:
         else:
             body = json.dumps(_DUMPERS[kind](obj), separators=(",", ":"))
             cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, body))
+
+
+def _load(db: sqlite3.Connection) -> tuple[Catalog, dict[int, int]]:
+    catalog = Catalog()
+    for kind, body in db.execute("SELECT kind, body FROM objects"):
+        _LOADERS[kind](catalog, json.loads(body))
+    row = db.execute("SELECT value FROM settings WHERE name='next_vgroup'").fetchone()
+    catalog.next_vgroup = int(row[0]) if row else 1
+    applied = dict(db.execute("SELECT vgroup, version FROM applied").fetchall())
+    return catalog, applied
 
 
 def _lookup(catalog: Catalog, kind: str, db: str, name: str) -> Any:

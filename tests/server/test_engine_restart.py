@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sqltopic.errors import WalLockedError
-from sqltopic.server.engine import CATALOG_FILE, Engine
+from sqltopic.server.engine import Engine
 from sqltopic.server.topic_reader import TopicMeta
-from sqltopic.sql.catalog_store import CatalogStore
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from tests.server.dataset import write_dataset
 from tests.server.support import (
     POWER_DDL,

@@ -345,6 +345,23 @@ def test_a_held_poll_is_fenced_when_its_vgroup_moves(hot: Connection, wire: Wire
     assert answers[1:] == [(kept[0], "data", now.epoch)]
 
 
+def test_only_a_standalone_commit_may_evict(hot: Connection, wire: Wire) -> None:
+    sub = wire.subscribe("g", ["hot"])
+    asg = wire.assignment(sub.consumer_id)
+    vgroup = asg.assignments[0].vgroup
+    request = pb.CommitRequest(
+        consumer_id=sub.consumer_id, group_id="g", epoch=asg.epoch, evict=True,
+        offsets=[pb.TopicVgroupOffset(topic="hot", vgroup=vgroup, offset=1)],
+    )  # fmt: skip
+    with pytest.raises(grpc.RpcError) as info:
+        wire.vnode.Commit(request, metadata=wire.md, timeout=30)
+    code, trailers = status(info.value)
+    assert (code, trailers["sqltopic-error"]) == (grpc.StatusCode.INVALID_ARGUMENT, "ConfigError")
+    assert "only a standalone commit" in str(info.value.details())
+    assert wire.committed("g", "hot", vgroup) is None
+    assert wire.assignment(sub.consumer_id).epoch == asg.epoch  # nobody was evicted
+
+
 def test_polling_a_dropped_subscribed_topic_is_topic_dropped(hot: Connection, wire: Wire) -> None:
     sub = wire.subscribe("g", ["hot"])
     epoch = wire.assignment(sub.consumer_id).epoch

@@ -52,7 +52,8 @@ def _value(name: str, draw: st.DrawFn) -> Any:
             (0, 2**bits - 1) if name.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
         )
         edges = [v for v in INT_EDGES if lo <= v <= hi]
-        return draw(st.one_of(st.sampled_from(edges), st.integers(lo, hi), st.integers(max(lo, -3), 3)))
+        small = st.integers(max(lo, -3), 3)
+        return draw(st.one_of(st.sampled_from(edges), st.integers(lo, hi), small))
     if name == "f32":
         return draw(
             st.floats(width=32, allow_nan=False) | st.sampled_from([16_777_216.0, 0.5, -0.0])
@@ -81,8 +82,8 @@ def _literal(family: str, draw: st.DrawFn) -> str:
         v = draw(st.sampled_from(INT_EDGES) | st.integers(-200, 200))
         return str(v) if v >= 0 else f"-{-v}"
     if family == "float":
-        v = draw(st.sampled_from([0.5, 1.5, -2.25, 16777216.5, 1e10]))
-        return f"CAST({v!r} AS DOUBLE)"
+        f = draw(st.sampled_from([0.5, 1.5, -2.25, 16777216.5, 1e10]))
+        return f"CAST({f!r} AS DOUBLE)"
     if family == "string":
         return "'" + draw(st.sampled_from(WORDS)) + "'"
     return draw(st.sampled_from(["TRUE", "FALSE"]))

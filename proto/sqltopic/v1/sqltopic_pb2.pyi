@@ -1270,6 +1270,7 @@ class CommitRequest(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    EVICT_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The committing consumer. 0 for a standalone commit, accepted only while no live
     consumer of the group is assigned the vgroups (tools, backfill hand-off).
@@ -1278,6 +1279,12 @@ class CommitRequest(_message.Message):
     """Its group."""
     epoch: _builtins.int
     """The consumer's epoch (ignored for a standalone commit)."""
+    evict: _builtins.bool
+    """Standalone commits only: first remove the group's live consumers of these topics
+    (as DROP CONSUMER GROUP FORCE does, but keeping the group's offsets), then store
+    the offsets, both before any consumer can join again: the removed consumers rejoin
+    by themselves and resume from exactly these offsets (backfill --force).
+    """
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicVgroupOffset]:
         """Offsets to store: for each, the next version to read. Every entry is checked
@@ -1292,10 +1299,11 @@ class CommitRequest(_message.Message):
         group_id: _builtins.str = ...,
         epoch: _builtins.int = ...,
         offsets: _abc.Iterable[Global___TopicVgroupOffset] | None = ...,
+        evict: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "offsets", b"offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "evict", b"evict", "group_id", b"group_id", "offsets", b"offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

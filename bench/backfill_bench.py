@@ -1,0 +1,136 @@
+"""Benchmark of the Spark backfill against one live consumer, on the same history.
+
+A real `sqltopic server` holds a history of 20,000,000 meters rows (10,000-row Arrow
+writes over 100 children and 4 vgroups, WAL_LEVEL 1) and the query topic
+`SELECT ts, current, voltage, location FROM meters WHERE voltage > 249` (50 % of rows):
+
+1. consume: one `Consumer` drains the topic from `earliest` (as bench/server_bench.py);
+2. backfill: `spark_jobs.backfill.run_backfill` on `local[2]`, ends from the data
+   directory, Parquet into a fresh directory; its time includes starting Spark.
+
+Both rates are rows of history scanned per second (`backfill_rows_s`, `consume_rows_s`);
+the goal is backfill >= 1.5 x consume. `--json` prints one JSON object, else a table;
+`--quick` is a small smoke run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import harness
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyspark
+from engine_bench import CHILDREN, ROWS_PER_WRITE, SELECTIVITIES, START_MS, meters_table
+from harness import Report
+from server_bench import Backlog, create_schema, drain_topic, sqltopic_server
+
+from sqltopic.client import connect
+from sqltopic.spark_jobs.backfill import BackfillProgress, local_ends, prepare, run_backfill
+
+# The issue's goal: the backfill scans history at least this many times as fast as one
+# live consumer drains it.
+GOAL_RATIO = 1.5
+MASTER = "local[2]"
+PERCENT = 50
+TOPIC = "half"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    history_rows: int
+
+
+FULL = Sizes(history_rows=20_000_000)
+QUICK = Sizes(history_rows=200_000)
+
+log = harness.logger("backfill_bench")
+
+
+def write_history(address: str, rows: int) -> tuple[Backlog, float]:
+    """`rows` rows in database `power`; the rows `voltage > X` keeps; rows/s written."""
+    matching = dict.fromkeys(SELECTIVITIES, 0)
+    with connect(address) as conn:
+        create_schema(conn, "power", 1)
+        began = time.perf_counter()
+        for k in range(rows // ROWS_PER_WRITE):
+            data = meters_table(START_MS + k * ROWS_PER_WRITE, ROWS_PER_WRITE, 3 * k + 1000)
+            conn.write(f"power.d{k % CHILDREN}", data)
+            for percent, x in SELECTIVITIES.items():
+                matching[percent] += pc.sum(pc.greater(data["voltage"], x)).as_py()
+        seconds = time.perf_counter() - began
+        conn.execute(
+            f"CREATE TOPIC {TOPIC} AS SELECT ts, current, voltage, location FROM power.meters "
+            f"WHERE voltage > {SELECTIVITIES[PERCENT]}"
+        )
+    return Backlog(rows, matching), rows / seconds
+
+
+def backfill(data_dir: Path, out: Path, expected: int) -> tuple[float, Report]:
+    """Seconds of the whole job (Spark start-up included); checks the rows written."""
+    stages: dict[str, float] = {}
+    began = time.perf_counter()
+
+    def progress(p: BackfillProgress) -> None:
+        stages.setdefault(p.stage, round(time.perf_counter() - began, 2))
+
+    plan = prepare(data_dir, TOPIC)
+    manifest = run_backfill(plan, out, local_ends(data_dir, "power"), master=MASTER,
+                            progress=progress)  # fmt: skip
+    seconds = time.perf_counter() - began
+    rows = sum(s.rows for s in manifest.vgroups)
+    if rows != expected:
+        raise RuntimeError(f"the backfill wrote {rows} rows, expected {expected}")
+    size = sum(f.stat().st_size for f in out.rglob("*.parquet"))
+    return seconds, {"backfill_stage_started_s": stages, "backfill_parquet_mib": size >> 20}
+
+
+def run(root: Path, sizes: Sizes, seed: int) -> Report:
+    del seed  # the history is deterministic
+    report: Report = {}
+    with sqltopic_server(root) as server:
+        log(f"writing {sizes.history_rows:,} rows...")
+        backlog, write_rate = write_history(server.address, sizes.history_rows)
+        log("draining with one consumer...")
+        consume_s = drain_topic(server.address, TOPIC, "bench", backlog, PERCENT)
+        log("backfilling with Spark...")
+        expected = backlog.matching[PERCENT]
+        backfill_s, more = backfill(server.data, root / "out", expected)
+    rows = backlog.rows
+    report["backfill_rows_s"] = round(rows / backfill_s)
+    report["consume_rows_s"] = round(rows / consume_s)
+    report["backfill_seconds"] = round(backfill_s, 2)
+    report["consume_seconds"] = round(consume_s, 2)
+    report["backfill_vs_consume"] = round(consume_s / backfill_s, 3)
+    report["goal_ratio"] = GOAL_RATIO
+    report["goal_met"] = report["backfill_vs_consume"] >= GOAL_RATIO
+    report["matching_rows"] = expected
+    meta = harness.machine_meta(
+        root,
+        libraries={"pyspark": pyspark.__version__, "pyarrow": pa.__version__},
+        status={},
+        settings={"master": MASTER, "topic_percent": PERCENT, "write_rows_s": round(write_rate)},
+        sizes=sizes,
+        quick=sizes == QUICK,
+    )
+    return report | {"meta": meta | more}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main(
+        argv,
+        name="backfill_bench",
+        doc=__doc__,
+        run=run,
+        full=FULL,
+        quick=QUICK,
+        quick_help="small sizes: a 200,000-row history",
+        seed_help="unused: the history is deterministic",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""`sqltopic backfill TOPIC --output DIR`: a topic's history through Spark, as Parquet,
+and (with `--group`) the hand-off of the group to live consumption where Spark stopped.
+
+Order, so that a refused run writes nothing and changes no offsets: `prepare()` (unknown
+topic, SQL Spark cannot run), then, with a server, the group's live consumers (refused
+unless `--force`) and the snapshot: each vgroup's end from `Vnode.OffsetRange`, capped by
+`--upto`; then the job checks the output directory and Java before Spark starts. The job
+reads the data directory's files itself, so the command runs where the server's `--data`
+directory is (its machine or a shared filesystem); the server's ends must not be past
+what the files hold there. `--offline` takes the ends from the files alone (no server,
+no hand-off).
+
+Only after the job succeeded, the manifest's end versions become the group's committed
+offsets, in one standalone commit (the server stores all or none, and refuses while a
+live consumer of the group holds a vgroup). `--force` first runs `DROP CONSUMER GROUP
+FORCE`, which removes the group's consumers of the topic and deletes its offsets there;
+the commit follows at once. A failed job removes its partial output (`run_backfill`).
+Spark's JVM output goes to a temporary file while the command's own session runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from sqltopic.cli.connect import ServerOptions, open_connection, options_parser
+from sqltopic.cli.format import counted
+from sqltopic.cli.progress import BAR_WIDTH, REDRAW_S
+from sqltopic.client import admin
+from sqltopic.client.connection import Connection
+from sqltopic.errors import (
+    BackfillError,
+    ConfigError,
+    ConsumerFenced,
+    Error,
+    NotFoundError,
+    TopicNotFound,
+)
+from sqltopic.server.main import DEFAULT_DATA
+
+if TYPE_CHECKING:
+    from sqltopic.spark_jobs.backfill import BackfillPlan, BackfillProgress, Manifest
+
+LATEST = "latest"
+# A Java exception's line in the JVM's output: `... org.apache.spark.SparkException: msg`.
+_JAVA_EXCEPTION = re.compile(
+    r"(?:[a-z_$][\w$]*\.)+(?P<name>\w*(?:Exception|Error)): (?P<message>.+)"
+)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "backfill",
+        parents=[options_parser()],
+        help="write a topic's history as Parquet with Spark; hand a group over to live",
+        description="Run the topic's SQL over the retained WAL of its database with Spark and "
+        "write Parquet (partitioned by vgroup) and _manifest.json to --output. With --group, "
+        "the group's committed offsets then become the versions where the job stopped, so its "
+        "consumers continue live from there. Reads the data directory's files: run it on the "
+        "server's machine (or a shared filesystem) and give the server's --data.",
+    )
+    parser.add_argument("topic", help="the topic to backfill")
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="output directory; must not exist or be empty",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--group", metavar="G", help="hand this group over to live consumption")
+    mode.add_argument(
+        "--offline",
+        action="store_true",
+        help="no server: snapshot the data directory's files (no --group)",
+    )
+    parser.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master (default: local[*]; e.g. spark://host:7077)",
+    )
+    parser.add_argument(
+        "--upto",
+        type=parse_upto,
+        default=None,
+        metavar="latest|VG:VERSION,...",
+        help="end (exclusive) per vgroup, e.g. 1:1200,2:1350; vgroups not "
+        "named end at the snapshot (default: latest)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(DEFAULT_DATA),
+        metavar="DIR",
+        help=f"the server's data directory (default: {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --group: evict the group's live consumers of the topic",
+    )
+    parser.set_defaults(run=run)
+
+
+def parse_upto(text: str) -> dict[int, int] | None:
+    """An argparse type: `latest` (None) or `VG:VERSION[,VG:VERSION...]`."""
+    if text == LATEST:
+        return None
+    ends: dict[int, int] = {}
+    for item in text.split(","):
+        vgroup, sep, version = item.strip().partition(":")
+        try:
+            vg, end = int(vgroup), int(version)
+        except ValueError:
+            vg = end = 0
+        if not sep or vg < 1 or end < 1:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not VGROUP:VERSION (two integers of at least 1), e.g. 1:1200,2:1350"
+            )
+        if vg in ends:
+            raise argparse.ArgumentTypeError(f"vgroup {vg} is given twice")
+        ends[vg] = end
+    return ends
+
+
+@dataclass(frozen=True)
+class Settings:
+    topic: str
+    output: Path
+    group: str | None
+    offline: bool
+    master: str
+    upto: dict[int, int] | None
+    data: Path
+    force: bool
+    server: ServerOptions
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Settings:
+        if args.force and args.group is None:
+            raise ConfigError("--force evicts a group's consumers: give it with --group G")
+        return cls(args.topic, args.output, args.group, args.offline, args.master, args.upto,
+                   args.data, args.force, ServerOptions.of(args))  # fmt: skip
+
+
+def run(args: argparse.Namespace, spark: Any = None) -> int:
+    """The command; `spark` reuses a running session (tests)."""
+    settings = Settings.of(args)
+    manifest = backfill(settings, spark=spark)
+    print(summary(settings, manifest), flush=True)
+    return 0
+
+
+def backfill(settings: Settings, *, spark: Any = None, stream: TextIO | None = None) -> Manifest:
+    # imported here: the other commands must not pay for pyspark's import
+    from sqltopic.spark_jobs import backfill as job  # noqa: PLC0415
+
+    bar = StageBar(stream if stream is not None else sys.stderr)
+    try:
+        bar.stage("checking")
+        plan = _prepare(settings)
+        if settings.offline:
+            ends = _capped(job.local_ends(settings.data, plan.database), settings.upto)
+        else:
+            bar.stage("snapshot")
+            ends = _online_ends(settings, plan)
+        manifest = _run_job(settings, plan, ends, spark, bar)
+        if settings.group is not None:
+            bar.stage("hand-off")
+            _hand_off(settings, settings.group, manifest)
+    finally:
+        bar.close()
+    return manifest
+
+
+def _run_job(
+    settings: Settings, plan: BackfillPlan, ends: dict[int, int], spark: Any, bar: StageBar
+) -> Manifest:
+    """The job. When it starts a Spark of its own, the JVM's output goes aside (see
+    `jvm_output_aside`) and a failure from inside Spark becomes one line with its cause."""
+    from sqltopic.spark_jobs.backfill import run_backfill  # noqa: PLC0415
+
+    job = partial(run_backfill, plan, settings.output, ends, spark=spark,
+                  master=settings.master, progress=bar.report)  # fmt: skip
+    if spark is not None:
+        return job()
+    with jvm_output_aside() as (log, terminal):
+        shown, bar.stream = bar.stream, terminal if bar.stream is sys.stderr else bar.stream
+        try:
+            return job()
+        except Error:
+            raise
+        except Exception as exc:  # Py4J and PySpark errors: their first line, and the JVM's
+            raise BackfillError(
+                f"the Spark job failed: {_first_line(exc)}{jvm_cause(log)}"
+            ) from None
+        finally:
+            bar.stream = shown
+
+
+@contextlib.contextmanager
+def jvm_output_aside() -> Iterator[tuple[TextIO, TextIO]]:
+    """Spark's JVM and its Python workers write their logs and stack traces to the stderr
+    they inherit when started. While the job runs, stderr (fd 2) is an unnamed temporary
+    file, so the terminal shows only the progress bar and a one-line error; yields that
+    file and a stream on the real stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with (
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log,
+            os.fdopen(os.dup(saved), "w", encoding="utf-8") as terminal,
+        ):
+            os.dup2(log.fileno(), 2)
+            try:
+                yield log, terminal
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def jvm_cause(log: TextIO) -> str:
+    """` (SparkException: what it said)`: the first Java exception in the JVM's output."""
+    log.flush()
+    log.seek(0)
+    for line in log:
+        found = _JAVA_EXCEPTION.search(line)
+        if found:
+            return f" ({found['name']}: {found['message'].strip()})"
+    return ""
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _prepare(settings: Settings) -> BackfillPlan:
+    from sqltopic.spark_jobs.backfill import prepare  # noqa: PLC0415
+
+    try:
+        return prepare(settings.data, settings.topic)
+    except TopicNotFound as exc:
+        raise TopicNotFound(
+            f"{exc} in data directory {settings.data} (backfill reads the server's data "
+            "directory: give it with --data)"
+        ) from None
+
+
+def _online_ends(settings: Settings, plan: BackfillPlan) -> dict[int, int]:
+    """The server's end per vgroup (after the group check), capped by --upto, and
+    checked against what the data directory holds."""
+    from sqltopic.spark_jobs.backfill import local_ends  # noqa: PLC0415
+
+    with open_connection(settings.server) as conn:
+        if settings.group is not None and not settings.force:
+            _check_idle(conn, settings.topic, settings.group)
+        try:
+            ranges = admin.offset_ranges(conn, settings.topic, plan.vgroups)
+        except NotFoundError as exc:
+            raise Error(f"{exc} (on the server at {settings.server.server}; is --data "
+                        f"{settings.data} the server's data directory?)") from None  # fmt: skip
+    snapshot = {v: r.end for v, r in ranges.items()}
+    files = local_ends(settings.data, plan.database)
+    for vgroup, end in snapshot.items():
+        if files.get(vgroup, 0) < end:
+            raise Error(
+                f"vgroup {vgroup} ends at version {end} on the server at "
+                f"{settings.server.server} but at {files.get(vgroup, 0)} in {settings.data}: "
+                "give the server's own data directory with --data (backfill reads its files)"
+            )
+    return _capped(snapshot, settings.upto)
+
+
+def _capped(snapshot: Mapping[int, int], upto: Mapping[int, int] | None) -> dict[int, int]:
+    """The snapshot's ends, with --upto's where given (each at most the snapshot's)."""
+    ends = dict(snapshot)
+    for vgroup, end in (upto or {}).items():
+        if vgroup not in snapshot:
+            raise ConfigError(f"--upto names vgroup {vgroup}; the topic's vgroups are "
+                              f"{', '.join(map(str, sorted(snapshot)))}")  # fmt: skip
+        if end > snapshot[vgroup]:
+            raise ConfigError(
+                f"--upto {vgroup}:{end} is past vgroup {vgroup}'s end: its next version to "
+                f"write is {snapshot[vgroup]}; give at most {vgroup}:{snapshot[vgroup]}"
+            )
+        ends[vgroup] = end
+    return ends
+
+
+def _check_idle(conn: Connection, topic: str, group: str) -> None:
+    live = admin.live_consumers(conn, topic, group)
+    if live:
+        names = ", ".join(map(str, live))
+        raise Error(
+            f"group {group} has {counted(len(live), 'live consumer')} of topic {topic} "
+            f"(consumer {names}): close them first, or give --force to evict them"
+        )
+
+
+def _hand_off(settings: Settings, group: str, manifest: Manifest) -> None:
+    """The manifest's ends become the group's committed offsets, in one commit."""
+    offsets = {span.vgroup: span.end for span in manifest.vgroups}
+    with open_connection(settings.server) as conn:
+        try:
+            # --force: the server removes the group's consumers and stores the offsets
+            # before any can rejoin, so they resume from exactly these offsets
+            admin.commit_group(conn, settings.topic, group, offsets, evict=settings.force)
+        except ConsumerFenced as exc:
+            raise Error(_not_handed_off(settings.output, group, exc)) from None
+
+
+def _not_handed_off(output: Path, group: str, why: Error) -> str:
+    return (
+        f"the backfill is in {output}, but group {group}'s offsets were not changed: a "
+        f"consumer joined the group during the run ({why}); close it and run the backfill "
+        "again, or give --force"
+    )
+
+
+def summary(settings: Settings, manifest: Manifest) -> str:
+    rows = sum(span.rows for span in manifest.vgroups)
+    line = (f"backfilled topic {manifest.topic}: {counted(rows, 'row')} from "
+            f"{counted(len(manifest.vgroups), 'vgroup')} into {settings.output}")  # fmt: skip
+    if settings.group is not None:
+        ends = ",".join(f"{s.vgroup}:{s.end}" for s in manifest.vgroups)
+        line += f"; group {settings.group} continues from {ends}"
+    return line
+
+
+class StageBar:
+    """The stage, Spark's tasks done and the rows written, on one line redrawn at most
+    every REDRAW_S (a new stage at once); only when `stream` is a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.shown = ""
+        self._last = 0.0
+        self._drawn = False
+
+    def stage(self, name: str) -> None:
+        """One of the command's own stages (checks, snapshot, hand-off)."""
+        self._draw(name, stage_line(name, 0, 0, 0))
+
+    def report(self, progress: BackfillProgress) -> None:
+        """The job's progress callback (called from Spark's watcher thread too)."""
+        p = progress
+        self._draw(p.stage, stage_line(p.stage, p.rows, p.tasks_done, p.tasks))
+
+    def _draw(self, stage: str, text: str) -> None:
+        now = time.monotonic()
+        fresh = not self.shown.startswith(stage + ":")
+        if not self.enabled or text == self.shown or (not fresh and now - self._last < REDRAW_S):
+            return
+        self._last, self.shown = now, text
+        self.stream.write(f"\r\x1b[K{text}")  # to the line's start, clear it, draw
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """End the bar's line (if one was drawn)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def stage_line(stage: str, rows: int, tasks_done: int, tasks: int) -> str:
+    """`reading WAL, writing Parquet: [#####---] 3/8 tasks`, `done: 1,234 rows`."""
+    text = f"{stage}:"
+    if tasks:
+        filled = BAR_WIDTH * min(tasks_done, tasks) // tasks
+        text += f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {tasks_done}/{tasks} tasks"
+    if rows or stage == "done":
+        text += f" {counted(rows, 'row')}"
+    return text

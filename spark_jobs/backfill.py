@@ -1,0 +1,220 @@
+"""The backfill job: a query topic's history, read from the WAL by Spark, as Parquet.
+
+    plan = prepare(data_dir, "overvoltage")          # every check; no Spark yet
+    ends = local_ends(data_dir, plan.database)       # or the server's snapshot
+    manifest = run_backfill(plan, Path("out"), ends, master="local[*]")
+
+`run_backfill` reads each vgroup from its first retained version to `ends[vgroup]`
+(exclusive) through the `sqltopic_wal` source, runs the topic's SQL transpiled to Spark
+SQL (`transpile`), writes Parquet partitioned by vgroup (`vgroup=N/part-*.parquet`,
+TIMESTAMP_MICROS timestamps, plus `_version`), then `_manifest.json` (`manifest`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqltopic.errors import BackfillError, BackfillUnsupported, OutputExists
+from sqltopic.spark_jobs import parquet, session
+from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest, VgroupSpan
+from sqltopic.spark_jobs.pieces import extent
+from sqltopic.spark_jobs.progress import BackfillProgress, ProgressWatch
+from sqltopic.spark_jobs.spec import VERSION, VGROUP, load_catalog
+from sqltopic.spark_jobs.transpile import SparkQuery, transpile
+from sqltopic.sql.model import TBNAME, Topic
+from sqltopic.sql.topic import topic_schema
+from sqltopic.sql.topic.target import find_target
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "BackfillPlan",
+    "BackfillProgress",
+    "Manifest",
+    "VgroupSpan",
+    "local_ends",
+    "prepare",
+    "run_backfill",
+]
+
+PARTITION = "vgroup"  # the Parquet partition column: directories vgroup=N
+
+Progress = Callable[[BackfillProgress], None]
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """A checked backfill: the topic, where to read, and the Spark SQL to run."""
+
+    data_dir: Path
+    topic: str
+    database: str
+    table: str  # the topic's FROM table
+    vgroups: tuple[int, ...]
+    columns: tuple[str, ...]  # the source columns the SQL needs
+    query: SparkQuery
+    schema: tuple[tuple[str, str], ...]  # output column, TDengine type
+
+
+def prepare(data_dir: Path, topic: str) -> BackfillPlan:
+    """Every check that needs no Spark: TopicNotFound, BackfillUnsupported (not a query
+    topic, or SQL Spark cannot run exactly), a data directory that is not one."""
+    catalog = load_catalog(data_dir)
+    found = catalog.topic(topic.lower())
+    _check_kind(found)
+    target = find_target(catalog, found.db, found.target or "")
+    output = topic_schema(found, catalog)
+    for name in output.names:
+        if name in (PARTITION, VERSION):
+            raise BackfillUnsupported(
+                f"topic {topic!r} has an output column {name!r}, a name the backfill's Parquet "
+                f"uses itself ({PARTITION}=N directories, {VERSION}); rename it with AS"
+            )
+    relation = f"sqltopic_backfill_{found.name}"
+    extra = {PARTITION: VGROUP, VERSION: VERSION}
+    query = transpile(found.name, found.select_sql, target.batch_schema(), output, relation, extra)
+    needs = set(found.uses) | {VGROUP, VERSION}
+    if f'"{TBNAME}"' in found.select_sql:
+        needs.add(TBNAME)
+    return BackfillPlan(
+        data_dir=data_dir,
+        topic=found.name,
+        database=found.db,
+        table=target.name,
+        vgroups=catalog.database(found.db).vgroups,
+        columns=tuple(sorted(needs)),
+        query=query,
+        schema=tuple((c.name, c.type.sql()) for c in found.output),
+    )
+
+
+def _check_kind(topic: Topic) -> None:
+    if topic.kind == "query":
+        return
+    what = "AS STABLE" if topic.kind == "stable" else "AS DATABASE"
+    raise BackfillUnsupported(
+        f"topic {topic.name!r} is a {topic.kind} topic ({what}); the backfill runs query "
+        "topics only (their rows have one fixed schema, and no meta events): create one, "
+        f"e.g. CREATE TOPIC {topic.name}_rows AS SELECT * FROM <super table>, and backfill it"
+    )
+
+
+def local_ends(data_dir: Path, database: str) -> dict[int, int]:
+    """Per vgroup of `database`, the end of its WAL in the data directory's files (the
+    next version to be written), read-only and without a lock."""
+    db = load_catalog(data_dir).database(database.lower())
+    return {v: extent(data_dir, v).next_version for v in db.vgroups}
+
+
+def run_backfill(
+    plan: BackfillPlan,
+    output: Path,
+    ends: Mapping[int, int],
+    *,
+    spark: SparkSession | None = None,
+    master: str = "local[*]",
+    progress: Progress | None = None,
+) -> Manifest:
+    """Run the job; `_manifest.json` is written last. Raises OutputExists (before
+    anything), JavaNotFound (before Spark starts), BackfillError."""
+    report = progress or (lambda _p: None)
+    _check_output(output)
+    _check_ends(plan, ends)
+    existed = output.exists()
+    report(BackfillProgress("starting Spark", 0))
+    with _session(spark, master) as active:
+        try:
+            return _run(active, plan, output, dict(ends), report)
+        except BaseException:
+            _remove_output(output, existed)
+            raise
+
+
+@contextlib.contextmanager
+def _session(spark: SparkSession | None, master: str) -> Iterator[SparkSession]:
+    if spark is not None:
+        session.apply_required(spark)
+        yield spark
+        return
+    own = session.start_session(master)
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+def _run(
+    spark: SparkSession, plan: BackfillPlan, out: Path, ends: dict[int, int], report: Progress
+) -> Manifest:
+    from sqltopic.spark_jobs.source import NAME, register  # noqa: PLC0415 - imports pyspark
+
+    register(spark)
+    report(BackfillProgress("planning", 0))
+    starts = {v: extent(plan.data_dir, v).first for v in plan.vgroups}
+    starts = {v: min(s, ends[v]) for v, s in starts.items()}
+    source = (
+        spark.read.format(NAME)
+        .option("path", str(plan.data_dir))
+        .option("database", plan.database)
+        .option("table", plan.table)
+        .option("columns", ",".join(plan.columns))
+        .option("starts", json.dumps(starts))
+        .option("ends", json.dumps(ends))
+        .option("strict", "true")
+        .load()
+    )
+    source.createOrReplaceTempView(plan.query.relation)
+    try:
+        rows = spark.sql(plan.query.sql)
+        with ProgressWatch(spark, report, "reading WAL, writing Parquet"):
+            parquet.write(rows, out, PARTITION)
+    finally:
+        spark.catalog.dropTempView(plan.query.relation)
+    report(BackfillProgress("counting", 0))
+    counts = parquet.row_counts(out, PARTITION)
+    spans = tuple(VgroupSpan(v, starts[v], ends[v], counts.get(v, 0)) for v in sorted(plan.vgroups))
+    manifest = Manifest(plan.topic, plan.database, spans, plan.schema)
+    parquet.write_text_atomic(out / MANIFEST_NAME, manifest.to_json())
+    report(BackfillProgress("done", sum(s.rows for s in spans)))
+    return manifest
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputExists(f"output {out} is a file; give a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise OutputExists(
+            f"output directory {out} is not empty; give a new or empty directory (remove "
+            "it first to replace an earlier backfill)"
+        )
+
+
+def _check_ends(plan: BackfillPlan, ends: Mapping[int, int]) -> None:
+    missing = [v for v in plan.vgroups if v not in ends]
+    extra = [v for v in ends if v not in plan.vgroups]
+    if missing or extra:
+        raise BackfillError(
+            f"ends must name exactly the vgroups of database {plan.database} "
+            f"({', '.join(map(str, plan.vgroups))}); missing {missing}, unknown {extra}"
+        )
+
+
+def _remove_output(out: Path, existed: bool) -> None:
+    """What a failed job wrote: the directory when it made it, else its contents."""
+    if not out.is_dir():
+        return
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

@@ -1,0 +1,117 @@
+"""What a read of the `sqltopic_wal` source delivers, decided once on the driver from the
+catalog and shipped (pickled) to every task: the columns, and per vgroup the tables whose
+entries count, with their tag values.
+
+The columns, in order: the table's current data columns, its super table's tags (for a
+super or child table), `tbname`, `_vgroup` (INT) and `_version` (BIGINT: the WAL version
+of the entry the row was written in; rows of one entry share it, and they are in WAL
+order within a vgroup when sorted by `_version` and then by their place in the entry).
+A `columns` option keeps only the columns named (in the order of the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.errors import BackfillError, NotFoundError
+from sqltopic.spark_jobs import types
+from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
+from sqltopic.sql.layout import data_schema
+from sqltopic.sql.model import TBNAME, Catalog, Column, Table
+
+VGROUP = "_vgroup"
+VERSION = "_version"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A table whose data entries a read delivers: entries carry its name and uid."""
+
+    uid: int
+    tags: tuple[Any, ...]  # its tag values, in the order of `Spec.tags`
+
+
+@dataclass(frozen=True)
+class Spec:
+    data_dir: str
+    database: str
+    data: pa.Schema  # the current data columns, as `conform` wants them
+    tags: pa.Schema  # the super table's tags (empty for a normal table)
+    tables: dict[int, dict[str, TableRef]]  # vgroup -> table name -> table
+    fields: tuple[str, ...]  # the columns delivered, in order
+    arrow: pa.Schema  # the delivered columns in sqltopic's Arrow types
+    spark: pa.Schema  # the same in Spark's Arrow types (see `types`)
+
+    @property
+    def vgroups(self) -> tuple[int, ...]:
+        return tuple(sorted(self.tables))
+
+
+def load_catalog(data_dir: Path) -> Catalog:
+    """The catalog of a data directory, read-only (a server may be running on it)."""
+    try:
+        catalog, _applied = load_readonly(data_dir / CATALOG_FILE)
+    except FileNotFoundError as exc:
+        raise BackfillError(str(exc)) from None
+    return catalog
+
+
+def build_spec(
+    data_dir: Path, catalog: Catalog, database: str, table: str, columns: tuple[str, ...] = ()
+) -> Spec:
+    """The read of `database.table` (super, child or normal table), all columns or those
+    named in `columns`."""
+    db = catalog.database(database)
+    data_cols = catalog.columns_of(database, table)
+    tags, tables = _tables(catalog, database, table)
+    full = _full_schema(data_cols, tags, db.precision)
+    fields = _pick(full, columns, f"{database}.{table}")
+    chosen = pa.schema([full.field(name) for name in fields])
+    return Spec(
+        data_dir=str(data_dir),
+        database=database,
+        data=data_schema(data_cols, db.precision),
+        tags=pa.schema([pa.field(t.name, t.type.arrow(db.precision)) for t in tags]),
+        tables={v: {t.name: _ref(t, tags) for t in tables if t.vgroup == v} for v in db.vgroups},
+        fields=fields,
+        arrow=chosen,
+        spark=types.spark_schema(chosen),
+    )
+
+
+def _tables(catalog: Catalog, database: str, name: str) -> tuple[tuple[Column, ...], list[Table]]:
+    stb = catalog.stables.get((database, name))
+    if stb is not None:
+        return stb.tags, catalog.children(database, name)
+    table = catalog.table(database, name)
+    if table.stable is None:
+        return (), [table]
+    return catalog.stable(database, table.stable).tags, [table]
+
+
+def _ref(table: Table, tags: tuple[Column, ...]) -> TableRef:
+    return TableRef(table.uid, tuple(table.tags.get(t.name) for t in tags))
+
+
+def _full_schema(
+    data_cols: tuple[Column, ...], tags: tuple[Column, ...], precision: Any
+) -> pa.Schema:
+    fields = [pa.field(c.name, c.type.arrow(precision)) for c in (*data_cols, *tags)]
+    fields += [pa.field(TBNAME, pa.string()), pa.field(VGROUP, pa.int32())]
+    fields.append(pa.field(VERSION, pa.int64()))
+    return pa.schema(fields)
+
+
+def _pick(full: pa.Schema, columns: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if not columns:
+        return tuple(full.names)
+    wanted = {c.strip().lower() for c in columns if c.strip()}
+    unknown = sorted(wanted - set(full.names))
+    if unknown:
+        raise NotFoundError(f"column {unknown[0]!r} does not exist in {what}; use some of "
+                            f"{', '.join(full.names)}")  # fmt: skip
+    return tuple(n for n in full.names if n in wanted)

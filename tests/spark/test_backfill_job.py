@@ -1,0 +1,206 @@
+"""The backfill job: retention, the manifest, the source's columns, and every refusal
+(unknown topic, SQL Spark cannot run, non-empty output, no Java) with nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from sqltopic.errors import BackfillUnsupported, OutputExists, TopicNotFound
+from sqltopic.spark_jobs.backfill import local_ends, prepare, run_backfill
+from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest
+from tests.spark.conftest import HistoryFactory
+from tests.spark.support import backfill_rows, live_rows, non_empty
+
+pytestmark = pytest.mark.spark
+
+METERS = """
+CREATE DATABASE power VGROUPS 2 WAL_SEGMENT_SIZE 1 WAL_RETENTION_PERIOD 0;
+USE power;
+CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT) TAGS (location VARCHAR(16));
+"""
+
+
+def _write(engine_execute: object, start: int, n: int) -> None:
+    rows = " ".join(
+        f"({1_700_000_000_000 + i}, {i / 4}, {200 + i % 40})" for i in range(start, start + n)
+    )
+    assert callable(engine_execute)
+    engine_execute(f"INSERT INTO d1 USING meters TAGS ('a') VALUES {rows} "
+                   f"d2 USING meters TAGS ('b') VALUES {rows}")  # fmt: skip
+
+
+def test_retention_the_manifest_records_the_real_start(
+    spark: SparkSession, make_history: HistoryFactory, tmp_path: Path
+) -> None:
+    engine = make_history(METERS)
+    for batch in range(12):
+        _write(engine.execute, batch * 10, 10)
+    engine.execute("CREATE TOPIC high AS SELECT ts, voltage, location FROM meters "
+                   "WHERE voltage > 220")  # fmt: skip
+    firsts = {}
+    for vgroup, vnode in engine.state.vnodes.items():
+        vnode.wal.maintain()  # 1 KB segments, no retention period: sealed ones go
+        firsts[vgroup] = vnode.reader().first_version
+    assert all(first > 1 for first in firsts.values()), "retention deleted nothing"
+
+    data_dir = engine.state.data_dir
+    ends = local_ends(data_dir, "power")
+    manifest = run_backfill(prepare(data_dir, "high"), tmp_path / "out", ends, spark=spark)
+
+    assert {s.vgroup: s.start for s in manifest.vgroups} == firsts
+    assert {s.vgroup: s.end for s in manifest.vgroups} == ends
+    expected = non_empty(live_rows(engine, "high"))
+    assert backfill_rows(tmp_path / "out", ["ts", "voltage", "location"]) == expected
+    text = (tmp_path / "out" / MANIFEST_NAME).read_text()
+    assert Manifest.from_json(text) == manifest
+    assert json.loads(text)["schema"] == [["ts", "TIMESTAMP"], ["voltage", "INT"],
+                                          ["location", "VARCHAR(16)"]]  # fmt: skip
+
+
+def test_ends_bound_the_read_and_parquet_timestamps_are_micros(
+    spark: SparkSession, make_history: HistoryFactory, tmp_path: Path
+) -> None:
+    engine = make_history(METERS)
+    _write(engine.execute, 0, 5)
+    data_dir = engine.state.data_dir
+    ends = local_ends(data_dir, "power")
+    _write(engine.execute, 100, 5)  # after the snapshot: not read
+    engine.execute("CREATE TOPIC allrows AS SELECT * FROM meters")
+    manifest = run_backfill(prepare(data_dir, "allrows"), tmp_path / "out", ends, spark=spark)
+
+    assert sum(s.rows for s in manifest.vgroups) == 10  # 5 rows in each of d1, d2
+    table = pq.read_table(tmp_path / "out")
+    ts = table.schema.field("ts").type
+    assert (ts.unit, ts.tz) == ("us", "UTC")
+    parquet_type = pq.ParquetFile(next((tmp_path / "out").rglob("*.parquet"))).schema
+    logical = str(parquet_type.column(0).logical_type)
+    assert "isAdjustedToUTC=true" in logical, logical
+    assert "timeUnit=microseconds" in logical, logical
+    assert max(table.column("_version").to_pylist()) < max(ends.values())
+
+
+def test_the_source_reads_columns_vgroups_and_versions(
+    spark: SparkSession, make_history: HistoryFactory
+) -> None:
+    engine = make_history(METERS)
+    _write(engine.execute, 0, 3)
+    data_dir = engine.state.data_dir
+    df = (
+        spark.read.format("sqltopic_wal")
+        .option("path", str(data_dir))
+        .option("database", "power")
+        .option("table", "meters")
+        .option("columns", "voltage,tbname,_vgroup,_version")
+        .load()
+    )
+    assert df.columns == ["voltage", "tbname", "_vgroup", "_version"]
+    rows = df.collect()
+    assert sorted((r.tbname, r.voltage) for r in rows) == [
+        (t, v) for t in ("d1", "d2") for v in (200, 201, 202)
+    ]
+    vgroup_of = {r[0]: r[5] for r in engine.execute("SHOW power.TABLES").rows}
+    assert all(r._vgroup == vgroup_of[r.tbname] for r in rows)
+    full = spark.read.format("sqltopic_wal").option("path", str(data_dir)).option(
+        "database", "power").option("table", "d1").load()  # fmt: skip
+    assert full.columns == ["ts", "current", "voltage", "location", "tbname", "_vgroup",
+                            "_version"]  # fmt: skip
+    assert full.count() == 3
+
+
+# --- refusals: clear errors, nothing written ---------------------------------------------
+
+
+def test_unknown_topic(make_history: HistoryFactory) -> None:
+    engine = make_history(METERS)
+    with pytest.raises(TopicNotFound, match="'nosuch' does not exist"):
+        prepare(engine.state.data_dir, "nosuch")
+
+
+@pytest.mark.parametrize(
+    ("create", "message"),
+    [
+        ("CREATE TOPIC t AS STABLE meters", "stable topic .* query topics only"),
+        ("CREATE TOPIC t WITH META AS DATABASE power", "database topic .* query topics only"),
+        (
+            "CREATE TOPIC t AS SELECT ts FROM meters WHERE voltage * 2 > 5 OR current > 1",
+            r"voltage\" \* 2 may fail .* under OR",
+        ),
+        (
+            "CREATE TOPIC t AS SELECT ts, CAST(current AS VARCHAR(20)) AS c FROM meters",
+            "CAST from float to string: DuckDB and Spark format these values differently",
+        ),
+        ("CREATE TOPIC t AS SELECT ts, voltage << 2 AS v FROM meters", "<< has no exact"),
+        ("CREATE TOPIC t AS SELECT ts, voltage AS _version FROM meters", "'_version'"),
+    ],
+    ids=["stable", "database", "or_overflow", "float_to_string", "shift", "reserved_name"],
+)
+def test_untranspilable_topics_are_refused_before_spark(
+    make_history: HistoryFactory, tmp_path: Path, create: str, message: str
+) -> None:
+    engine = make_history(METERS)
+    engine.execute(create)
+    with pytest.raises(BackfillUnsupported, match=message):
+        prepare(engine.state.data_dir, "t")
+
+
+def test_nanosecond_databases_are_refused(make_history: HistoryFactory) -> None:
+    engine = make_history(
+        "CREATE DATABASE nano PRECISION 'ns'; USE nano; CREATE TABLE t (ts TIMESTAMP, v INT);"
+        "CREATE TOPIC tn AS SELECT * FROM t"
+    )
+    with pytest.raises(BackfillUnsupported, match="precision is 'ns'"):
+        prepare(engine.state.data_dir, "tn")
+
+
+def test_non_empty_output_is_refused_and_left_alone(
+    spark: SparkSession, make_history: HistoryFactory, tmp_path: Path
+) -> None:
+    engine = make_history(METERS + "CREATE TOPIC t AS SELECT * FROM meters;")
+    data_dir = engine.state.data_dir
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    plan = prepare(data_dir, "t")
+    with pytest.raises(OutputExists, match="is not empty"):
+        run_backfill(plan, out, local_ends(data_dir, "power"), spark=spark)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+MISSING_JAVA = """
+import sys
+from pathlib import Path
+from sqltopic.errors import JavaNotFound
+from sqltopic.spark_jobs.backfill import local_ends, prepare, run_backfill
+data, out = Path(sys.argv[1]), Path(sys.argv[2])
+try:
+    run_backfill(prepare(data, "t"), out, local_ends(data, "power"))
+except JavaNotFound as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def test_missing_java_is_a_clear_error_before_anything_is_written(
+    make_history: HistoryFactory, tmp_path: Path
+) -> None:
+    engine = make_history(METERS + "CREATE TOPIC t AS SELECT * FROM meters;")
+    _write(engine.execute, 0, 3)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path / "empty-bin")  # no java on it
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", MISSING_JAVA, str(engine.state.data_dir), str(out)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "Spark needs Java 17" in done.stdout
+    assert not out.exists()

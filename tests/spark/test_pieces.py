@@ -1,0 +1,63 @@
+"""Partition listing: pieces cover each vgroup's versions exactly once, in order, each
+inside one segment and bounded in bytes; bounds move inside the WAL, or with `strict`
+are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sqltopic.errors import BackfillError
+from sqltopic.spark_jobs.pieces import list_pieces
+from tests.spark.conftest import HistoryFactory
+
+DDL = """
+CREATE DATABASE p VGROUPS 2 WAL_SEGMENT_SIZE 4; USE p;
+CREATE TABLE a (ts TIMESTAMP, v INT); CREATE TABLE b (ts TIMESTAMP, v INT);
+"""
+
+
+def _history(make_history: HistoryFactory) -> tuple[Path, dict[int, list[int]]]:
+    engine = make_history(DDL)
+    for i in range(60):
+        engine.execute(f"INSERT INTO a VALUES ({1_700_000_000_000 + i}, {i}) "
+                       f"b VALUES ({1_700_000_000_000 + i}, {i})")  # fmt: skip
+    versions = {}
+    for vgroup, vnode in engine.state.vnodes.items():
+        reader = vnode.reader()
+        versions[vgroup] = [r.version for batch in reader.batches(0) for r in batch]
+    return engine.state.data_dir, versions
+
+
+def test_pieces_cover_every_version_once_in_order(make_history: HistoryFactory) -> None:
+    data_dir, versions = _history(make_history)
+    pieces = list_pieces(data_dir, tuple(versions), {}, {}, piece_bytes=1500)
+    assert sum(1 for v in versions.values() if len(v) > 60) >= 1
+    for vgroup, expected in versions.items():
+        if not expected:
+            continue
+        mine = [p for p in pieces if p.vgroup == vgroup]
+        assert [p.seq for p in mine] == list(range(len(mine)))
+        assert len({p.segment for p in mine}) > 1, "the WAL should have several segments"
+        covered = [v for p in mine for v in expected if p.start <= v < p.end]
+        assert covered == expected
+        assert sum(p.entries for p in mine) == len(expected)
+        # a piece ends with the first entry that starts beyond 1500 bytes: entries here
+        # are a few hundred bytes
+        assert all(p.bytes < 1500 + 1000 for p in mine)
+        assert len(mine) > len({p.segment for p in mine}), "segments should be split"
+        assert all(p.segment <= p.start for p in mine)
+
+
+def test_bounds_and_strict_bounds(make_history: HistoryFactory) -> None:
+    data_dir, versions = _history(make_history)
+    vgroup = max(versions, key=lambda v: len(versions[v]))
+    vs = versions[vgroup]
+    start, end = vs[10], vs[20]
+    pieces = list_pieces(data_dir, (vgroup,), {vgroup: start}, {vgroup: end})
+    assert [v for p in pieces for v in vs if p.start <= v < p.end] == vs[10:20]
+    beyond = {vgroup: vs[-1] + 100}
+    assert list_pieces(data_dir, (vgroup,), {}, beyond)[-1].end == vs[-1] + 1
+    with pytest.raises(BackfillError, match="past the WAL's end"):
+        list_pieces(data_dir, (vgroup,), {}, beyond, strict=True)
