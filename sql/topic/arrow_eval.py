@@ -80,7 +80,7 @@ class ArrowPlan:
         """The topic's rows of `batch`, or None when they must come from DuckDB."""
         try:
             if self.where is not None:
-                batch = _decoded(batch)
+                batch = _decoded(batch, _names(self.where))
                 batch = batch.filter(_expr(self.where, batch))
         except Unsupported:
             return None
@@ -185,10 +185,22 @@ def _int(value: int, node: exp.Expr) -> Lit:
 # --- evaluation over one batch -----------------------------------------------------------
 
 
-def _decoded(batch: pa.Table) -> pa.Table:
-    """Dictionary columns (tags) as plain ones: the comparison kernels want values."""
+def _names(cond: Cond | Col | Lit) -> set[str]:
+    """The columns a condition reads."""
+    if isinstance(cond, Col):
+        return {cond.name}
+    if isinstance(cond, Lit):
+        return set()
+    if isinstance(cond, Cmp):
+        return _names(cond.left) | _names(cond.right)
+    return set().union(*(_names(arg) for arg in cond.args))
+
+
+def _decoded(batch: pa.Table, names: set[str]) -> pa.Table:
+    """Dictionary columns (tags) the condition reads, as plain ones: the comparison
+    kernels want values (the outputs keep theirs; the caller casts them)."""
     for i, field in enumerate(batch.schema):
-        if pa.types.is_dictionary(field.type):
+        if field.name in names and pa.types.is_dictionary(field.type):
             plain = pc.cast(batch.column(i), field.type.value_type)
             batch = batch.set_column(i, pa.field(field.name, plain.type), plain)
     return batch
