@@ -12,22 +12,18 @@ no hand-off).
 
 Only after the job succeeded, the manifest's end versions become the group's committed
 offsets, in one standalone commit (the server stores all or none, and refuses while a
-live consumer of the group holds a vgroup). `--force` first runs `DROP CONSUMER GROUP
-FORCE`, which removes the group's consumers of the topic and deletes its offsets there;
-the commit follows at once. A failed job removes its partial output (`run_backfill`).
-Spark's JVM output goes to a temporary file while the command's own session runs.
+live consumer of the group holds a vgroup). With `--force` the commit evicts: the server
+removes the group's consumers of the topic and stores the offsets before any can rejoin.
+A failed job removes its partial output (`run_backfill`). Spark's JVM output goes to a
+temporary file while the command's own session runs (cli/spark_log.py); the progress
+line is cli/stage_bar.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import re
 import sys
-import tempfile
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,7 +31,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqltopic.cli.connect import ServerOptions, open_connection, options_parser
 from sqltopic.cli.format import counted
-from sqltopic.cli.progress import BAR_WIDTH, REDRAW_S
+from sqltopic.cli.spark_log import jvm_cause, jvm_output_aside
+from sqltopic.cli.stage_bar import StageBar
 from sqltopic.client import admin
 from sqltopic.client.connection import Connection
 from sqltopic.errors import (
@@ -49,13 +46,9 @@ from sqltopic.errors import (
 from sqltopic.server.main import DEFAULT_DATA
 
 if TYPE_CHECKING:
-    from sqltopic.spark_jobs.backfill import BackfillPlan, BackfillProgress, Manifest
+    from sqltopic.spark_jobs.backfill import BackfillPlan, Manifest
 
 LATEST = "latest"
-# A Java exception's line in the JVM's output: `... org.apache.spark.SparkException: msg`.
-_JAVA_EXCEPTION = re.compile(
-    r"(?:[a-z_$][\w$]*\.)+(?P<name>\w*(?:Exception|Error)): (?P<message>.+)"
-)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -208,40 +201,6 @@ def _run_job(
             bar.stream = shown
 
 
-@contextlib.contextmanager
-def jvm_output_aside() -> Iterator[tuple[TextIO, TextIO]]:
-    """Spark's JVM and its Python workers write their logs and stack traces to the stderr
-    they inherit when started. While the job runs, stderr (fd 2) is an unnamed temporary
-    file, so the terminal shows only the progress bar and a one-line error; yields that
-    file and a stream on the real stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with (
-            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log,
-            os.fdopen(os.dup(saved), "w", encoding="utf-8") as terminal,
-        ):
-            os.dup2(log.fileno(), 2)
-            try:
-                yield log, terminal
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-    finally:
-        os.close(saved)
-
-
-def jvm_cause(log: TextIO) -> str:
-    """` (SparkException: what it said)`: the first Java exception in the JVM's output."""
-    log.flush()
-    log.seek(0)
-    for line in log:
-        found = _JAVA_EXCEPTION.search(line)
-        if found:
-            return f" ({found['name']}: {found['message'].strip()})"
-    return ""
-
-
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -338,51 +297,3 @@ def summary(settings: Settings, manifest: Manifest) -> str:
         ends = ",".join(f"{s.vgroup}:{s.end}" for s in manifest.vgroups)
         line += f"; group {settings.group} continues from {ends}"
     return line
-
-
-class StageBar:
-    """The stage, Spark's tasks done and the rows written, on one line redrawn at most
-    every REDRAW_S (a new stage at once); only when `stream` is a terminal."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.shown = ""
-        self._last = 0.0
-        self._drawn = False
-
-    def stage(self, name: str) -> None:
-        """One of the command's own stages (checks, snapshot, hand-off)."""
-        self._draw(name, stage_line(name, 0, 0, 0))
-
-    def report(self, progress: BackfillProgress) -> None:
-        """The job's progress callback (called from Spark's watcher thread too)."""
-        p = progress
-        self._draw(p.stage, stage_line(p.stage, p.rows, p.tasks_done, p.tasks))
-
-    def _draw(self, stage: str, text: str) -> None:
-        now = time.monotonic()
-        fresh = not self.shown.startswith(stage + ":")
-        if not self.enabled or text == self.shown or (not fresh and now - self._last < REDRAW_S):
-            return
-        self._last, self.shown = now, text
-        self.stream.write(f"\r\x1b[K{text}")  # to the line's start, clear it, draw
-        self.stream.flush()
-        self._drawn = True
-
-    def close(self) -> None:
-        """End the bar's line (if one was drawn)."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def stage_line(stage: str, rows: int, tasks_done: int, tasks: int) -> str:
-    """`reading WAL, writing Parquet: [#####---] 3/8 tasks`, `done: 1,234 rows`."""
-    text = f"{stage}:"
-    if tasks:
-        filled = BAR_WIDTH * min(tasks_done, tasks) // tasks
-        text += f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {tasks_done}/{tasks} tasks"
-    if rows or stage == "done":
-        text += f" {counted(rows, 'row')}"
-    return text

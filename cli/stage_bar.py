@@ -1,0 +1,60 @@
+"""The backfill's progress line: its stage, Spark's tasks done and the rows written."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from sqltopic.cli.format import counted
+from sqltopic.cli.progress import BAR_WIDTH, REDRAW_S
+
+if TYPE_CHECKING:
+    from sqltopic.spark_jobs.backfill import BackfillProgress
+
+
+class StageBar:
+    """The stage, Spark's tasks done and the rows written, on one line redrawn at most
+    every REDRAW_S (a new stage at once); only when `stream` is a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.shown = ""
+        self._last = 0.0
+        self._drawn = False
+
+    def stage(self, name: str) -> None:
+        """One of the command's own stages (checks, snapshot, hand-off)."""
+        self._draw(name, stage_line(name, 0, 0, 0))
+
+    def report(self, progress: BackfillProgress) -> None:
+        """The job's progress callback (called from Spark's watcher thread too)."""
+        p = progress
+        self._draw(p.stage, stage_line(p.stage, p.rows, p.tasks_done, p.tasks))
+
+    def _draw(self, stage: str, text: str) -> None:
+        now = time.monotonic()
+        fresh = not self.shown.startswith(stage + ":")
+        if not self.enabled or text == self.shown or (not fresh and now - self._last < REDRAW_S):
+            return
+        self._last, self.shown = now, text
+        self.stream.write(f"\r\x1b[K{text}")  # to the line's start, clear it, draw
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """End the bar's line (if one was drawn)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def stage_line(stage: str, rows: int, tasks_done: int, tasks: int) -> str:
+    """`reading WAL, writing Parquet: [#####---] 3/8 tasks`, `done: 1,234 rows`."""
+    text = f"{stage}:"
+    if tasks:
+        filled = BAR_WIDTH * min(tasks_done, tasks) // tasks
+        text += f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {tasks_done}/{tasks} tasks"
+    if rows or stage == "done":
+        text += f" {counted(rows, 'row')}"
+    return text
