@@ -20,22 +20,18 @@ KIB = 1024
 MIB = 1024 * KIB
 
 
-class Progress:
-    """`update(done_bytes, rows)` as the work goes, `close()` at the end."""
+class TerminalLine:
+    """One line of `stream`, redrawn in place while it is a terminal; `close()` ends it."""
 
-    def __init__(self, total_bytes: int, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.total = max(total_bytes, 1)
         self.enabled = self.stream.isatty()
         self._last = 0.0
         self._drawn = False
 
-    def update(self, done_bytes: int, rows: int, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self._last < REDRAW_S):
-            return
-        self._last = now
-        self.stream.write("\r" + line(done_bytes, self.total, rows))
+    def _show(self, text: str) -> None:
+        self._last = time.monotonic()
+        self.stream.write(f"\r\x1b[K{text}")  # to the line's start, clear it, draw
         self.stream.flush()
         self._drawn = True
 
@@ -44,6 +40,20 @@ class Progress:
         if self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+
+
+class Progress(TerminalLine):
+    """`update(done_bytes, rows)` as the work goes, `close()` at the end."""
+
+    def __init__(self, total_bytes: int, stream: TextIO | None = None) -> None:
+        super().__init__(stream)
+        self.total = max(total_bytes, 1)
+
+    def update(self, done_bytes: int, rows: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._last < REDRAW_S):
+            return
+        self._show(line(done_bytes, self.total, rows))
 
 
 def line(done_bytes: int, total_bytes: int, rows: int) -> str:

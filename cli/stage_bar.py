@@ -6,22 +6,19 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from sqltopic.cli.format import counted
-from sqltopic.cli.progress import BAR_WIDTH, REDRAW_S
+from sqltopic.cli.progress import BAR_WIDTH, REDRAW_S, TerminalLine
 
 if TYPE_CHECKING:
     from sqltopic.spark_jobs.backfill import BackfillProgress
 
 
-class StageBar:
+class StageBar(TerminalLine):
     """The stage, Spark's tasks done and the rows written, on one line redrawn at most
     every REDRAW_S (a new stage at once); only when `stream` is a terminal."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
+        super().__init__(stream)
         self.shown = ""
-        self._last = 0.0
-        self._drawn = False
 
     def stage(self, name: str) -> None:
         """One of the command's own stages (checks, snapshot, hand-off)."""
@@ -37,16 +34,8 @@ class StageBar:
         fresh = not self.shown.startswith(stage + ":")
         if not self.enabled or text == self.shown or (not fresh and now - self._last < REDRAW_S):
             return
-        self._last, self.shown = now, text
-        self.stream.write(f"\r\x1b[K{text}")  # to the line's start, clear it, draw
-        self.stream.flush()
-        self._drawn = True
-
-    def close(self) -> None:
-        """End the bar's line (if one was drawn)."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.shown = text
+        self._show(text)
 
 
 def stage_line(stage: str, rows: int, tasks_done: int, tasks: int) -> str:

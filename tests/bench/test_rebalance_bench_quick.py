@@ -4,12 +4,10 @@ only that every figure exists and is sane, and that no row written was lost."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import assert_positive, quick_report
+
 # A quick run takes ~25 s on 2 cores (a crash waits out a 6 s session); the rest covers
 # a slow CI machine.
 RUN_DEADLINE_S = 240.0
@@ -23,20 +21,10 @@ GOALS = ["join_settle_goal_met", "leave_settle_goal_met", "crash_takeover_goal_m
 
 
 def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "bench/rebalance_bench.py", "--quick", "--json", "--dir", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_DEADLINE_S,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    report = json.loads(run.stdout)
-    missing = [key for key in [*TIMES, *COUNTS, *GOALS, "all_goals_met"] if key not in report]
+    report = quick_report("rebalance_bench.py", tmp_path, RUN_DEADLINE_S)
+    missing = [key for key in [*COUNTS, *GOALS, "all_goals_met"] if key not in report]
     assert not missing, f"missing figures: {missing}"
-    not_positive = {key: report[key] for key in TIMES if not report[key] > 0}
-    assert not not_positive, f"times not positive: {not_positive}"
+    assert_positive(report, TIMES)
     for event in ("join_settle", "leave_settle", "crash_takeover"):
         assert report[f"{event}_ms_p50"] <= report[f"{event}_ms_p99"]
     assert all(isinstance(report[key], bool) for key in [*GOALS, "all_goals_met"])

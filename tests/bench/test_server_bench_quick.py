@@ -3,15 +3,13 @@ figure reported. No timing is asserted: only that each figure exists and is posi
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import assert_positive, quick_report
+
 # A quick run takes ~10 s on 2 cores; the rest covers a slow CI machine.
 RUN_DEADLINE_S = 240.0
 FIGURES = [
@@ -32,20 +30,8 @@ FIGURES = [
     reason="redis-server is not installed (apt-get install -y redis-server; make bench-server)",
 )
 def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "bench/server_bench.py", "--quick", "--json", "--dir", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_DEADLINE_S,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    report = json.loads(run.stdout)
-    missing = [key for key in FIGURES if key not in report]
-    assert not missing, f"missing figures: {missing}"
-    not_positive = {key: report[key] for key in FIGURES if not report[key] > 0}
-    assert not not_positive, f"figures not positive: {not_positive}"
+    report = quick_report("server_bench.py", tmp_path, RUN_DEADLINE_S)
+    assert_positive(report, FIGURES)
     assert report["consume_rows_delivered_sel100"] == report["meta"]["backlog_rows"]
     assert report["meta"]["sizes"]["run"] == "quick"
     assert report["meta"]["latency_samples"] == report["meta"]["sizes"]["latency_samples"]

@@ -97,4 +97,4 @@ def test_progress_draws_only_on_a_terminal() -> None:
     progress = Progress(100, screen)
     progress.update(100, 10, force=True)
     progress.close()
-    assert screen.getvalue() == "\r" + line(100, 100, 10) + "\n"
+    assert screen.getvalue() == "\r\x1b[K" + line(100, 100, 10) + "\n"

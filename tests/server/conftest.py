@@ -12,7 +12,7 @@ import pytest
 from sqltopic.server.engine import Engine
 from tests.conftest import FakeClock
 from tests.live_server import ServerProcess
-from tests.server.dataset import Loaded, write_dataset
+from tests.server.dataset import Loaded, loaded_dataset
 from tests.server.support import POWER_DDL, EngineFactory
 from tests.server.wire import Wire
 
@@ -46,14 +46,8 @@ def power(engine: Engine) -> Engine:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     """The dataset of tests/server/dataset.py written once per module, with its reference."""
-    engine = Engine(tmp_path_factory.mktemp("dataset"), clock=FakeClock(), background=False)
-    try:
-        data = write_dataset(engine)
-        ref = data.reference_connection()
-        yield Loaded(engine, data, ref)
-        ref.close()
-    finally:
-        engine.close()
+    with loaded_dataset(tmp_path_factory.mktemp("dataset")) as loaded:
+        yield loaded
 
 
 @pytest.fixture

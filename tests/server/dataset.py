@@ -13,15 +13,18 @@ the order the table first appears in it). That order per vgroup is the WAL order
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from sqltopic.server.engine import Engine
+from tests.conftest import FakeClock
 
 DB = "power"
 VGROUPS = 4
@@ -355,3 +358,17 @@ def write_dataset(engine: Engine, seed: int = 20261121) -> Dataset:
 
     ds.vgroup_of = {r[0]: r[5] for r in ex(f"SHOW {DB}.TABLES").rows}
     return ds
+
+
+@contextlib.contextmanager
+def loaded_dataset(directory: Path) -> Iterator[Loaded]:
+    """The dataset written to a new engine on `directory` (fake clock, no background
+    threads), with its reference connection; both closed at the end."""
+    engine = Engine(directory, clock=FakeClock(), background=False)
+    try:
+        data = write_dataset(engine)
+        ref = data.reference_connection()
+        yield Loaded(engine, data, ref)
+        ref.close()
+    finally:
+        engine.close()

@@ -27,7 +27,7 @@ from sqltopic.server.engine import Engine
 from sqltopic.spark_jobs import register
 from sqltopic.spark_jobs.session import start_session
 from tests.conftest import FakeClock
-from tests.server.dataset import Loaded, write_dataset
+from tests.server.dataset import Loaded, loaded_dataset
 
 # Spark settings for tests: few shuffle partitions (the job shuffles nothing anyway).
 TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
@@ -63,11 +63,5 @@ def make_history(tmp_path: Path) -> Iterator[HistoryFactory]:
 
 @pytest.fixture(scope="module")
 def loaded_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    engine = Engine(tmp_path_factory.mktemp("history"), clock=FakeClock(), background=False)
-    try:
-        data = write_dataset(engine)
-        ref = data.reference_connection()
-        yield Loaded(engine, data, ref)
-        ref.close()
-    finally:
-        engine.close()
+    with loaded_dataset(tmp_path_factory.mktemp("history")) as loaded:
+        yield loaded
