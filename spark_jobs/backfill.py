@@ -165,6 +165,7 @@ def _run(
         .option("database", plan.database)
         .option("table", plan.table)
         .option("columns", ",".join(plan.columns))
+        .option("prefilter", plan.topic)
         .option("starts", json.dumps(starts))
         .option("ends", json.dumps(ends))
         .option("strict", "true")

@@ -31,22 +31,31 @@ READ_ENTRIES = 4096
 
 
 def read_piece(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
-    """The rows of `piece`, in WAL order, as batches of `spec.spark`."""
+    """The rows of `piece`, in WAL order, as batches of `spec.spark` (without the rows
+    `spec.prefilter` rejects)."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in _entry_batches(spec, piece):
         pending.append(batch)
         rows += batch.num_rows
         if rows >= BATCH_ROWS:
-            yield _flush(pending, spec.spark)
+            yield from _flush(pending, spec)
             pending, rows = [], 0
     if pending:
-        yield _flush(pending, spec.spark)
+        yield from _flush(pending, spec)
 
 
-def _flush(pending: list[pa.RecordBatch], target: pa.Schema) -> pa.RecordBatch:
+def _flush(pending: list[pa.RecordBatch], spec: Spec) -> Iterator[pa.RecordBatch]:
     batch = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
-    return types.to_spark(batch, target)
+    if spec.prefilter is not None:
+        # rows the topic's condition rejects never reach the JVM (Spark applies the
+        # topic's SQL anyway: this only spares it the work)
+        kept = spec.prefilter.filter(pa.Table.from_batches([batch]))
+        if kept is not None:
+            if not kept.num_rows:
+                return
+            batch = kept.combine_chunks().to_batches()[0]
+    yield types.to_spark(batch, spec.spark)
 
 
 def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:

@@ -68,7 +68,9 @@ class WalSource(DataSource):
             database = _required(self.options, "database").lower()
             table = _required(self.options, "table").lower()
             columns = tuple(c for c in self.options.get("columns", "").split(",") if c.strip())
-            self._spec = build_spec(data_dir, load_catalog(data_dir), database, table, columns)
+            catalog = load_catalog(data_dir)
+            prefilter = self.options.get("prefilter") or None
+            self._spec = build_spec(data_dir, catalog, database, table, columns, prefilter)
         return self._spec
 
     def schema(self) -> str:

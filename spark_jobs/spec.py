@@ -17,11 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import BackfillError, NotFoundError
+from sqltopic.errors import BackfillError, ConfigError, NotFoundError
 from sqltopic.spark_jobs import types
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table
+from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
 
 VGROUP = "_vgroup"
 VERSION = "_version"
@@ -45,6 +46,8 @@ class Spec:
     fields: tuple[str, ...]  # the columns delivered, in order
     arrow: pa.Schema  # the delivered columns in sqltopic's Arrow types
     spark: pa.Schema  # the same in Spark's Arrow types (see `types`)
+    # a query topic's condition, evaluated in the source to leave out rows it rejects
+    prefilter: ArrowPlan | None = None
 
     @property
     def vgroups(self) -> tuple[int, ...]:
@@ -61,10 +64,16 @@ def load_catalog(data_dir: Path) -> Catalog:
 
 
 def build_spec(
-    data_dir: Path, catalog: Catalog, database: str, table: str, columns: tuple[str, ...] = ()
+    data_dir: Path,
+    catalog: Catalog,
+    database: str,
+    table: str,
+    columns: tuple[str, ...] = (),
+    prefilter: str | None = None,
 ) -> Spec:
     """The read of `database.table` (super, child or normal table), all columns or those
-    named in `columns`."""
+    named in `columns`; with `prefilter` (a query topic on that table), without rows the
+    topic's condition rejects."""  # fmt: skip
     db = catalog.database(database)
     data_cols = catalog.columns_of(database, table)
     tags, tables = _tables(catalog, database, table)
@@ -80,7 +89,27 @@ def build_spec(
         fields=fields,
         arrow=chosen,
         spark=types.spark_schema(chosen),
+        prefilter=_prefilter(catalog, database, table, prefilter, fields),
     )
+
+
+def _prefilter(
+    catalog: Catalog, database: str, table: str, topic_name: str | None, fields: tuple[str, ...]
+) -> ArrowPlan | None:
+    """The plan of the topic's condition when the source can evaluate it exactly over the
+    delivered columns; None (deliver every row) otherwise."""
+    if topic_name is None:
+        return None
+    topic = catalog.topic(topic_name.lower())
+    if topic.kind != "query" or topic.db != database or topic.target != table:
+        raise ConfigError(
+            f"option prefilter: {topic_name} is not a query topic on {database}.{table}; "
+            "name one that reads this table, or leave the option out"
+        )
+    plan = arrow_plan(topic.select_sql)
+    if plan is None or plan.where is None or not plan.reads <= set(fields):
+        return None
+    return plan
 
 
 def _tables(catalog: Catalog, database: str, name: str) -> tuple[tuple[Column, ...], list[Table]]:

@@ -76,15 +76,27 @@ class ArrowPlan:
     outputs: tuple[tuple[str, str], ...]
     where: Cond | None
 
-    def run(self, batch: pa.Table) -> pa.Table | None:
-        """The topic's rows of `batch`, or None when they must come from DuckDB."""
+    @property
+    def reads(self) -> set[str]:
+        """The columns the condition reads."""
+        return set() if self.where is None else _names(self.where)
+
+    def filter(self, batch: pa.Table) -> pa.Table | None:
+        """The rows of `batch` the topic's condition keeps, every column (dictionary
+        columns it reads decoded), or None when it cannot tell them exactly."""
+        if self.where is None:
+            return batch
         try:
-            if self.where is not None:
-                batch = _decoded(batch, _names(self.where))
-                batch = batch.filter(_expr(self.where, batch))
+            batch = _decoded(batch, _names(self.where))
+            return batch.filter(_expr(self.where, batch))
         except Unsupported:
             return None
-        data = batch
+
+    def run(self, batch: pa.Table) -> pa.Table | None:
+        """The topic's rows of `batch`, or None when they must come from DuckDB."""
+        data = self.filter(batch)
+        if data is None:
+            return None
         names = [name for name, _ in self.outputs]
         return pa.Table.from_arrays([data.column(col) for _, col in self.outputs], names=names)
 
