@@ -217,7 +217,11 @@ def test_a_killed_consumer_times_out_and_its_vgroups_move(
 
 
 def test_a_consumer_that_stops_polling_is_removed(hot: Connection, wire: Wire) -> None:
+    """... and when it comes back (its process was alive all along), it can neither poll
+    nor commit the vgroups it held."""
     sub = wire.subscribe("g", ["hot"], max_poll_interval_ms=1000)
+    held = wire.assignment(sub.consumer_id)
+    vgroup = held.assignments[0].vgroup
 
     def beat_without_polling() -> bool:
         request = pb.HeartbeatRequest(consumer_id=sub.consumer_id, polled=False)
@@ -226,6 +230,14 @@ def test_a_consumer_that_stops_polling_is_removed(hot: Connection, wire: Wire) -
 
     _wait_until(beat_without_polling, "the idle consumer is removed")
     assert _show(hot, "CONSUMERS") == []
+    for call in (
+        lambda: wire.poll(sub.consumer_id, "g", "hot", vgroup, held.epoch),
+        lambda: wire.commit(sub.consumer_id, "g", held.epoch, ("hot", vgroup, 1)),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert status(info.value)[1]["sqltopic-error"] == "ConsumerFenced"
+    assert wire.committed("g", "hot", vgroup) is None
 
 
 def test_groups_survive_a_server_restart(data: Path) -> None:
