@@ -125,6 +125,11 @@ class RebalanceInProgress(Error):
     """A vnode has not yet learnt the newest assignment: retry shortly."""
 
 
+class TooLarge(Error):
+    """A request or answer over a size limit (a unary Run result over 4 MiB, a request
+    over the server's message limit): send less, or use the streaming call."""
+
+
 class ServerUnavailable(Error):
     """The server cannot be reached (not running, wrong address, network down) or is
     shutting down: check the address, start the server, or retry."""

@@ -28,6 +28,7 @@ from sqltopic.client.connection import (
     _read_result,
     _translated,
     _write_frames,
+    writes_only,
 )
 from sqltopic.client.consumer import ITERATION_POLL_S, STUBS
 from sqltopic.client.core import ConsumerCore
@@ -60,8 +61,14 @@ class Connection:
         """Run one or more statements; the last one's result."""
         request = pb.ExecuteRequest(sql=sql)
         with _translated():
-            call = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
-            header, parts = _read_result([frame async for frame in call])
+            if writes_only(sql):
+                answer = await self._sql.Run(
+                    request, metadata=self._metadata, timeout=self._timeout
+                )
+                header, parts = _read_result([answer])
+            else:
+                call = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
+                header, parts = _read_result([frame async for frame in call])
         return Result(from_ipc(parts), header.affected_rows, header.database or None)
 
     async def query(self, sql: str) -> pa.Table:

@@ -66,8 +66,12 @@ class Connection:
         """Run one or more statements; the last one's result."""
         request = pb.ExecuteRequest(sql=sql)
         with _translated():
-            frames = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
-            header, parts = _read_result(frames)
+            if writes_only(sql):
+                answer = self._sql.Run(request, metadata=self._metadata, timeout=self._timeout)
+                header, parts = _read_result([answer])
+            else:
+                frames = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
+                header, parts = _read_result(frames)
         return Result(from_ipc(parts), header.affected_rows, header.database or None)
 
     def query(self, sql: str) -> pa.Table:
@@ -126,6 +130,14 @@ def connect(
         channel.close()
         raise
     return conn
+
+
+def writes_only(sql: str) -> bool:
+    """Whether `sql` is INSERT statements only, whose result is small: those go by the
+    unary Sql.Run (cheaper than the stream of Execute). A `;` inside (other than a last
+    one) may start a query, or sit in a string: Execute then, to be safe."""
+    text = sql.strip().rstrip(";")
+    return text[:6].upper() == "INSERT" and ";" not in text
 
 
 def _read_result(frames: Iterable[pb.ExecuteResponse]) -> tuple[pb.ResultHeader, list[bytes]]:

@@ -36,6 +36,7 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.RebalanceInProgress, Code.UNAVAILABLE),
     (e.WalClosedError, Code.UNAVAILABLE),
     (e.WalCorruptionError, Code.DATA_LOSS),
+    (e.TooLarge, Code.RESOURCE_EXHAUSTED),
     (e.Error, Code.INTERNAL),
 )
 
@@ -51,6 +52,7 @@ FALLBACK: dict[Code, type[e.Error]] = {
     Code.ABORTED: e.ConsumerFenced,
     Code.UNAVAILABLE: e.ServerUnavailable,
     Code.DATA_LOSS: e.WalCorruptionError,
+    Code.RESOURCE_EXHAUSTED: e.TooLarge,
 }
 
 # Every error class, by name: what a client can rebuild.

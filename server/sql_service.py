@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 import pyarrow as pa
 
-from sqltopic.errors import InvalidValueError
+from sqltopic.errors import InvalidValueError, TooLarge
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -80,6 +80,20 @@ class SqlService(pb_grpc.SqlServicer):
         yield pb.ExecuteResponse(header=outcome.header)
         for chunk in chunks(outcome.stream):
             yield pb.ExecuteResponse(arrow_ipc=chunk)
+
+    async def Run(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
+        try:
+            session = self._sessions.session(context.invocation_metadata())
+            database = request.database if request.HasField("database") else None
+            outcome = await asyncio.to_thread(self._execute, request.sql, session, database)
+            if outcome.stream.size > MAX_CHUNK_BYTES:
+                raise TooLarge(
+                    f"Run: the result is {outcome.stream.size} bytes of Arrow, over the "
+                    f"{MAX_CHUNK_BYTES} a unary answer may hold: run queries with Execute"
+                )
+        except Exception as exc:
+            await fail(context, exc)
+        return pb.ExecuteResponse(header=outcome.header, arrow_ipc=outcome.stream.to_pybytes())
 
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context

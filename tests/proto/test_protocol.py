@@ -28,7 +28,7 @@ CHUNK = 4 * MiB - 64 * 1024
 # service -> method -> (client streams, server streams)
 METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
     "Session": {"Login": (False, False), "Logout": (False, False)},
-    "Sql": {"Execute": (False, True), "Write": (True, False)},
+    "Sql": {"Execute": (False, True), "Run": (False, False), "Write": (True, False)},
     "Mnode": {
         "Subscribe": (False, False),
         "Heartbeat": (False, False),

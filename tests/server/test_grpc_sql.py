@@ -12,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from sqltopic.client import Connection, connect
+from sqltopic.client.connection import writes_only
 from sqltopic.errors import (
     AuthenticationFailed,
     Error,
@@ -142,6 +143,48 @@ def test_a_large_result_streams_in_chunks(server: ServerProcess, live_power: Con
         table.column("voltage").to_pylist()
         == live_power.query("SELECT voltage FROM meters").column("voltage").to_pylist()
     )
+
+
+def test_run_answers_a_small_result_in_one_message_and_refuses_a_large_one(
+    server: ServerProcess, live_power: Connection
+) -> None:
+    channel, token = _token(server.address)
+    with channel:
+        meta = (("authorization", f"Bearer {token}"),)
+        stub = pb_grpc.SqlStub(channel)
+        insert = "INSERT INTO d1 USING meters TAGS ('a', 1) VALUES (1000, 1.5, 220, 0.5)"
+        answer = stub.Run(pb.ExecuteRequest(sql=insert, database="power"), metadata=meta)
+        assert answer.header.affected_rows == 1
+        assert from_ipc([answer.arrow_ipc]).num_rows == 0
+        query = pb.ExecuteRequest(sql="SELECT ts, voltage FROM meters", database="power")
+        rows = stub.Run(query, metadata=meta)
+        assert from_ipc([rows.arrow_ipc]).column("voltage").to_pylist() == [220]
+        assert live_power.write("power.meters", _meters(300_000)) == 300_000
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Run(pb.ExecuteRequest(sql="SELECT * FROM meters", database="power"),
+                     metadata=meta, timeout=120)  # fmt: skip
+        call = _call(info.value)
+        assert call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert dict(call.trailing_metadata() or ())["sqltopic-error"] == "TooLarge"
+        assert "run queries with Execute" in str(call.details())
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Run(pb.ExecuteRequest(sql="INSERT INTO nowhere VALUES (1, 2)"), metadata=meta)
+        assert _call(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("sql", "unary"),
+    [
+        ("INSERT INTO d1 VALUES (1, 2)", True),
+        ("  insert into d1 values (1, 2);  ", True),
+        ("INSERT INTO d1 VALUES (1, 2); INSERT INTO d2 VALUES (1, 2)", False),
+        ("INSERT INTO d1 VALUES ('a;b')", False),
+        ("SELECT * FROM d1", False),
+        ("CREATE TABLE t (ts TIMESTAMP, v INT)", False),
+    ],
+)
+def test_the_client_sends_inserts_alone_by_the_unary_call(sql: str, unary: bool) -> None:
+    assert writes_only(sql) is unary
 
 
 def test_sql_errors_keep_their_class_and_position(live_power: Connection) -> None:

@@ -164,6 +164,11 @@ class SqlStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.Run = channel.unary_unary(
+                '/sqltopic.v1.Sql/Run',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.FromString,
+                _registered_method=True)
         self.Write = channel.stream_unary(
                 '/sqltopic.v1.Sql/Write',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteRequest.SerializeToString,
@@ -186,6 +191,17 @@ class SqlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Run(self, request, context):
+        """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
+        answer holds the header and the whole Arrow IPC stream. A unary call costs less
+        than a stream (~0.6 ms against ~1 ms a round trip), which matters for one-row
+        INSERTs. A result over 4 MiB fails the call with RESOURCE_EXHAUSTED after the
+        statements ran: use Execute for queries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Write(self, request_iterator, context):
         """Appends Arrow rows to one table or super table. The client streams frames: the
         first names the target, every frame may carry a chunk of one Arrow IPC stream.
@@ -202,6 +218,11 @@ def add_SqlServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Execute': grpc.unary_stream_rpc_method_handler(
                     servicer.Execute,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'Run': grpc.unary_unary_rpc_method_handler(
+                    servicer.Run,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.SerializeToString,
             ),
@@ -237,6 +258,33 @@ class Sql:
             request,
             target,
             '/sqltopic.v1.Sql/Execute',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Run(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Sql/Run',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ExecuteResponse.FromString,
             options,
