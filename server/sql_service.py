@@ -72,9 +72,7 @@ class SqlService(pb_grpc.SqlServicer):
         self, request: pb.ExecuteRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         try:
-            session = self._sessions.session(context.invocation_metadata())
-            database = request.database if request.HasField("database") else None
-            outcome = await asyncio.to_thread(self._execute, request.sql, session, database)
+            outcome = await self._statements(request, context)
         except Exception as exc:
             await fail(context, exc)
         yield pb.ExecuteResponse(header=outcome.header)
@@ -83,9 +81,7 @@ class SqlService(pb_grpc.SqlServicer):
 
     async def Run(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
         try:
-            session = self._sessions.session(context.invocation_metadata())
-            database = request.database if request.HasField("database") else None
-            outcome = await asyncio.to_thread(self._execute, request.sql, session, database)
+            outcome = await self._statements(request, context)
             if outcome.stream.size > MAX_CHUNK_BYTES:
                 raise TooLarge(
                     f"Run: the result is {outcome.stream.size} bytes of Arrow, over the "
@@ -94,6 +90,13 @@ class SqlService(pb_grpc.SqlServicer):
         except Exception as exc:
             await fail(context, exc)
         return pb.ExecuteResponse(header=outcome.header, arrow_ipc=outcome.stream.to_pybytes())
+
+    async def _statements(self, request: pb.ExecuteRequest, context: Context) -> _Outcome:
+        """The result of an Execute or Run call's statements, run off the event loop in
+        the caller's session."""
+        session = self._sessions.session(context.invocation_metadata())
+        database = request.database if request.HasField("database") else None
+        return await asyncio.to_thread(self._execute, request.sql, session, database)
 
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context

@@ -87,7 +87,7 @@ class ArrowPlan:
         if self.where is None:
             return batch
         try:
-            batch = _decoded(batch, _names(self.where))
+            batch = _decoded(batch, self.reads)
             return batch.filter(_expr(self.where, batch))
         except Unsupported:
             return None
