@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
-
 from sqltopic.errors import SqlError
 from sqltopic.server.coordinator import Coordinator
+from sqltopic.server.duck import DuckPool
 from sqltopic.server.result import Session
 from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
@@ -20,27 +18,6 @@ from sqltopic.sql.model import Catalog, Database, Table
 from sqltopic.sql.statements import TableRef
 from sqltopic.wal import EntryType, WalEntry, meta_entry
 from sqltopic.wal.options import Clock
-
-
-class DuckPool:
-    """One DuckDB connection per thread (DuckDB 2.0 refuses a connection in use by
-    another thread rather than waiting)."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def get(self) -> duckdb.DuckDBPyConnection:
-        con: duckdb.DuckDBPyConnection | None = getattr(self._local, "con", None)
-        if con is None:
-            con = duckdb.connect()
-            con.execute("SET TimeZone='UTC'")
-            # only relations we register may be named in a query, never Python variables,
-            # and no query (ad hoc SELECT included) may touch files or load extensions
-            con.execute("SET python_enable_replacements=false")
-            con.execute("SET enable_external_access=false")
-            con.execute("SET lock_configuration=true")
-            self._local.con = con
-        return con
 
 
 @dataclass
@@ -61,6 +38,8 @@ class State:
     coordinator: Coordinator | None = None
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
+    # (topic, its creation time) -> the share of rows its last large read kept
+    kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def now_us(self) -> int:
         return self.clock()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sqltopic.server import topic_reader
 from sqltopic.server.topic_reader import TopicBlock
 from tests.server.dataset import (
     DATA_COLUMNS,
@@ -177,10 +178,30 @@ def _reference_names(loaded: Loaded, case: Case) -> list[str]:
     return [d[0] for d in loaded.ref.sql(sql).description]
 
 
+# The ways a query topic's read is evaluated (server/topic_reader.py `_evaluate`), forced
+# on the dataset's small reads: as configured (pyarrow for simple topics), DuckDB alone,
+# and DuckDB over parts of the batch on several threads.
+PATHS: dict[str, dict[str, object]] = {
+    "configured": {},
+    "duckdb": {"ARROW_EVAL_MAX_ROWS": -1},
+    "duckdb_split": {
+        "ARROW_EVAL_MAX_ROWS": -1, "SPLIT_MIN_ROWS": 1, "SPLIT_MAX_KEPT": 2.0, "SPLIT_PARTS": 3,
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(params=list(PATHS))
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    name: str = request.param
+    for constant, value in PATHS[name].items():
+        monkeypatch.setattr(topic_reader, constant, value)
+    return name
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_query_topic_equals_duckdb(loaded: Loaded, case: Case) -> None:
+def test_query_topic_equals_duckdb(loaded: Loaded, case: Case, path: str) -> None:
     engine = loaded.engine
-    topic = f"q_{case.id}"
+    topic = f"q_{case.id}_{path}"
     where = f" WHERE {case.where}" if case.where else ""
     engine.execute(f"CREATE TOPIC {topic} AS SELECT {case.select} FROM {DB}.{case.table}{where}")
     expected = _reference(loaded, case)
