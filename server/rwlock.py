@@ -3,6 +3,10 @@
 Data writes validate against the catalog and append to WALs concurrently (level-2
 appenders then share fsyncs); DDL changes the catalog and must see no write in flight,
 so that a table's data and its DDL events keep their order in the WAL.
+
+Code on the server's event loop must never wait for DDL: within `without_waiting`, a
+shared acquisition that would wait raises `WouldBlock` instead, and the caller hands
+its work to a worker thread.
 """
 
 from __future__ import annotations
@@ -12,17 +16,34 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+class WouldBlock(Exception):
+    """A shared acquisition within `without_waiting` found DDL holding or waiting."""
+
+
 class RWLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._local = threading.local()  # .no_wait: set within without_waiting
+
+    @contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        """Within it, on this thread, `shared` raises WouldBlock rather than wait."""
+        self._local.no_wait = True
+        try:
+            yield
+        finally:
+            self._local.no_wait = False
 
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
             # a waiting writer goes first, so a stream of writes cannot starve DDL
+            free = not self._writer and not self._writers_waiting
+            if not free and getattr(self._local, "no_wait", False):
+                raise WouldBlock
             self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
             self._readers += 1
         try:

@@ -38,6 +38,8 @@ class State:
     coordinator: Coordinator | None = None
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
+    # (topic, its creation time) -> (generation, the query topic's schemas: topic_reader)
+    shapes: dict[tuple[str, int], tuple[int, object]] = field(default_factory=dict)
     # (topic, its creation time) -> the share of rows its last large read kept
     kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
 

@@ -217,23 +217,47 @@ def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:
 
 def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     """Evaluate a query topic over every pending entry at once."""
-    cat = state.catalog
-    db = cat.database(topic.db)
-    columns = cat.columns_of(topic.db, topic.target or "")
-    tags = _used_tags(cat, topic)
-    schema = data_schema(columns, db.precision)
-    data = pa.Table.from_batches([conform(e.batch, schema) for e in pending], schema=schema)
+    shape = _Shape.of(state, topic)
+    data = pa.Table.from_batches([conform(e.batch, shape.data) for e in pending], schema=shape.data)
     batch = with_context(
-        data, [e.table for e in pending], [e.batch.num_rows for e in pending], tags,
-        db.precision,
-        # the compiled SQL quotes every identifier: `"tbname"` appears iff the topic names it
-        tbname=f'"{TBNAME}"' in topic.select_sql,
+        data, [e.table for e in pending], [e.batch.num_rows for e in pending], shape.tags,
+        shape.precision, tbname=shape.tbname,
     )  # fmt: skip
-    out = _evaluate(state, topic, batch)
-    data = out.cast(topic_schema(topic, cat))
+    out = _evaluate(state, topic, batch).cast(shape.out)
     names = {e.table.name for e in pending}
     only = next(iter(names)) if len(names) == 1 else None
-    return TopicBlock(only, data, pending[0].version, pending[-1].version)
+    return TopicBlock(only, out, pending[0].version, pending[-1].version)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A query topic's batch and output schemas (derived from the catalog once per
+    catalog change: a small read would spend a fifth of its time on them)."""
+
+    data: pa.Schema  # the target's data columns now
+    tags: tuple[Column, ...]  # the tags the topic's SQL names (only those are added)
+    precision: str
+    tbname: bool  # the compiled SQL quotes every identifier: `"tbname"` iff it names it
+    out: pa.Schema
+
+    @classmethod
+    def of(cls, state: State, topic: Topic) -> _Shape:
+        key = (topic.name, topic.create_us)
+        cached = state.shapes.get(key)
+        if cached is not None and cached[0] == state.generation:
+            assert isinstance(cached[1], _Shape)
+            return cached[1]
+        cat = state.catalog
+        db = cat.database(topic.db)
+        shape = cls(
+            data=data_schema(cat.columns_of(topic.db, topic.target or ""), db.precision),
+            tags=_used_tags(cat, topic),
+            precision=db.precision,
+            tbname=f'"{TBNAME}"' in topic.select_sql,
+            out=topic_schema(topic, cat),
+        )
+        state.shapes[key] = (state.generation, shape)
+        return shape
 
 
 def _evaluate(state: State, topic: Topic, batch: pa.Table) -> pa.Table:

@@ -2,8 +2,11 @@
 
 Poll and Commit are fenced by the coordinator: only the consumer the current
 assignment names, at an epoch it knows, is served. A poll that finds nothing waits on
-the vnode's WAL (push) until a write lands, `max_wait_ms` passes, or the server stops;
-reading and DuckDB work run on the worker pool, never on the event loop.
+the vnode's WAL (push) until a write lands, `max_wait_ms` passes, or the server stops.
+A read of little pending WAL (a consumer keeping up with its producers) runs on the
+event loop: two trips to a worker thread and back cost more than reading a few rows,
+and are most of a message's latency. Larger reads, and any read that would wait for
+DDL's lock, run on the worker pool.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from sqltopic.server.poll import (
 )
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.rwlock import WouldBlock
 from sqltopic.server.users import check_subscribe
 from sqltopic.server.vnode import Vnode
+from sqltopic.wal import WalReader
 
 T = TypeVar("T")
 
@@ -49,6 +54,9 @@ T = TypeVar("T")
 DEADLINE_MARGIN_S = 0.05
 # Longest wait a poll may ask for (an hour): a bound on forgotten calls.
 MAX_WAIT_MS = 3_600_000
+# WAL bytes pending after a poll's position up to which its read runs on the event loop
+# (at most about 0.2 ms of work: a few small entries through the pyarrow evaluator).
+INLINE_READ_BYTES = 64 << 10
 # Bytes a BlockPart adds to its frame besides its chunk and table name (field tags,
 # lengths, the block index), rounded up: keeps a frame of many small parts under 4 MiB.
 PART_OVERHEAD = 32
@@ -99,10 +107,9 @@ class VnodeService(pb_grpc.VnodeServicer):
         deadline = time.monotonic() + _wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
-        vnode, position, limits = await self._run(self._start, request, user)
+        vnode, position, limits, (message, frames) = await self._begin(request, user)
         first = position
         while True:
-            message, frames = await self._run(self._read, vnode, request, limits, position, first)
             epoch = self._epoch(request.consumer_id)
             frames[0].epoch = epoch
             remaining = deadline - time.monotonic()
@@ -116,6 +123,45 @@ class VnodeService(pb_grpc.VnodeServicer):
             )
             # the vgroup may have moved while the poll waited: its new owner reads now
             self._coordinator.check_owner(*fence)
+            message, frames = await self._soon(
+                position, vnode.reader(), self._read, vnode, request, limits, position, first
+            )
+
+    async def _begin(
+        self, request: pb.PollRequest, user: str
+    ) -> tuple[Vnode, int, PollLimits, tuple[Message, list[pb.PollResponse]]]:
+        """`_start_and_read`: on the event loop when the poll names its position and
+        little WAL follows it there. (Without a position, the committed offset is read
+        from the offsets store, which may be busy committing: a worker's job.)"""
+        if not request.HasField("position"):
+            return await self._run(self._start_and_read, request, user)
+        try:
+            with self._engine.state.lock.without_waiting():
+                reader = self._engine.vnode_of(request.topic, request.vgroup).reader()
+        except Exception:  # WouldBlock, or an error the worker raises again for the answer
+            return await self._run(self._start_and_read, request, user)
+        return await self._soon(request.position, reader, self._start_and_read, request, user)
+
+    async def _soon(
+        self, position: int, reader: WalReader, fn: Callable[..., T], *args: object
+    ) -> T:
+        """`fn(*args)`, a read from `position`: here on the event loop when at most
+        INLINE_READ_BYTES of WAL follow it and no DDL holds the engine's lock, else on a
+        worker thread."""
+        if reader.pending_bytes(position) <= INLINE_READ_BYTES:
+            try:
+                with self._engine.state.lock.without_waiting():
+                    return fn(*args)
+            except WouldBlock:
+                pass  # reads change nothing: a worker does it again, waiting its turn
+        return await self._run(fn, *args)
+
+    def _start_and_read(
+        self, request: pb.PollRequest, user: str
+    ) -> tuple[Vnode, int, PollLimits, tuple[Message, list[pb.PollResponse]]]:
+        """`_start` and the first `_read`, in one trip to the worker pool."""
+        vnode, position, limits = self._start(request, user)
+        return vnode, position, limits, self._read(vnode, request, limits, position, position)
 
     def _epoch(self, consumer_id: int) -> int:
         """The consumer's current epoch: once it moved past the poll's, the consumer has

@@ -119,6 +119,20 @@ class WalReader:
             yield batch
             from_version = batch[-1].version + 1
 
+    def pending_bytes(self, from_version: int) -> int:
+        """Bytes of the records from `from_version` to the readable end, headers and
+        padding included (an upper bound of what reading them touches)."""
+        st = self._state()
+        total = 0
+        for seg in st.segments:
+            if seg.first_version > st.next_version:
+                break
+            count = seg.index.position(st.next_version)
+            i = seg.index.position(from_version, count)
+            if i < count:
+                total += seg.end_of(count - 1) - seg.index.offsets[i]
+        return total
+
     def state(self) -> WalState:
         """The snapshot this reader would read now."""
         return self._state()

@@ -127,6 +127,9 @@ class Segment:
         self._map: mmap.mmap | None = None
         self._view: memoryview | None = None
         self._map_lock = threading.Lock()
+        # the log's path as a string: a reader of the active segment remaps at each new
+        # record, and building the Path costs more than the mmap call
+        self._log_name = os.fspath(self.log_path)
         self.broken = False  # a failed write could not be cut back
 
     # --- names and facts -------------------------------------------------------------
@@ -175,7 +178,8 @@ class Segment:
         return seg
 
     def open_for_append(self) -> None:
-        self._log_fd = os.open(self.log_path, os.O_WRONLY)
+        # read-write: the reader's remaps of the active segment map through it
+        self._log_fd = os.open(self.log_path, os.O_RDWR)
         self._idx_fd = os.open(self.idx_path, os.O_WRONLY)
         os.lseek(self._log_fd, self.size, os.SEEK_SET)
         os.lseek(self._idx_fd, len(self.index) * 16, os.SEEK_SET)
@@ -232,10 +236,11 @@ class Segment:
         self.synced_size = self.size
 
     def close_files(self) -> None:
-        for fd in (self._log_fd, self._idx_fd):
+        with self._map_lock:  # a remap may be mapping through the log's descriptor
+            fds, self._log_fd, self._idx_fd = (self._log_fd, self._idx_fd), -1, -1
+        for fd in fds:
             if fd >= 0:
                 os.close(fd)
-        self._log_fd = self._idx_fd = -1
 
     # --- reading ---------------------------------------------------------------------
 
@@ -259,11 +264,14 @@ class Segment:
         if size == 0:
             self._view = memoryview(b"")
             return
-        fd = os.open(self.log_path, os.O_RDONLY)
-        try:
-            self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
+        if self._log_fd >= 0:  # the active segment, remapped at every new record read
+            self._map = mmap.mmap(self._log_fd, size, prot=mmap.PROT_READ)
+        else:
+            fd = os.open(self._log_name, os.O_RDONLY)
+            try:
+                self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)
         self._view = memoryview(self._map)
 
     def record(self, i: int, end: int) -> tuple[Header, memoryview]:

@@ -102,3 +102,40 @@ def test_readonly_ignores_a_half_written_tail(
     snapshot = open_readonly(wal_dir)
     assert [r.version for r in snapshot.read(1)] == [1, 2]
     assert log.stat().st_size > 0  # and nothing was repaired on disk
+
+
+def test_pending_bytes_span_the_records_up_to_the_readable_end(
+    open_wal: WalFactory, meters: Meters
+) -> None:
+    wal = open_wal(segment_size_kb=1)
+    append_meters(wal, meters, 12)
+    reader = wal.reader()
+    segments = wal.state().segments
+    assert len(segments) > 2
+    total = sum(s.size for s in segments)
+    assert reader.pending_bytes(1) == total
+    assert reader.pending_bytes(0) == total  # below the first version: all of it
+    assert reader.pending_bytes(13) == 0  # caught up
+    last = segments[-1]
+    assert reader.pending_bytes(12) == last.size - last.index.offsets[-1]
+    step = [reader.pending_bytes(v) for v in range(1, 14)]
+    assert step == sorted(step, reverse=True)
+    assert len(set(step)) == 13
+
+
+def test_an_active_segment_read_while_it_grows_and_after_it_is_sealed(
+    open_wal: WalFactory, meters: Meters
+) -> None:
+    """Each new record widens the reader's map of the active log; sealing closes the
+    writer's descriptor, and later maps open the file themselves."""
+    wal = open_wal()
+    reader = wal.reader()
+    for n in range(1, 6):
+        wal.append([data_entry(meters(10 * n))])
+        assert reader.read(n)[0].arrow().num_rows == 10 * n
+    wal.roll()
+    wal.append([data_entry(meters(7))])
+    assert [r.arrow().num_rows for r in reader.read(1)] == [10, 20, 30, 40, 50, 7]
+    sealed = wal.state().segments[0]
+    sealed.release()  # drops the map: the next read maps the sealed log by its path
+    assert [r.arrow().num_rows for r in reader.read(1)] == [10, 20, 30, 40, 50, 7]
