@@ -34,7 +34,7 @@ from sqltopic.client.consumer import ITERATION_POLL_S, STUBS
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.client.state import LOGOUT_TIMEOUT_S
-from sqltopic.errors import Error
+from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -273,12 +273,19 @@ class Consumer:
         return None
 
     async def _fetch(self, fetch: fx.Fetch) -> None:
-        """One vgroup's poll, as a task; its result goes to the queue."""
+        """One vgroup's poll, as a task; its result goes to the queue. A unary Fetch, or,
+        for a message over one frame, a streamed Poll of the same position."""
         try:
             stub = self._stub("vnode", fetch.endpoint)
-            call = stub.Poll(fetch.request, metadata=fetch.metadata, timeout=fetch.timeout)
-            with _translated():
-                result = fx.fetched(fetch, [frame async for frame in call])
+            request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
+            try:
+                with _translated():
+                    frames = [await stub.Fetch(request, metadata=metadata, timeout=timeout)]
+            except TooLarge:  # a message over one frame: the streamed Poll of it
+                call = stub.Poll(request, metadata=metadata, timeout=timeout)
+                with _translated():
+                    frames = [frame async for frame in call]
+            result = fx.fetched(fetch, frames)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every poll answers, or its vgroup would stall

@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from sqltopic.client.config import ConsumerConfig, parse_config
 from sqltopic.client.connection import _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
-from sqltopic.errors import Error
+from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqltopic.consumer")
@@ -190,21 +190,42 @@ class Consumer:
         return None
 
     def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
-        """One vgroup's poll, on a pool thread; its result goes to the queue."""
+        """One vgroup's poll, on a pool thread; its result goes to the queue. A unary
+        Fetch, or, for a message over one frame, a streamed Poll of the same position."""
+        request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
         try:
-            with self._calls_lock:
-                if fetch.ticket not in self._calls:
-                    return  # cancelled before it started
-                call = stub.Poll(fetch.request, metadata=fetch.metadata, timeout=fetch.timeout)
-                self._calls[fetch.ticket] = call
-            with _translated():
-                result = fx.fetched(fetch, list(call))
+            call = self._started(
+                fetch.ticket, lambda: stub.Fetch.future(request, metadata=metadata, timeout=timeout)
+            )
+            if call is None:
+                return  # cancelled before it started
+            try:
+                with _translated():
+                    frames = [call.result()]
+            except TooLarge:
+                call = self._started(
+                    fetch.ticket, lambda: stub.Poll(request, metadata=metadata, timeout=timeout)
+                )
+                if call is None:
+                    return
+                with _translated():
+                    frames = list(call)
+            result = fx.fetched(fetch, frames)
         except Exception as exc:  # every poll answers, or its vgroup would stall
             result = fx.failed(fetch, exc)
         with self._calls_lock:
             if self._calls.pop(fetch.ticket, False) is False:
                 return  # cancelled: the core no longer expects it
         self._results.put(result)
+
+    def _started(self, ticket: int, start: Callable[[], Any]) -> Any:
+        """The call `start()` makes, registered under `ticket` so that a cancel reaches
+        it; None when the ticket was cancelled already."""
+        with self._calls_lock:
+            if ticket not in self._calls:
+                return None
+            call = self._calls[ticket] = start()
+            return call
 
     def _cancel(self, tickets: Sequence[int]) -> None:
         with self._calls_lock:

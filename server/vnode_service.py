@@ -12,6 +12,7 @@ DDL's lock, run on the worker pool.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +24,7 @@ from sqltopic.errors import (
     ConsumerFenced,
     NoPermission,
     OffsetOutOfRange,
+    TooLarge,
     TopicDropped,
     TopicNotFound,
 )
@@ -54,6 +56,9 @@ T = TypeVar("T")
 DEADLINE_MARGIN_S = 0.05
 # Longest wait a poll may ask for (an hour): a bound on forgotten calls.
 MAX_WAIT_MS = 3_600_000
+# WAL body bytes a Fetch reads at most: its answer is one frame (`MAX_CHUNK_BYTES`); a
+# query topic's rows are rarely bigger as Arrow than in the WAL.
+FETCH_MAX_BYTES = MAX_CHUNK_BYTES
 # WAL bytes pending after a poll's position up to which its read runs on the event loop
 # (at most about 0.2 ms of work: a few small entries through the pyarrow evaluator).
 INLINE_READ_BYTES = 64 << 10
@@ -99,15 +104,30 @@ class VnodeService(pb_grpc.VnodeServicer):
         for frame in frames:
             yield frame
 
+    async def Fetch(self, request: pb.PollRequest, context: Context) -> pb.PollResponse:
+        try:
+            user = self._sessions.session(context.invocation_metadata()).user
+            frames = await self._poll(request, context, user, FETCH_MAX_BYTES)
+            if len(frames) > 1:
+                raise TooLarge(
+                    f"Fetch: the message from version {request.position} of topic "
+                    f"{request.topic} vgroup {request.vgroup} needs {len(frames)} frames; "
+                    "a unary answer holds one: poll it with Poll"
+                )
+        except Exception as exc:
+            await fail(context, exc)
+        return frames[0]
+
     async def _poll(
-        self, request: pb.PollRequest, context: Context, user: str
-    ) -> list[pb.PollResponse]:
+        self, request: pb.PollRequest, context: Context, user: str,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> list[pb.PollResponse]:  # fmt: skip
         """The answer's frames. Each read (and its framing) is one trip to the worker
         pool: hops between threads cost more than a small read itself."""
         deadline = time.monotonic() + _wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
-        vnode, position, limits, (message, frames) = await self._begin(request, user)
+        vnode, position, limits, (message, frames) = await self._begin(request, user, max_bytes)
         first = position
         while True:
             epoch = self._epoch(request.consumer_id)
@@ -128,19 +148,20 @@ class VnodeService(pb_grpc.VnodeServicer):
             )
 
     async def _begin(
-        self, request: pb.PollRequest, user: str
+        self, request: pb.PollRequest, user: str, max_bytes: int
     ) -> tuple[Vnode, int, PollLimits, tuple[Message, list[pb.PollResponse]]]:
         """`_start_and_read`: on the event loop when the poll names its position and
         little WAL follows it there. (Without a position, the committed offset is read
         from the offsets store, which may be busy committing: a worker's job.)"""
+        args = (request, user, max_bytes)
         if not request.HasField("position"):
-            return await self._run(self._start_and_read, request, user)
+            return await self._run(self._start_and_read, *args)
         try:
             with self._engine.state.lock.without_waiting():
                 reader = self._engine.vnode_of(request.topic, request.vgroup).reader()
         except Exception:  # WouldBlock, or an error the worker raises again for the answer
-            return await self._run(self._start_and_read, request, user)
-        return await self._soon(request.position, reader, self._start_and_read, request, user)
+            return await self._run(self._start_and_read, *args)
+        return await self._soon(request.position, reader, self._start_and_read, *args)
 
     async def _soon(
         self, position: int, reader: WalReader, fn: Callable[..., T], *args: object
@@ -157,10 +178,12 @@ class VnodeService(pb_grpc.VnodeServicer):
         return await self._run(fn, *args)
 
     def _start_and_read(
-        self, request: pb.PollRequest, user: str
+        self, request: pb.PollRequest, user: str, max_bytes: int
     ) -> tuple[Vnode, int, PollLimits, tuple[Message, list[pb.PollResponse]]]:
-        """`_start` and the first `_read`, in one trip to the worker pool."""
+        """`_start` and the first `_read`, in one trip to the worker pool; the read holds
+        at most `max_bytes` of WAL bodies besides the request's own bound."""
         vnode, position, limits = self._start(request, user)
+        limits = dataclasses.replace(limits, max_bytes=min(limits.max_bytes, max_bytes))
         return vnode, position, limits, self._read(vnode, request, limits, position, position)
 
     def _epoch(self, consumer_id: int) -> int:

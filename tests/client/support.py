@@ -8,7 +8,10 @@ import time
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
+
 from sqltopic.aio import Consumer as AsyncConsumer
+from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import Error
@@ -107,3 +110,23 @@ def first_error(consumer: Consumer) -> Error:
         except Error as err:
             return err
     raise AssertionError(f"poll raised nothing within {DEADLINE_S} s")
+
+
+# Rows of one Arrow write to d1001 whose message is over one 4 MiB frame (20 bytes a
+# row in the WAL and in Arrow): the consumer's Fetch is refused and it polls instead.
+BIG_ROWS = 400_000
+
+
+def big_write(conn: Connection) -> int:
+    """Write BIG_ROWS rows to power.d1001 in one entry; the rows d1001 then holds."""
+    first = 1_600_000_000_000
+    conn.write(
+        "power.d1001",
+        pa.table({
+            "ts": pa.array(range(first, first + BIG_ROWS), pa.timestamp("ms")),
+            "current": pa.array([10.5] * BIG_ROWS, pa.float32()),
+            "voltage": pa.array([221] * BIG_ROWS, pa.int32()),
+            "phase": pa.array([0.5] * BIG_ROWS, pa.float32()),
+        }),
+    )  # fmt: skip
+    return int(conn.execute("SELECT count(*) FROM power.d1001").rows[0][0])

@@ -23,9 +23,11 @@ from sqltopic.errors import (
     TopicNotFound,
 )
 from tests.client.support import (
+    BIG_ROWS,
     METERS,
     SELECT,
     TOPIC,
+    big_write,
     config,
     drain_async,
     later_rows,
@@ -138,6 +140,20 @@ def test_a_waiting_poll_receives_a_row_written_later(server: ServerProcess) -> N
             message = await waiting
             assert isinstance(message, Message)
             assert [row[2] for row in message.rows()] == [240]
+
+    _run(server, scenario)
+
+
+def test_a_message_over_one_frame_arrives_whole(server: ServerProcess) -> None:
+    async def scenario(conn: aio.Connection, address: str) -> None:
+        with sqltopic.connect(address) as blocking:
+            rows = big_write(blocking)
+        await conn.execute("CREATE TOPIC d1001_all AS SELECT ts, voltage FROM power.d1001")
+        async with _consumer(address) as consumer:
+            await consumer.subscribe(["d1001_all"])
+            sizes = [m.to_arrow().num_rows for m in await drain_async(consumer)]
+        assert sum(sizes) == rows
+        assert max(sizes) >= BIG_ROWS
 
     _run(server, scenario)
 

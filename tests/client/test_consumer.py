@@ -24,7 +24,9 @@ from sqltopic.errors import (
     TopicNotFound,
 )
 from tests.client.support import (
+    BIG_ROWS,
     SELECT,
+    big_write,
     config,
     drain,
     later_rows,
@@ -247,6 +249,17 @@ def test_stable_topic_blocks_name_their_tables(power: Connection, make: Make) ->
     assert {b.table_name for b in blocks} == {"d1001", "d1003"}
     assert {len(b) for b in blocks if b.table_name == "d1001"} == {3}
     assert all(b.data.column_names == ["ts", "current", "voltage", "phase"] for b in blocks)
+
+
+def test_a_message_over_one_frame_arrives_whole(power: Connection, make: Make) -> None:
+    rows = big_write(power)
+    power.execute("CREATE TOPIC d1001_all AS SELECT ts, voltage FROM power.d1001")
+    consumer = make()
+    consumer.subscribe(["d1001_all"])
+    messages = drain(consumer)
+    sizes = [m.to_arrow().num_rows for m in messages]
+    assert sum(sizes) == rows
+    assert max(sizes) >= BIG_ROWS
 
 
 def test_meta_messages_of_a_database_topic(power: Connection, make: Make) -> None:

@@ -38,6 +38,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
     },
     "Vnode": {
         "Poll": (False, True),
+        "Fetch": (False, False),
         "Commit": (False, False),
         "Committed": (False, False),
         "OffsetRange": (False, False),

@@ -243,6 +243,43 @@ def test_a_large_message_comes_in_frames_under_4_mib(hot: Connection, wire: Wire
     assert frames[0].data.row_count == 600_000
 
 
+def test_fetch_answers_the_message_poll_would_in_one_unary_call(
+    hot: Connection, wire: Wire
+) -> None:
+    hot.write("meters", _meters(0, 1000))
+    sub = wire.subscribe("g", ["hot"])
+    asg = wire.assignment(sub.consumer_id)
+    vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)
+    args = (sub.consumer_id, "g", "hot", vgroup, asg.epoch)
+    fetched = wire.fetch(*args, position=1)
+    polled = wire.poll(*args, position=1)
+    assert [fetched] == polled
+    assert kind(polled) == "data"
+    assert offsets(polled) == (1, fetched.data.end_offset)
+    assert fetched.data.row_count > 0
+
+
+def test_fetch_of_a_message_over_one_frame_is_refused_and_poll_reads_it(
+    hot: Connection, wire: Wire
+) -> None:
+    hot.execute("CREATE TOPIC everything AS STABLE power.meters")
+    hot.write("meters", _meters(0, 400_000))  # one WAL entry of ~8 MB
+    sub = wire.subscribe("g", ["everything"])
+    asg = wire.assignment(sub.consumer_id)
+    vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)
+    args = (sub.consumer_id, "g", "everything", vgroup, asg.epoch)
+    first = next(a.begin for a in asg.assignments if a.vgroup == vgroup)
+    with pytest.raises(grpc.RpcError) as refused:
+        wire.fetch(*args, position=first, min_rows=400_000)
+    code, trailers = status(refused.value)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert trailers["sqltopic-error"] == "TooLarge"
+    assert "poll it with Poll" in str(cast("grpc.Call", refused.value).details())
+    frames = wire.poll(*args, position=first, min_rows=400_000)
+    assert len(frames) > 1
+    assert frames[0].data.row_count == 400_000
+
+
 def test_versions_removed_by_retention_are_reported_as_data_lost(
     hot: Connection, wire: Wire
 ) -> None:

@@ -47,13 +47,15 @@ class Wire:
         self, consumer: int, group: str, topic: str, vgroup: int, epoch: int,
         position: int | None = None, timeout: float = CALL_TIMEOUT_S, **fields: object,
     ) -> list[pb.PollResponse]:  # fmt: skip
-        request = pb.PollRequest(
-            consumer_id=consumer, group_id=group, topic=topic, vgroup=vgroup, epoch=epoch,
-            **fields,  # type: ignore[arg-type]
-        )  # fmt: skip
-        if position is not None:
-            request.position = position
+        request = _poll_request(consumer, group, topic, vgroup, epoch, position, fields)
         return list(self.vnode.Poll(request, metadata=self.md, timeout=timeout))
+
+    def fetch(
+        self, consumer: int, group: str, topic: str, vgroup: int, epoch: int,
+        position: int | None = None, timeout: float = CALL_TIMEOUT_S, **fields: object,
+    ) -> pb.PollResponse:  # fmt: skip
+        request = _poll_request(consumer, group, topic, vgroup, epoch, position, fields)
+        return self.vnode.Fetch(request, metadata=self.md, timeout=timeout)
 
     def commit(self, consumer: int, group: str, epoch: int, *offsets: tuple[str, int, int]) -> None:
         items = [pb.TopicVgroupOffset(topic=t, vgroup=v, offset=o) for t, v, o in offsets]
@@ -105,3 +107,16 @@ def status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, dict[str, str]]:
     call = cast("grpc.Call", exc)
     trailers = {k: str(v) for k, v in (call.trailing_metadata() or ())}
     return call.code(), trailers
+
+
+def _poll_request(
+    consumer: int, group: str, topic: str, vgroup: int, epoch: int, position: int | None,
+    fields: dict[str, object],
+) -> pb.PollRequest:  # fmt: skip
+    request = pb.PollRequest(
+        consumer_id=consumer, group_id=group, topic=topic, vgroup=vgroup, epoch=epoch,
+        **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+    if position is not None:
+        request.position = position
+    return request

@@ -614,6 +614,11 @@ class VnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
                 _registered_method=True)
+        self.Fetch = channel.unary_unary(
+                '/sqltopic.v1.Vnode/Fetch',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/sqltopic.v1.Vnode/Commit',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CommitRequest.SerializeToString,
@@ -649,6 +654,17 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fetch(self, request, context):
+        """Poll as one unary call, for messages that fit one frame: the read holds at most
+        4 MiB of WAL bodies (a smaller `max_bytes` still applies), and a message that needs
+        more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
+        positions are the consumer's; poll the same position with Poll). A unary call costs
+        less than a stream, which matters for a consumer receiving a few rows per message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Commit(self, request, context):
         """Stores the group's committed offsets, durably, before answering.
         """
@@ -675,6 +691,11 @@ def add_VnodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Poll': grpc.unary_stream_rpc_method_handler(
                     servicer.Poll,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.SerializeToString,
+            ),
+            'Fetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fetch,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.SerializeToString,
             ),
@@ -725,6 +746,33 @@ class Vnode:
             request,
             target,
             '/sqltopic.v1.Vnode/Poll',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Vnode/Fetch',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
             options,

@@ -360,6 +360,13 @@ class VnodeStub:
     exactly one message, cut into frames when large (see PollResponse); it ends after
     the last frame.
     """
+    Fetch: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.PollRequest, _sqltopic_pb2.PollResponse]
+    """Poll as one unary call, for messages that fit one frame: the read holds at most
+    4 MiB of WAL bodies (a smaller `max_bytes` still applies), and a message that needs
+    more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
+    positions are the consumer's; poll the same position with Poll). A unary call costs
+    less than a stream, which matters for a consumer receiving a few rows per message.
+    """
     Commit: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CommitRequest, _sqltopic_pb2.CommitResponse]
     """Stores the group's committed offsets, durably, before answering."""
     Committed: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CommittedRequest, _sqltopic_pb2.CommittedResponse]
@@ -382,6 +389,13 @@ class VnodeAsyncStub(VnodeStub):
     """Reads the next message of one topic from one vgroup. The response stream carries
     exactly one message, cut into frames when large (see PollResponse); it ends after
     the last frame.
+    """
+    Fetch: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.PollRequest, _sqltopic_pb2.PollResponse]  # type: ignore[assignment]
+    """Poll as one unary call, for messages that fit one frame: the read holds at most
+    4 MiB of WAL bodies (a smaller `max_bytes` still applies), and a message that needs
+    more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
+    positions are the consumer's; poll the same position with Poll). A unary call costs
+    less than a stream, which matters for a consumer receiving a few rows per message.
     """
     Commit: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CommitRequest, _sqltopic_pb2.CommitResponse]  # type: ignore[assignment]
     """Stores the group's committed offsets, durably, before answering."""
@@ -408,6 +422,19 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         """Reads the next message of one topic from one vgroup. The response stream carries
         exactly one message, cut into frames when large (see PollResponse); it ends after
         the last frame.
+        """
+
+    @_abc_1.abstractmethod
+    def Fetch(
+        self,
+        request: _sqltopic_pb2.PollRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.PollResponse, _abc.Awaitable[_sqltopic_pb2.PollResponse]]:
+        """Poll as one unary call, for messages that fit one frame: the read holds at most
+        4 MiB of WAL bodies (a smaller `max_bytes` still applies), and a message that needs
+        more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
+        positions are the consumer's; poll the same position with Poll). A unary call costs
+        less than a stream, which matters for a consumer receiving a few rows per message.
         """
 
     @_abc_1.abstractmethod
