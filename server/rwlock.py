@@ -5,8 +5,8 @@ appenders then share fsyncs); DDL changes the catalog and must see no write in f
 so that a table's data and its DDL events keep their order in the WAL.
 
 Code on the server's event loop must never wait for DDL: within `without_waiting`, a
-shared acquisition that would wait raises `WouldBlock` instead, and the caller hands
-its work to a worker thread.
+shared acquisition that would wait, and any exclusive one, raise `WouldBlock` instead
+(before the caller changed anything), and the caller hands its work to a worker thread.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 
 class WouldBlock(Exception):
-    """A shared acquisition within `without_waiting` found DDL holding or waiting."""
+    """Within `without_waiting`: a shared acquisition found DDL holding or waiting, an
+    exclusive one was asked for, or a write would wait for an fsync."""
 
 
 class RWLock:
@@ -37,12 +38,17 @@ class RWLock:
         finally:
             self._local.no_wait = False
 
+    @property
+    def no_wait(self) -> bool:
+        """Whether this thread is within `without_waiting`."""
+        return bool(getattr(self._local, "no_wait", False))
+
     @contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
             # a waiting writer goes first, so a stream of writes cannot starve DDL
             free = not self._writer and not self._writers_waiting
-            if not free and getattr(self._local, "no_wait", False):
+            if not free and self.no_wait:
                 raise WouldBlock
             self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
             self._readers += 1
@@ -55,6 +61,8 @@ class RWLock:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
+        if self.no_wait:
+            raise WouldBlock  # DDL never runs where waiting is not allowed
         with self._cond:
             self._writers_waiting += 1
             self._cond.wait_for(lambda: not self._writer and not self._readers)

@@ -20,6 +20,7 @@ from sqltopic.errors import AlreadyExistsError, InvalidValueError, NotFoundError
 from sqltopic.server.ddl import check_table_name, tag_values
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
+from sqltopic.server.rwlock import WouldBlock
 from sqltopic.server.state import State
 from sqltopic.server.vnode import tag_batch
 from sqltopic.sql import events
@@ -66,6 +67,10 @@ def _run(state: State, build: Any) -> int:
     try:
         with state.lock.shared():
             plan = build(Plan())
+            if state.lock.no_wait and any(
+                state.vnode(vgroup).wal.options.level >= 2 for vgroup in plan.entries
+            ):
+                raise WouldBlock  # acknowledged after an fsync: not on the event loop
             state.write_entries(plan.entries)
             return int(plan.rows)
     except _NeedsExclusive:

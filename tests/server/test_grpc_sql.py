@@ -172,6 +172,28 @@ def test_run_answers_a_small_result_in_one_message_and_refuses_a_large_one(
         assert _call(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_run_inserts_at_either_wal_level_and_with_table_creation(
+    server: ServerProcess, live_power: Connection
+) -> None:
+    """A small INSERT runs on the server's event loop unless it would wait (an fsync at
+    WAL_LEVEL 2, a table to create): each case is acknowledged and readable."""
+    live_power.execute(
+        "CREATE DATABASE safe VGROUPS 2 WAL_LEVEL 2; "
+        "CREATE STABLE safe.m (ts TIMESTAMP, v INT) TAGS (n INT); "
+        "CREATE TABLE power.d0 USING power.meters TAGS ('a', 1)"
+    )
+    statements = [
+        "INSERT INTO power.d0 VALUES (1000, 1.5, 220, 0.5) (2000, 1.5, 221, 0.5)",
+        "INSERT INTO safe.t1 USING safe.m TAGS (1) VALUES (1000, 7)",
+        "INSERT INTO safe.t1 VALUES (2000, 8)",
+        "INSERT INTO power.d9 USING power.meters TAGS ('b', 2) VALUES (3000, 1.5, 222, 0.5)",
+    ]
+    assert [live_power.execute(sql).affected_rows for sql in statements] == [2, 1, 1, 1]
+    assert live_power.execute("SELECT v FROM safe.t1 ORDER BY ts").rows == [(7,), (8,)]
+    got = live_power.execute("SELECT tbname, voltage FROM power.meters ORDER BY ts").rows
+    assert got == [("d0", 220), ("d0", 221), ("d9", 222)]
+
+
 @pytest.mark.parametrize(
     ("sql", "unary"),
     [

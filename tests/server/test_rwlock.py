@@ -62,3 +62,12 @@ def test_no_wait_is_per_thread_and_ends_with_its_block() -> None:
     thread.join(STEP_TIMEOUT_S)
     other.join(STEP_TIMEOUT_S)
     assert acquired.is_set()
+
+
+def test_without_waiting_an_exclusive_acquisition_always_raises() -> None:
+    lock = RWLock()
+    with pytest.raises(WouldBlock), lock.without_waiting(), lock.exclusive():
+        pass
+    assert not lock.no_wait
+    with lock.exclusive():
+        pass  # nothing was left held
