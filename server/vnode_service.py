@@ -122,8 +122,8 @@ class VnodeService(pb_grpc.VnodeServicer):
         self, request: pb.PollRequest, context: Context, user: str,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[pb.PollResponse]:  # fmt: skip
-        """The answer's frames. Each read (and its framing) is one trip to the worker
-        pool: hops between threads cost more than a small read itself."""
+        """The answer's frames. Each read (and its framing) is one step, on the event
+        loop when small (`_soon`), else one trip to the worker pool."""
         deadline = time.monotonic() + _wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
