@@ -72,18 +72,22 @@ def list_pieces(
     piece_bytes: int = PIECE_BYTES,
     *,
     strict: bool = False,
+    within: tuple[int, int | None] = (0, None),
 ) -> list[Piece]:
     """Pieces covering versions [starts[v], ends[v]) of each vgroup v (by default from
     the first retained version to the end of the snapshot). A start before the first
     retained version or an end past the WAL's is moved inside it, or with `strict` (the
-    backfill, whose manifest records them) refused."""
+    backfill, whose manifest records them) refused. `within` (low, high or None): only
+    versions in [low, high) besides (Spark's pushed filters: never refused)."""
+    low, high = within
     pieces: list[Piece] = []
     for vgroup in vgroups:
         st = open_wal(data_dir, vgroup).state()
         if strict:
             _check_bounds(st, vgroup, starts.get(vgroup), ends.get(vgroup))
-        start = max(starts.get(vgroup, 0), st.first_version)
+        start = max(starts.get(vgroup, 0), st.first_version, low)
         end = min(ends.get(vgroup, st.next_version), st.next_version)
+        end = end if high is None else min(end, high)
         found = _vgroup_pieces(st, vgroup, start, end, piece_bytes)
         pieces += [_numbered(p, i) for i, p in enumerate(found)]
     return pieces

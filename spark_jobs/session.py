@@ -41,6 +41,8 @@ OWN_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # the job writes each vgroup's rows once, with no shuffle
     "spark.sql.shuffle.partitions": "4",
+    # the source's option `pushdown` (filters on _vgroup and _version) needs it
+    "spark.sql.python.filterPushdown.enabled": "true",
 }
 
 

@@ -13,18 +13,21 @@ only these, e.g. `ts,voltage,tbname,_version`); `starts` and `ends`, JSON object
 vgroup -> version (`{"3": 1200}`): read versions [start, end) of each vgroup, by default
 from the first retained version to the end of the WAL when the read is planned; `vgroups`
 (comma-separated ids: only these); `pieceBytes` (the most bytes of WAL one task reads);
-`strict` (`true`: fail instead of moving a start or end that lies outside the WAL).
+`strict` (`true`: fail instead of moving a start or end that lies outside the WAL);
+`pushdown` (`true`: take Spark's filters on `_vgroup` and `_version` as bounds too;
+needs `spark.sql.python.filterPushdown.enabled` true, which `session.start_session`
+sets).
 
 Columns: see `spec`. Planning (`partitions()`) opens every vnode's WAL read-only and
 lists one partition per piece of a segment (`pieces`), so a read scales with executors;
 every executor must see the data directory (the same machine, or a shared filesystem).
-There is no filter pushdown: bound reads with `vgroups`, `starts` and `ends`.
+Other filters are not pushed: the WAL has no index to skip rows by value.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +36,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from sqltopic.errors import ConfigError
 from sqltopic.spark_jobs import types
 from sqltopic.spark_jobs.pieces import PIECE_BYTES, Piece, list_pieces
+from sqltopic.spark_jobs.pushdown import Pushed
 from sqltopic.spark_jobs.spec import Spec, build_spec, load_catalog
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import Filter
     from pyspark.sql.types import StructType
 
 NAME = "sqltopic_wal"
@@ -77,19 +82,24 @@ class WalSource(DataSource):
         return types.ddl(self.spec().arrow)
 
     def reader(self, schema: StructType) -> WalSourceReader:
-        return WalSourceReader(self.spec(), _bounds(self.options))
+        bounds = _bounds(self.options)
+        if self.options.get("pushdown", "false").lower() == "true":
+            return PushdownReader(self.spec(), bounds)
+        return WalSourceReader(self.spec(), bounds)
 
 
 class WalSourceReader(DataSourceReader):
     def __init__(self, spec: Spec, bounds: Bounds) -> None:
         self.spec = spec
         self.bounds = bounds
+        self.pushed = Pushed()
 
     def partitions(self) -> Sequence[InputPartition]:
-        b = self.bounds
-        vgroups = tuple(v for v in self.spec.vgroups if not b.vgroups or v in b.vgroups)
+        b, pushed = self.bounds, self.pushed
+        chosen = [v for v in self.spec.vgroups if not b.vgroups or v in b.vgroups]
+        vgroups = tuple(v for v in chosen if pushed.keeps_vgroup(v))
         pieces = list_pieces(Path(self.spec.data_dir), vgroups, b.starts, b.ends, b.piece_bytes,
-                             strict=b.strict)  # fmt: skip
+                             strict=b.strict, within=(pushed.low, pushed.high))  # fmt: skip
         # Spark needs at least one partition; an empty piece reads nothing
         return [PiecePartition(p) for p in pieces] or [PiecePartition(_EMPTY)]
 
@@ -100,6 +110,16 @@ class WalSourceReader(DataSourceReader):
         if piece.entries == 0:
             return iter(())
         return read_piece(self.spec, piece)
+
+
+class PushdownReader(WalSourceReader):
+    """The reader with Spark filter pushdown (option `pushdown` true): conditions on
+    `_vgroup` and `_version` bound the pieces read (`pushdown.py`). Spark calls
+    `pushFilters` only with `spark.sql.python.filterPushdown.enabled` true, and fails
+    every read of a reader that has it otherwise: hence a reader of its own."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        return [f for f in filters if not self.pushed.take(f)]
 
 
 _EMPTY = Piece(vgroup=0, segment=0, start=0, end=0, entries=0, bytes=0)

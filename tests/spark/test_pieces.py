@@ -61,3 +61,13 @@ def test_bounds_and_strict_bounds(make_history: HistoryFactory) -> None:
     assert list_pieces(data_dir, (vgroup,), {}, beyond)[-1].end == vs[-1] + 1
     with pytest.raises(BackfillError, match="past the WAL's end"):
         list_pieces(data_dir, (vgroup,), {}, beyond, strict=True)
+
+
+def test_within_bounds_versions_and_is_never_refused(make_history: HistoryFactory) -> None:
+    data_dir, versions = _history(make_history)
+    vgroup = max(versions, key=lambda v: len(versions[v]))
+    vs = versions[vgroup]
+    pieces = list_pieces(data_dir, (vgroup,), {}, {}, within=(vs[5], vs[15]))
+    assert [v for p in pieces for v in vs if p.start <= v < p.end] == vs[5:15]
+    beyond = (vs[-1] + 10, None)
+    assert list_pieces(data_dir, (vgroup,), {}, {}, strict=True, within=beyond) == []
