@@ -259,6 +259,17 @@ def test_fetch_answers_the_message_poll_would_in_one_unary_call(
     assert fetched.data.row_count > 0
 
 
+def test_fetch_is_fenced_as_poll_is(hot: Connection, wire: Wire) -> None:
+    sub = wire.subscribe("g", ["hot"])
+    asg = wire.assignment(sub.consumer_id)
+    for call in (wire.fetch, wire.poll):
+        with pytest.raises(grpc.RpcError) as fenced:
+            call(sub.consumer_id + 100, "g", "hot", 1, asg.epoch, position=1)
+        code, trailers = status(fenced.value)
+        assert code == grpc.StatusCode.ABORTED
+        assert trailers["sqltopic-error"] == "ConsumerFenced"
+
+
 def test_fetch_of_a_message_over_one_frame_is_refused_and_poll_reads_it(
     hot: Connection, wire: Wire
 ) -> None:
