@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
@@ -28,7 +27,7 @@ from sqltopic.errors import (
     TopicDropped,
     TopicNotFound,
 )
-from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, chunks, to_ipc
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import ROOT_USER, Sessions
@@ -36,12 +35,12 @@ from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import (
     DEFAULT_MAX_BYTES,
-    DEFAULT_MIN_ROWS,
     Message,
     PollLimits,
     read_message,
     start_position,
 )
+from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, fail
 from sqltopic.server.rwlock import WouldBlock
@@ -51,20 +50,12 @@ from sqltopic.wal import WalReader
 
 T = TypeVar("T")
 
-# A poll's wait is cut this much short of the call's deadline, so that the answer (an
-# empty message) still arrives before the client gives up on the call.
-DEADLINE_MARGIN_S = 0.05
-# Longest wait a poll may ask for (an hour): a bound on forgotten calls.
-MAX_WAIT_MS = 3_600_000
 # WAL body bytes a Fetch reads at most: its answer is one frame (`MAX_CHUNK_BYTES`); a
 # query topic's rows are rarely bigger as Arrow than in the WAL.
 FETCH_MAX_BYTES = MAX_CHUNK_BYTES
 # WAL bytes pending after a poll's position up to which its read runs on the event loop
 # (at most about 0.2 ms of work: a few small entries through the pyarrow evaluator).
 INLINE_READ_BYTES = 64 << 10
-# Bytes a BlockPart adds to its frame besides its chunk and table name (field tags,
-# lengths, the block index), rounded up: keeps a frame of many small parts under 4 MiB.
-PART_OVERHEAD = 32
 
 
 class VnodeService(pb_grpc.VnodeServicer):
@@ -124,7 +115,7 @@ class VnodeService(pb_grpc.VnodeServicer):
     ) -> list[pb.PollResponse]:  # fmt: skip
         """The answer's frames. Each read (and its framing) is one step, on the event
         loop when small (`_soon`), else one trip to the worker pool."""
-        deadline = time.monotonic() + _wait_s(request, context)
+        deadline = time.monotonic() + wait_s(request, context)
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
         vnode, position, limits, (message, frames) = await self._begin(request, user, max_bytes)
@@ -208,7 +199,7 @@ class VnodeService(pb_grpc.VnodeServicer):
             raise
         self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
         self._check_right(request.consumer_id, topic, user)
-        limits = _limits(request)
+        limits = limits_of(request)
         if request.HasField("position"):
             return vnode, request.position, limits
         reset = RESETS.get(request.auto_offset_reset)
@@ -238,7 +229,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         poll reads again after the next write)."""
         message = read_message(self._engine, vnode, request.topic, position, limits)
         message.offset = first
-        return message, _frames(message, _with_names(request))
+        return message, frames_of(message, with_names(request))
 
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         try:
@@ -348,56 +339,3 @@ class VnodeService(pb_grpc.VnodeServicer):
                 )
             )  # fmt: skip
         return ranges
-
-
-def _limits(request: pb.PollRequest) -> PollLimits:
-    for name in ("max_rows", "max_bytes", "min_rows", "max_wait_ms"):
-        if getattr(request, name) < 0:
-            raise ConfigError(f"{name}: {getattr(request, name)} is negative")
-    return PollLimits(
-        min_rows=request.min_rows or DEFAULT_MIN_ROWS,
-        max_rows=request.max_rows,
-        max_bytes=request.max_bytes or DEFAULT_MAX_BYTES,
-    )
-
-
-def _wait_s(request: pb.PollRequest, context: Context) -> float:
-    """How long the poll may wait for writes: max_wait_ms, within the call's deadline."""
-    wait = min(request.max_wait_ms, MAX_WAIT_MS) / 1000
-    remaining = context.time_remaining()
-    if remaining is not None:
-        wait = min(wait, remaining - DEADLINE_MARGIN_S)
-    return max(wait, 0.0)
-
-
-def _with_names(request: pb.PollRequest) -> bool:
-    return request.with_table_name if request.HasField("with_table_name") else True
-
-
-def _frames(message: Message, with_names: bool) -> list[pb.PollResponse]:
-    """The message as frames, each under the frame limit."""
-    offsets = {"offset": message.offset, "end_offset": message.end_offset}
-    if message.kind == "empty":
-        return [pb.PollResponse(empty=pb.EmptyMessage(**offsets))]
-    if message.kind == "data_lost":
-        return [pb.PollResponse(data_lost=pb.DataLostMessage(**offsets))]
-    if message.kind == "meta":
-        assert message.meta is not None
-        event = json.dumps(message.meta.event, separators=(",", ":"))
-        meta = pb.MetaMessage(**offsets, version=message.meta.version, event_json=event)
-        return [pb.PollResponse(meta=meta)]
-    data = pb.DataMessage(**offsets, block_count=len(message.blocks), row_count=message.rows)
-    frames = [pb.PollResponse(data=data)]
-    budget = MAX_CHUNK_BYTES
-    for index, block in enumerate(message.blocks):
-        for n, chunk in enumerate(chunks(to_ipc(block.data), MAX_CHUNK_BYTES)):
-            part = pb.BlockPart(block=index, arrow_ipc=chunk)
-            if n == 0 and with_names and block.table_name is not None:
-                part.table_name = block.table_name
-            cost = len(chunk) + len(part.table_name) + PART_OVERHEAD
-            if cost > budget:
-                frames.append(pb.PollResponse())
-                budget = MAX_CHUNK_BYTES
-            frames[-1].blocks.append(part)
-            budget -= cost
-    return frames
