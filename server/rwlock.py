@@ -12,8 +12,11 @@ shared acquisition that would wait, and any exclusive one, raise `WouldBlock` in
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class WouldBlock(Exception):
@@ -74,3 +77,16 @@ class RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+async def here_or_worker(
+    lock: RWLock, worker: Callable[..., Awaitable[T]], fn: Callable[..., T], *args: object
+) -> T:
+    """`fn(*args)` here (the event loop) in `lock`'s no-wait mode; where that raises
+    WouldBlock, which it does before `fn` changed anything, `await worker(fn, *args)`."""
+    try:
+        with lock.without_waiting():
+            return fn(*args)
+    except WouldBlock:
+        pass  # the worker does it all again, waiting its turn
+    return await worker(fn, *args)

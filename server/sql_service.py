@@ -18,7 +18,7 @@ from sqltopic.server.auth import Sessions
 from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
 from sqltopic.server.rpc import Context, fail
-from sqltopic.server.rwlock import WouldBlock
+from sqltopic.server.rwlock import here_or_worker
 
 # The installed distribution's version, as Login reports it.
 SERVER_VERSION = version("sqltopic")
@@ -105,13 +105,11 @@ class SqlService(pb_grpc.SqlServicer):
         DDL's lock, a table's creation, an fsync), which leaves everything unchanged."""
         session = self._sessions.session(context.invocation_metadata())
         database = request.database if request.HasField("database") else None
+        args = (request.sql, session, database)
         if inline:
-            try:
-                with self._engine.state.lock.without_waiting():
-                    return self._execute(request.sql, session, database)
-            except WouldBlock:
-                pass
-        return await asyncio.to_thread(self._execute, request.sql, session, database)
+            lock = self._engine.state.lock
+            return await here_or_worker(lock, asyncio.to_thread, self._execute, *args)
+        return await asyncio.to_thread(self._execute, *args)
 
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context

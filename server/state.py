@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from sqltopic.errors import SqlError
 from sqltopic.server.coordinator import Coordinator
@@ -18,6 +20,9 @@ from sqltopic.sql.model import Catalog, Database, Table
 from sqltopic.sql.statements import TableRef
 from sqltopic.wal import EntryType, WalEntry, meta_entry
 from sqltopic.wal.options import Clock
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass
@@ -39,12 +44,21 @@ class State:
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
     # (topic, its creation time) -> (generation, the query topic's schemas: topic_reader)
-    shapes: dict[tuple[str, int], tuple[int, object]] = field(default_factory=dict)
+    shapes: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> the share of rows its last large read kept
     kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def now_us(self) -> int:
         return self.clock()
+
+    def derived(self, cache: dict[K, tuple[int, Any]], key: K, compute: Callable[[], V]) -> V:
+        """`compute()`, kept in `cache` under `key` until the catalog next changes."""
+        hit = cache.get(key)
+        if hit is not None and hit[0] == self.generation:
+            return cast("V", hit[1])
+        value = compute()
+        cache[key] = (self.generation, value)
+        return value
 
     def vnode(self, vgroup: int) -> Vnode:
         return self.vnodes[vgroup]

@@ -139,15 +139,11 @@ class _Scope:
         """The topic's tables in `vgroup`, recomputed only when the catalog changed (a
         stable topic's tag filter costs a DuckDB query)."""
         key = (topic.name, topic.create_us, vgroup)
-        cached = state.scopes.get(key)
-        if cached is not None and cached[0] == state.generation:
-            return cls(state, topic, cached[1])
-        scope = cls._compute(state, topic, vgroup)
-        state.scopes[key] = (state.generation, scope.tables)
-        return scope
+        tables = state.derived(state.scopes, key, lambda: cls._tables(state, topic, vgroup))
+        return cls(state, topic, tables)
 
-    @classmethod
-    def _compute(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
+    @staticmethod
+    def _tables(state: State, topic: Topic, vgroup: int) -> dict[str, Table]:
         cat = state.catalog
         in_vnode = [t for t in cat.tables.values() if t.db == topic.db and t.vgroup == vgroup]
         if topic.kind == "database":
@@ -158,7 +154,7 @@ class _Scope:
                 tables = _matching(state, topic, tables)
         else:
             tables = [t for t in in_vnode if t.name == topic.target]
-        return cls(state, topic, {t.name: t for t in tables})
+        return {t.name: t for t in tables}
 
     def entry(self, rec: WalRecord) -> _Entry | None:
         batch, key = rec.arrow_keyed()
@@ -242,22 +238,19 @@ class _Shape:
 
     @classmethod
     def of(cls, state: State, topic: Topic) -> _Shape:
-        key = (topic.name, topic.create_us)
-        cached = state.shapes.get(key)
-        if cached is not None and cached[0] == state.generation:
-            assert isinstance(cached[1], _Shape)
-            return cached[1]
-        cat = state.catalog
+        return state.derived(state.shapes, (topic.name, topic.create_us),
+                             lambda: cls._compute(state.catalog, topic))  # fmt: skip
+
+    @classmethod
+    def _compute(cls, cat: Catalog, topic: Topic) -> _Shape:
         db = cat.database(topic.db)
-        shape = cls(
+        return cls(
             data=data_schema(cat.columns_of(topic.db, topic.target or ""), db.precision),
             tags=_used_tags(cat, topic),
             precision=db.precision,
             tbname=f'"{TBNAME}"' in topic.select_sql,
             out=topic_schema(topic, cat),
         )
-        state.shapes[key] = (state.generation, shape)
-        return shape
 
 
 def _evaluate(state: State, topic: Topic, batch: pa.Table) -> pa.Table:

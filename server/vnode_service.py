@@ -43,7 +43,7 @@ from sqltopic.server.poll import (
 from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, fail
-from sqltopic.server.rwlock import WouldBlock
+from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.users import check_subscribe
 from sqltopic.server.vnode import Vnode
 from sqltopic.wal import WalReader
@@ -161,11 +161,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         INLINE_READ_BYTES of WAL follow it and no DDL holds the engine's lock, else on a
         worker thread."""
         if reader.pending_bytes(position) <= INLINE_READ_BYTES:
-            try:
-                with self._engine.state.lock.without_waiting():
-                    return fn(*args)
-            except WouldBlock:
-                pass  # reads change nothing: a worker does it again, waiting its turn
+            return await here_or_worker(self._engine.state.lock, self._run, fn, *args)
         return await self._run(fn, *args)
 
     def _start_and_read(
