@@ -18,12 +18,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,21 +143,6 @@ NOTES = {
 log = harness.logger("engine_bench")
 
 
-@contextlib.contextmanager
-def phase(name: str, seconds: dict[str, float]) -> Iterator[None]:
-    """Time the block into `seconds[name]`."""
-    log(f"{name}...")
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[name] = round(time.perf_counter() - began, 2)
-
-
-def median_rate(rates: list[float]) -> int:
-    return round(statistics.median(rates))
-
-
 # --- data ------------------------------------------------------------------------------
 
 
@@ -257,7 +241,7 @@ def run_inserts(engine: Engine, sizes: Sizes, rng: random.Random) -> tuple[Repor
             for r in range(sizes.insert_rounds)
         ]
         key = "insert_sql_rows_s" + ("" if kind == "integer_ts" else f"_{kind}")
-        keys[key] = median_rate(rates)
+        keys[key] = harness.median_rate(rates)
         keys[f"{key}_goal_met"] = keys[key] >= INSERT_GOAL_ROWS_S
         meta[f"{key}_rounds"] = [round(r) for r in rates]
         log(f"INSERT {kind}: {keys[key]:,} rows/s")
@@ -319,7 +303,7 @@ def run_writes(engine: Engine, sizes: Sizes) -> tuple[Report, Report]:
         rounds = [[plan(r, n) for n in range(count)] for r in range(sizes.write_rounds + 1)]
         write_round(engine, rounds[0][:2])  # unmeasured warm-up
         rates = [write_round(engine, writes) for writes in rounds[1:]]
-        keys[key] = median_rate(rates)
+        keys[key] = harness.median_rate(rates)
         if not key.endswith("create10"):  # creating tables is reported, not a goal
             keys[f"{key}_goal_met"] = keys[key] >= WRITE_GOAL_ROWS_S
         meta[f"{key}_rounds"] = [round(r) for r in rates]
@@ -430,7 +414,7 @@ def run_selectivity(
     expected = pc.sum(pc.greater(backlog["one"].column("voltage"), x)).as_py()
     rates = alternate(sides, rounds, backlog["one"].num_rows, expected)
     sel = f"sel{percent}"
-    median = {name: median_rate(rates[name]) for name in sides}
+    median = {name: harness.median_rate(rates[name]) for name in sides}
     topic_rate, duck_rate = median["topic"], median["duckdb"]
     keys: Report = {
         f"topic_rows_s_{sel}": topic_rate,
@@ -452,7 +436,7 @@ def run_selectivity(
 
 
 def run_topics(engine: Engine, sizes: Sizes, seconds: dict[str, float]) -> tuple[Report, Report]:
-    with phase("backlog", seconds):
+    with harness.phase(log, "backlog", seconds):
         table, meta = build_backlog(engine, sizes.backlog_rows)
         backlog = {"one": table.combine_chunks(), "chunked": table}
     engine.execute(f"USE {TOPIC_DB}")
@@ -460,7 +444,7 @@ def run_topics(engine: Engine, sizes: Sizes, seconds: dict[str, float]) -> tuple
     con = duckdb.connect()
     try:
         for percent in SELECTIVITIES:
-            with phase(f"topic_sel{percent}", seconds):
+            with harness.phase(log, f"topic_sel{percent}", seconds):
                 more_keys, more_meta = run_selectivity(
                     engine, con, backlog, percent, sizes.topic_rounds
                 )
@@ -498,14 +482,14 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     report: Report = {}
     meta = machine_meta(root, sizes) | NOTES
     with Engine(root / "data", background=True) as engine:
-        with phase("setup", seconds):
+        with harness.phase(log, "setup", seconds):
             create_schema(engine, INGEST_DB)
             create_schema(engine, TOPIC_DB)
-        with phase("insert", seconds):
+        with harness.phase(log, "insert", seconds):
             keys, more = run_inserts(engine, sizes, random.Random(seed))
         report |= keys
         meta |= more
-        with phase("write", seconds):
+        with harness.phase(log, "write", seconds):
             keys, more = run_writes(engine, sizes)
             engine.execute(f"DROP DATABASE {INGEST_DB}")
         report |= keys

@@ -16,11 +16,12 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,6 +46,22 @@ def logger(name: str) -> Callable[[str], None]:
         print(f"[{name}] {message}", file=sys.stderr, flush=True)
 
     return log
+
+
+@contextlib.contextmanager
+def phase(log: Callable[[str], None], name: str, seconds: dict[str, float]) -> Iterator[None]:
+    """Announce phase `name` with `log`, and time the block into `seconds[name]`."""
+    log(f"{name}...")
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - began, 2)
+
+
+def median_rate(rates: list[float]) -> int:
+    """The median of per-round rates, as a whole number."""
+    return round(statistics.median(rates))
 
 
 def command(args: list[str], cwd: Path = BENCH_DIR) -> str:

@@ -39,7 +39,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
@@ -833,16 +833,6 @@ def create_schema(conn: Connection, children: list[str]) -> None:
     )
 
 
-@contextlib.contextmanager
-def phase(name: str, seconds: dict[str, float]) -> Iterator[None]:
-    log(f"{name}...")
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[name] = round(time.perf_counter() - began, 2)
-
-
 def run(root: Path, sizes: Sizes, seed: int) -> Report:
     seconds: dict[str, float] = {}
     report: Report = {}
@@ -851,13 +841,13 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     children = child_names()
     # port 0: the server binds a free one and names it in its ready line
     with ServerChild(root / "data", 0, ROOT_PASSWORD) as server:
-        with phase("start", seconds):
+        with harness.phase(log, "start", seconds):
             address = server.start()
             conn = connect(address)
             create_schema(conn, children)
         with conn:
             for index, variant in enumerate(variants(sizes), start=1):
-                with phase(f"variant{variant.suffix or '_default'}", seconds):
+                with harness.phase(log, f"variant{variant.suffix or '_default'}", seconds):
                     keys, more = run_variant(conn, variant, index, rng, children)
                 report |= keys
                 meta |= more

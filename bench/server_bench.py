@@ -99,10 +99,6 @@ QUICK = Sizes(
 log = harness.logger("server_bench")
 
 
-def median_rate(rates: list[float]) -> int:
-    return round(statistics.median(rates))
-
-
 # --- the server process ----------------------------------------------------------------
 
 
@@ -234,7 +230,7 @@ def run_ingest(
         for level, port in peers.items():
             sides |= work.sides(conn, level, stack.enter_context(rp.Resp(port)))
         rates = alternate(sides, sizes.ingest_rounds)
-    keys = {name: median_rate(r) for name, r in rates.items()}
+    keys = {name: harness.median_rate(r) for name, r in rates.items()}
     for name in sorted(keys):
         log(f"{name}: {keys[name]:,} rows/s")
     meta = {f"{name}_rounds": [round(x) for x in r] for name, r in rates.items()}
@@ -380,7 +376,7 @@ def run_consume(
     for percent in CONSUME_ORDER:
         rates = alternate(consume_sides(conn, port, backlog, percent), rounds)
         for name, values in rates.items():
-            keys[name] = median_rate(values)
+            keys[name] = harness.median_rate(values)
             meta[f"{name}_rounds"] = [round(v) for v in values]
             log(f"{name}: {keys[name]:,} rows scanned/s")
         sel = "" if percent == 50 else f"_sel{percent}"
@@ -598,17 +594,6 @@ def machine_meta(root: Path, sizes: Sizes) -> Report:
     )
 
 
-@contextlib.contextmanager
-def phase(name: str, seconds: dict[str, float]) -> Iterator[None]:
-    """Time the block into `seconds[name]`."""
-    log(f"{name}...")
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[name] = round(time.perf_counter() - began, 2)
-
-
 def goals(report: Report) -> Report:
     met = {
         "ingest_arrow_goal_met": report["ingest_arrow_rows_s"] >= ARROW_GOAL_ROWS_S,
@@ -632,25 +617,25 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     report: Report = {}
     meta = machine_meta(root, sizes) | NOTES
     with contextlib.ExitStack() as stack:
-        with phase("start", seconds):
+        with harness.phase(log, "start", seconds):
             server = stack.enter_context(sqltopic_server(root))
             peers = {
                 2: stack.enter_context(rp.redis_server(root / "redis-always", "always")),
                 1: stack.enter_context(rp.redis_server(root / "redis-everysec", "everysec")),
             }
             conn = stack.enter_context(connect(server.address))
-        with phase("ingest", seconds):
+        with harness.phase(log, "ingest", seconds):
             keys, more = run_ingest(conn, peers, sizes, seed)
             report |= keys
             meta |= more
-        with phase("backlog", seconds):
+        with harness.phase(log, "backlog", seconds):
             backlog, more = build_backlog(conn, peers[1], sizes.backlog_rows)
             meta |= more
-        with phase("consume", seconds):
+        with harness.phase(log, "consume", seconds):
             keys, more = run_consume(conn, peers[1], backlog, sizes.consume_rounds)
             report |= keys
             meta |= more
-        with phase("latency", seconds):
+        with harness.phase(log, "latency", seconds):
             keys, more = run_latency(conn, peers[1], sizes.latency_samples)
             report |= keys
             meta |= more
