@@ -130,6 +130,11 @@ class TooLarge(Error):
     over the server's message limit): send less, or use the streaming call."""
 
 
+class LimitExceeded(Error):
+    """A named server limit was reached (concurrent streams of a session or user, a
+    query's time, open files): the message names the limit, its setting and what to do."""
+
+
 class ServerUnavailable(Error):
     """The server cannot be reached (not running, wrong address, network down) or is
     shutting down: check the address, start the server, or retry."""

@@ -37,6 +37,7 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.WalClosedError, Code.UNAVAILABLE),
     (e.WalCorruptionError, Code.DATA_LOSS),
     (e.TooLarge, Code.RESOURCE_EXHAUSTED),
+    (e.LimitExceeded, Code.RESOURCE_EXHAUSTED),
     (e.Error, Code.INTERNAL),
 )
 

@@ -20,7 +20,7 @@ from sqltopic.server.coordinator import (
     Progress,
 )
 from sqltopic.server.engine import Engine
-from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.rpc import RESETS, Context, unary
 from sqltopic.server.users import check_subscribe, may_subscribe
 
 log = logging.getLogger("sqltopic.server")
@@ -44,32 +44,30 @@ class MnodeService(pb_grpc.MnodeServicer):
         self._sessions = sessions
         self._coordinator = coordinator
 
+    @unary
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Context
     ) -> pb.SubscribeResponse:
-        try:
-            session = self._sessions.session(context.invocation_metadata())
-            for topic in request.topics:
-                self._engine.topic_vgroups(topic)  # TopicNotFound
-                check_subscribe(self._engine.state, session.user, topic)  # NoPermission
-            liveness = Liveness.of(
-                request.session_timeout_ms,
-                request.max_poll_interval_ms,
-                request.heartbeat_interval_ms,
-            )
-            member = self._coordinator.subscribe(
-                request.consumer_id,
-                request.group_id,
-                request.topics,
-                client_id=request.client_id,
-                user=session.user,
-                fqdn=request.fqdn or context.peer(),
-                liveness=liveness,
-                parameters=_parameters(request, liveness),
-            )
-            await asyncio.to_thread(self._coordinator.persist)
-        except Exception as exc:
-            await fail(context, exc)
+        session = self._sessions.session(context.invocation_metadata())
+        for topic in request.topics:
+            self._engine.topic_vgroups(topic)  # TopicNotFound
+            check_subscribe(self._engine.state, session.user, topic)  # NoPermission
+        liveness = Liveness.of(
+            request.session_timeout_ms,
+            request.max_poll_interval_ms,
+            request.heartbeat_interval_ms,
+        )
+        member = self._coordinator.subscribe(
+            request.consumer_id,
+            request.group_id,
+            request.topics,
+            client_id=request.client_id,
+            user=session.user,
+            fqdn=request.fqdn or context.peer(),
+            liveness=liveness,
+            parameters=_parameters(request, liveness),
+        )
+        await asyncio.to_thread(self._coordinator.persist)
         return pb.SubscribeResponse(
             consumer_id=member.id,
             epoch=member.epoch,
@@ -77,17 +75,15 @@ class MnodeService(pb_grpc.MnodeServicer):
             heartbeat_interval_ms=liveness.heartbeat_interval_ms,
         )
 
+    @unary
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: Context
     ) -> pb.HeartbeatResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            member = self._coordinator.heartbeat(
-                request.consumer_id, request.polled, _progress(request.progress)
-            )
-            await asyncio.to_thread(self._coordinator.persist)  # a release in it
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        member = self._coordinator.heartbeat(
+            request.consumer_id, request.polled, _progress(request.progress)
+        )
+        await asyncio.to_thread(self._coordinator.persist)  # a release in it
         if member is None:
             return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
         return pb.HeartbeatResponse(
@@ -110,23 +106,21 @@ class MnodeService(pb_grpc.MnodeServicer):
                 states.append(pb.TopicState(topic=topic, no_privilege=True))
         return states
 
+    @unary
     async def GetAssignment(
         self, request: pb.GetAssignmentRequest, context: Context
     ) -> pb.GetAssignmentResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            # one consistent view: an epoch paired with another epoch's vgroups would
-            # leave the consumer short of vgroups with nothing telling it to ask again
-            view = self._coordinator.assignment_of(request.consumer_id)
-            if view is None:
-                return pb.GetAssignmentResponse(status=pb.CONSUMER_STATUS_REMOVED)
-            if view.epoch == request.known_epoch:
-                return pb.GetAssignmentResponse(
-                    epoch=view.epoch, unchanged=True, status=STATUS[view.status]
-                )
-            assignments = await asyncio.to_thread(self._assignments, view)
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        # one consistent view: an epoch paired with another epoch's vgroups would
+        # leave the consumer short of vgroups with nothing telling it to ask again
+        view = self._coordinator.assignment_of(request.consumer_id)
+        if view is None:
+            return pb.GetAssignmentResponse(status=pb.CONSUMER_STATUS_REMOVED)
+        if view.epoch == request.known_epoch:
+            return pb.GetAssignmentResponse(
+                epoch=view.epoch, unchanged=True, status=STATUS[view.status]
+            )
+        assignments = await asyncio.to_thread(self._assignments, view)
         return pb.GetAssignmentResponse(
             epoch=view.epoch, assignments=assignments, status=STATUS[view.status]
         )
@@ -147,24 +141,20 @@ class MnodeService(pb_grpc.MnodeServicer):
             )  # fmt: skip
         return out
 
+    @unary
     async def Unsubscribe(
         self, request: pb.UnsubscribeRequest, context: Context
     ) -> pb.UnsubscribeResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            member = self._coordinator.unsubscribe(request.consumer_id, _progress(request.progress))
-            await asyncio.to_thread(self._coordinator.persist)
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        member = self._coordinator.unsubscribe(request.consumer_id, _progress(request.progress))
+        await asyncio.to_thread(self._coordinator.persist)
         return pb.UnsubscribeResponse(epoch=member.epoch)
 
+    @unary
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            self._coordinator.close(request.consumer_id, _progress(request.progress))
-            await asyncio.to_thread(self._coordinator.persist)
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        self._coordinator.close(request.consumer_id, _progress(request.progress))
+        await asyncio.to_thread(self._coordinator.persist)
         return pb.CloseResponse()
 
 

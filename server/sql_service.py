@@ -17,7 +17,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
 from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
-from sqltopic.server.rpc import Context, fail
+from sqltopic.server.rpc import Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
 
 # The installed distribution's version, as Login reports it.
@@ -34,14 +34,12 @@ class SessionService(pb_grpc.SessionServicer):
     def __init__(self, sessions: Sessions) -> None:
         self._sessions = sessions
 
+    @unary
     async def Login(self, request: pb.LoginRequest, context: Context) -> pb.LoginResponse:
-        try:
-            # off the event loop: a password check is a deliberately slow hash (~15 ms)
-            token, session = await asyncio.to_thread(
-                self._sessions.login, request.user, request.password
-            )
-        except Exception as exc:
-            await fail(context, exc)
+        # off the event loop: a password check is a deliberately slow hash (~15 ms)
+        token, session = await asyncio.to_thread(
+            self._sessions.login, request.user, request.password
+        )
         return pb.LoginResponse(
             token=token,
             server_version=SERVER_VERSION,
@@ -50,11 +48,9 @@ class SessionService(pb_grpc.SessionServicer):
             max_chunk_bytes=MAX_CHUNK_BYTES,
         )
 
+    @unary
     async def Logout(self, request: pb.LogoutRequest, context: Context) -> pb.LogoutResponse:
-        try:
-            self._sessions.logout(context.invocation_metadata())
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.logout(context.invocation_metadata())
         return pb.LogoutResponse()
 
 
@@ -73,28 +69,24 @@ class SqlService(pb_grpc.SqlServicer):
         self._engine = engine
         self._sessions = sessions
 
+    @streaming
     async def Execute(
         self, request: pb.ExecuteRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
-        try:
-            outcome = await self._statements(request, context)
-        except Exception as exc:
-            await fail(context, exc)
+        outcome = await self._statements(request, context)
         yield pb.ExecuteResponse(header=outcome.header)
         for chunk in chunks(outcome.stream):
             yield pb.ExecuteResponse(arrow_ipc=chunk)
 
+    @unary
     async def Run(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
-        try:
-            inline = _one_small_insert(request.sql)
-            outcome = await self._statements(request, context, inline)
-            if outcome.stream.size > MAX_CHUNK_BYTES:
-                raise TooLarge(
-                    f"Run: the result is {outcome.stream.size} bytes of Arrow, over the "
-                    f"{MAX_CHUNK_BYTES} a unary answer may hold: run queries with Execute"
-                )
-        except Exception as exc:
-            await fail(context, exc)
+        inline = _one_small_insert(request.sql)
+        outcome = await self._statements(request, context, inline)
+        if outcome.stream.size > MAX_CHUNK_BYTES:
+            raise TooLarge(
+                f"Run: the result is {outcome.stream.size} bytes of Arrow, over the "
+                f"{MAX_CHUNK_BYTES} a unary answer may hold: run queries with Execute"
+            )
         return pb.ExecuteResponse(header=outcome.header, arrow_ipc=outcome.stream.to_pybytes())
 
     async def _statements(
@@ -111,15 +103,13 @@ class SqlService(pb_grpc.SqlServicer):
             return await here_or_worker(lock, asyncio.to_thread, self._execute, *args)
         return await asyncio.to_thread(self._execute, *args)
 
+    @unary
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context
     ) -> pb.WriteResponse:
-        try:
-            session = self._sessions.session(context.invocation_metadata())
-            target, database, parts = await _gather_write(request_iterator)
-            rows = await asyncio.to_thread(self._write, target, parts, session, database)
-        except Exception as exc:
-            await fail(context, exc)
+        session = self._sessions.session(context.invocation_metadata())
+        target, database, parts = await _gather_write(request_iterator)
+        rows = await asyncio.to_thread(self._write, target, parts, session, database)
         return pb.WriteResponse(rows=rows)
 
     def _execute(self, sql: str, session: Session, database: str | None) -> _Outcome:

@@ -42,7 +42,7 @@ from sqltopic.server.poll import (
 )
 from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.push import wait_for_version
-from sqltopic.server.rpc import RESETS, Context, fail
+from sqltopic.server.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.users import check_subscribe
 from sqltopic.server.vnode import Vnode
@@ -84,29 +84,25 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    @streaming
     async def Poll(
         self, request: pb.PollRequest, context: Context
     ) -> AsyncIterator[pb.PollResponse]:
-        try:
-            user = self._sessions.session(context.invocation_metadata()).user
-            frames = await self._poll(request, context, user)
-        except Exception as exc:
-            await fail(context, exc)
+        user = self._sessions.session(context.invocation_metadata()).user
+        frames = await self._poll(request, context, user)
         for frame in frames:
             yield frame
 
+    @unary
     async def Fetch(self, request: pb.PollRequest, context: Context) -> pb.PollResponse:
-        try:
-            user = self._sessions.session(context.invocation_metadata()).user
-            frames = await self._poll(request, context, user, FETCH_MAX_BYTES)
-            if len(frames) > 1:
-                raise TooLarge(
-                    f"Fetch: the message from version {request.position} of topic "
-                    f"{request.topic} vgroup {request.vgroup} needs {len(frames)} frames; "
-                    "a unary answer holds one: poll it with Poll"
-                )
-        except Exception as exc:
-            await fail(context, exc)
+        user = self._sessions.session(context.invocation_metadata()).user
+        frames = await self._poll(request, context, user, FETCH_MAX_BYTES)
+        if len(frames) > 1:
+            raise TooLarge(
+                f"Fetch: the message from version {request.position} of topic "
+                f"{request.topic} vgroup {request.vgroup} needs {len(frames)} frames; "
+                "a unary answer holds one: poll it with Poll"
+            )
         return frames[0]
 
     async def _poll(
@@ -227,12 +223,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         message.offset = first
         return message, frames_of(message, with_names(request))
 
+    @unary
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
-        try:
-            user = self._sessions.session(context.invocation_metadata()).user
-            await self._run(self._commit, request, user)
-        except Exception as exc:
-            await fail(context, exc)
+        user = self._sessions.session(context.invocation_metadata()).user
+        await self._run(self._commit, request, user)
         return pb.CommitResponse()
 
     def _commit(self, request: pb.CommitRequest, user: str) -> None:
@@ -293,14 +287,12 @@ class VnodeService(pb_grpc.VnodeServicer):
                 "standalone commit (consumer_id 0) needs the group idle there"
             )
 
+    @unary
     async def Committed(
         self, request: pb.CommittedRequest, context: Context
     ) -> pb.CommittedResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            offsets = await self._run(self._committed, request)
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        offsets = await self._run(self._committed, request)
         return pb.CommittedResponse(offsets=offsets)
 
     def _committed(self, request: pb.CommittedRequest) -> list[pb.CommittedOffset]:
@@ -314,14 +306,12 @@ class VnodeService(pb_grpc.VnodeServicer):
             found.append(answer)
         return found
 
+    @unary
     async def OffsetRange(
         self, request: pb.OffsetRangeRequest, context: Context
     ) -> pb.OffsetRangeResponse:
-        try:
-            self._sessions.session(context.invocation_metadata())
-            ranges = await self._run(self._ranges, request)
-        except Exception as exc:
-            await fail(context, exc)
+        self._sessions.session(context.invocation_metadata())
+        ranges = await self._run(self._ranges, request)
         return pb.OffsetRangeResponse(ranges=ranges)
 
     def _ranges(self, request: pb.OffsetRangeRequest) -> list[pb.VgroupRange]:
