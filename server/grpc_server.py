@@ -14,7 +14,7 @@ import logging
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpc import aio
@@ -29,6 +29,7 @@ from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.coordinator_store import CoordinatorStore
 from sqltopic.server.engine import Engine
+from sqltopic.server.limits import Limits
 from sqltopic.server.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
 from sqltopic.server.sql_service import SessionService, SqlService
@@ -55,6 +56,7 @@ class ServerConfig:
     port: int = 6030
     root_password: str = DEFAULT_ROOT_PASSWORD
     rebalance_interval_s: float = REBALANCE_INTERVAL_S
+    limits: Limits = field(default_factory=Limits)
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:

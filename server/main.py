@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sqltopic.errors import Error
+from sqltopic.server import limits
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
 
 DEFAULT_DATA = "./sqltopic-data"
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often the mnode looks for consumers past their session timeout or max "
         "poll interval (TDengine: 2000; joins and leaves rebalance at once anyway)",
     )  # fmt: skip
+    limits.add_arguments(parser)
 
 
 def _interval_ms(text: str) -> int:
@@ -59,8 +61,9 @@ def serve(args: argparse.Namespace) -> int:
 
     data = Path(args.data)
     config = ServerConfig(
-        data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000
-    )
+        data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
+        limits=limits.Limits.of(args),
+    )  # fmt: skip
 
     def ready(address: str) -> None:
         print(f"{READY_LINE} {address}, data {data}", flush=True)

@@ -10,10 +10,11 @@ from importlib.metadata import version
 
 import pyarrow as pa
 
-from sqltopic.errors import InvalidValueError, TooLarge
-from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, chunks, from_ipc, to_ipc
+from sqltopic.errors import TooLarge
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server import ingest
 from sqltopic.server.auth import Sessions
 from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
@@ -108,8 +109,9 @@ class SqlService(pb_grpc.SqlServicer):
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: Context
     ) -> pb.WriteResponse:
         session = self._sessions.session(context.invocation_metadata())
-        target, database, parts = await _gather_write(request_iterator)
-        rows = await asyncio.to_thread(self._write, target, parts, session, database)
+        sent = await ingest.receive(request_iterator)
+        call = _for_call(session, sent.database)
+        rows = await asyncio.to_thread(lambda: self._engine.write(sent.target, sent.table(), call))
         return pb.WriteResponse(rows=rows)
 
     def _execute(self, sql: str, session: Session, database: str | None) -> _Outcome:
@@ -121,37 +123,6 @@ class SqlService(pb_grpc.SqlServicer):
             database=session.db or "",
         )
         return _Outcome(header, to_ipc(result.table))
-
-    def _write(
-        self, target: str, parts: list[bytes], session: Session, database: str | None
-    ) -> int:
-        try:
-            table = from_ipc(parts)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InvalidValueError(
-                f"Write: the payload is not an Arrow IPC stream: {exc}"
-            ) from None
-        return self._engine.write(target, table, _for_call(session, database))
-
-
-async def _gather_write(
-    frames: AsyncIterator[pb.WriteRequest],
-) -> tuple[str, str | None, list[bytes]]:
-    """The target, database override and Arrow chunks of a Write call's frames."""
-    target = ""
-    database: str | None = None
-    parts: list[bytes] = []
-    first = True
-    async for frame in frames:
-        if first:
-            target = frame.target
-            database = frame.database if frame.HasField("database") else None
-            first = False
-        if frame.arrow_ipc:
-            parts.append(frame.arrow_ipc)
-    if not target:
-        raise InvalidValueError("Write: the first frame must name the target table")
-    return target, database, parts
 
 
 def _for_call(session: Session, database: str | None) -> Session:
