@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
 from sqltopic.server import ddl, query, show, topics, users, writes
+from sqltopic.server.limits import Limits
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
@@ -62,13 +63,13 @@ class Engine:
 
     def __init__(
         self, data_dir: str | os.PathLike[str], *, clock: Clock = wall_clock_us,
-        background: bool = True,
+        background: bool = True, limits: Limits | None = None,
     ) -> None:  # fmt: skip
         path = Path(data_dir)
         path.mkdir(parents=True, exist_ok=True)
         self._lock = DirectoryLock(path, "data directory")
         try:
-            self._state = _open_state(path, clock, background)
+            self._state = _open_state(path, clock, background, limits or Limits())
         except BaseException:
             self._lock.release()
             raise
@@ -167,7 +168,7 @@ class Engine:
         self.close()
 
 
-def _open_state(path: Path, clock: Clock, background: bool) -> State:
+def _open_state(path: Path, clock: Clock, background: bool, limits: Limits) -> State:
     store = CatalogStore(path / CATALOG_FILE)
     vnodes: dict[int, Vnode] = {}
     try:
@@ -175,7 +176,7 @@ def _open_state(path: Path, clock: Clock, background: bool) -> State:
         for db in catalog.databases.values():
             for vgroup in db.vgroups:
                 vnodes[vgroup] = Vnode.open(path, db, vgroup, clock=clock, background=background)
-        state = State(path, catalog, store, vnodes, clock, background)
+        state = State(path, catalog, store, vnodes, clock, background, limits=limits)
         _replay(state, applied)
     except BaseException:
         _close_all(vnodes.values())

@@ -65,7 +65,7 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     empty, or is the default and the address is not a loopback one. `ready` gets the
     bound address."""
     check_root_password(config.host, config.root_password)
-    engine = Engine(config.data)
+    engine = Engine(config.data, limits=config.limits)
     try:
         asyncio.run(_serve(engine, config, ready))
     finally:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 from sqltopic.errors import SqlError
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.duck import DuckPool
+from sqltopic.server.limits import Limits
 from sqltopic.server.result import Session
 from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
@@ -33,6 +34,7 @@ class State:
     vnodes: dict[int, Vnode]
     clock: Clock
     background: bool
+    limits: Limits = field(default_factory=Limits)
     lock: RWLock = field(default_factory=RWLock)
     duck: DuckPool = field(default_factory=DuckPool)
     generation: int = 0  # bumped by every catalog change; caches derived from it compare
