@@ -7,6 +7,18 @@ client can rebuild a server error as the very class the server raised.
 
 from __future__ import annotations
 
+# Characters of a client's input an error message quotes at most: enough to recognise
+# the value, never the whole of a large input echoed back (docs/security.md).
+EXCERPT_CHARS = 60
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """`text` quoted for an error message: at most `limit` characters, cut ones marked
+    with an ellipsis, control characters escaped, so a message stays short and one line."""
+    cut = len(text) > limit
+    shown = repr(text[:limit])
+    return f"{shown[:-1]}…{shown[-1]}" if cut else shown
+
 
 class Error(Exception):
     """Root of every error sqltopic raises on purpose."""

@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sqltopic.errors import ConfigError, ConsumerFenced, NotFoundError, RebalanceInProgress
+from sqltopic.errors import (
+    ConfigError,
+    ConsumerFenced,
+    NotFoundError,
+    RebalanceInProgress,
+    excerpt,
+)
 from sqltopic.server.assign import assign
 from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
 
@@ -353,18 +359,24 @@ class Coordinator:
                     member.status = "removed"
                     self._rebalance_all(member)
 
-    def evict(self, group: str, topics: Iterable[str], then: Callable[[], None]) -> list[int]:
+    def evict(
+        self, group: str, topics: Iterable[str], then: Callable[[], None],
+        check: Callable[[Member], None] = lambda member: None,
+    ) -> list[int]:  # fmt: skip
         """Remove `group`'s members subscribed to any of `topics`, and run `then` before
         anyone can subscribe again (a removed client rejoins by itself at once); the ids
-        removed. A failing `then` leaves the members removed."""
+        removed. `check` may refuse (raise) for any of them first: then nothing changes.
+        A failing `then` leaves the members removed."""
         with self._lock:
             wanted = set(topics)
-            ids = [
-                m.id for m in self.members.values() if m.group == group and wanted & set(m.topics)
+            members = [
+                m for m in self.members.values() if m.group == group and wanted & set(m.topics)
             ]
-            self.remove(ids)
+            for member in members:
+                check(member)
+            self.remove(m.id for m in members)
             then()
-            return ids
+            return [m.id for m in members]
 
     def forget_topic(self, topic: str, group: str | None = None) -> None:
         """Drop the assignments and counters of a dropped topic (or of one group on it);
@@ -603,7 +615,18 @@ def _deadline(member: Member) -> float:
 def _check_group(group: str, client_id: str) -> None:
     if not group:
         raise ConfigError("group.id: required; give the consumer group's name")
-    if len(group) > MAX_GROUP_ID or ":" in group:
-        raise ConfigError(f"group.id: {group!r} must be 1..{MAX_GROUP_ID} characters without ':'")
-    if len(client_id) > MAX_CLIENT_ID:
-        raise ConfigError(f"client.id: longer than {MAX_CLIENT_ID} characters")
+    if ":" in group:
+        raise ConfigError(f"group.id: {excerpt(group)} may not contain ':'")
+    check_text("group.id", group, MAX_GROUP_ID)
+    check_text("client.id", client_id, MAX_CLIENT_ID)
+
+
+def check_text(key: str, value: str, max_length: int) -> None:
+    """ConfigError when a consumer's setting is longer than `max_length` characters or
+    holds control characters (NUL, newlines: they would corrupt SHOW output and logs)."""
+    if len(value) > max_length:
+        raise ConfigError(
+            f"{key}: {excerpt(value)} is {len(value)} characters long; the limit is {max_length}"
+        )
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        raise ConfigError(f"{key}: {excerpt(value)} holds control characters; remove them")

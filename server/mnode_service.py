@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from sqltopic.errors import TopicNotFound
+from sqltopic.errors import ConfigError, TopicNotFound, excerpt
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
@@ -18,10 +18,11 @@ from sqltopic.server.coordinator import (
     Liveness,
     Member,
     Progress,
+    check_text,
 )
 from sqltopic.server.engine import Engine
 from sqltopic.server.rpc import RESETS, Context, unary
-from sqltopic.server.users import check_subscribe, may_subscribe
+from sqltopic.server.users import check_consumer_user, check_subscribe, may_subscribe
 
 log = logging.getLogger("sqltopic.server")
 
@@ -31,6 +32,11 @@ REBALANCE_INTERVAL_S = 2.0
 # member is past it (expiry is `now > deadline`) despite clock granularity, and a deadline
 # in the past cannot make the timer spin.
 EXPIRY_SLACK_S = 0.005
+# Topics one Subscribe may name: far more than a consumer follows, and a bound on the
+# work one request makes the mnode do.
+MAX_TOPICS_PER_SUBSCRIBE = 4096
+# A host name is at most 253 characters (RFC 1035); room for a port and brackets.
+MAX_FQDN = 270
 STATUS = {
     "ready": pb.CONSUMER_STATUS_READY,
     "rebalancing": pb.CONSUMER_STATUS_REBALANCING,
@@ -49,7 +55,9 @@ class MnodeService(pb_grpc.MnodeServicer):
         self, request: pb.SubscribeRequest, context: Context
     ) -> pb.SubscribeResponse:
         session = self._sessions.session(context.invocation_metadata())
-        for topic in request.topics:
+        topics = check_subscribe_request(request)
+        self._check_user(request.consumer_id, session.user)
+        for topic in topics:
             self._engine.topic_vgroups(topic)  # TopicNotFound
             check_subscribe(self._engine.state, session.user, topic)  # NoPermission
         liveness = Liveness.of(
@@ -60,7 +68,7 @@ class MnodeService(pb_grpc.MnodeServicer):
         member = self._coordinator.subscribe(
             request.consumer_id,
             request.group_id,
-            request.topics,
+            topics,
             client_id=request.client_id,
             user=session.user,
             fqdn=request.fqdn or context.peer(),
@@ -79,10 +87,10 @@ class MnodeService(pb_grpc.MnodeServicer):
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: Context
     ) -> pb.HeartbeatResponse:
-        self._sessions.session(context.invocation_metadata())
-        member = self._coordinator.heartbeat(
-            request.consumer_id, request.polled, _progress(request.progress)
-        )
+        session = self._sessions.session(context.invocation_metadata())
+        progress = _progress(request.progress)
+        self._check_user(request.consumer_id, session.user)
+        member = self._coordinator.heartbeat(request.consumer_id, request.polled, progress)
         await asyncio.to_thread(self._coordinator.persist)  # a release in it
         if member is None:
             return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
@@ -92,6 +100,12 @@ class MnodeService(pb_grpc.MnodeServicer):
             status=STATUS[member.status],
             topics=self._topic_states(member),
         )
+
+    def _check_user(self, consumer_id: int, user: str) -> None:
+        """NoPermission when `consumer_id` names another user's live consumer."""
+        member = self._coordinator.member(consumer_id)
+        if member is not None:
+            check_consumer_user(member, user)
 
     def _topic_states(self, member: Member) -> list[pb.TopicState]:
         states = []
@@ -110,7 +124,8 @@ class MnodeService(pb_grpc.MnodeServicer):
     async def GetAssignment(
         self, request: pb.GetAssignmentRequest, context: Context
     ) -> pb.GetAssignmentResponse:
-        self._sessions.session(context.invocation_metadata())
+        session = self._sessions.session(context.invocation_metadata())
+        self._check_user(request.consumer_id, session.user)
         # one consistent view: an epoch paired with another epoch's vgroups would
         # leave the consumer short of vgroups with nothing telling it to ask again
         view = self._coordinator.assignment_of(request.consumer_id)
@@ -145,15 +160,19 @@ class MnodeService(pb_grpc.MnodeServicer):
     async def Unsubscribe(
         self, request: pb.UnsubscribeRequest, context: Context
     ) -> pb.UnsubscribeResponse:
-        self._sessions.session(context.invocation_metadata())
-        member = self._coordinator.unsubscribe(request.consumer_id, _progress(request.progress))
+        session = self._sessions.session(context.invocation_metadata())
+        progress = _progress(request.progress)
+        self._check_user(request.consumer_id, session.user)
+        member = self._coordinator.unsubscribe(request.consumer_id, progress)
         await asyncio.to_thread(self._coordinator.persist)
         return pb.UnsubscribeResponse(epoch=member.epoch)
 
     @unary
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
-        self._sessions.session(context.invocation_metadata())
-        self._coordinator.close(request.consumer_id, _progress(request.progress))
+        session = self._sessions.session(context.invocation_metadata())
+        progress = _progress(request.progress)
+        self._check_user(request.consumer_id, session.user)
+        self._coordinator.close(request.consumer_id, progress)
         await asyncio.to_thread(self._coordinator.persist)
         return pb.CloseResponse()
 
@@ -184,16 +203,43 @@ async def rebalance_timer(
 
 
 def _progress(reports: Iterable[pb.VgroupProgress]) -> list[tuple[str, int, Progress]]:
-    return [
-        (r.topic, r.vgroup, Progress(r.position if r.HasField("position") else None, r.rows))
-        for r in reports
-    ]
+    """The progress reports, checked: positions and row counts are never negative."""
+    out = []
+    for r in reports:
+        position = r.position if r.HasField("position") else None
+        if (position is not None and position < 0) or r.rows < 0:
+            raise ConfigError(
+                f"progress of topic {excerpt(r.topic)} vgroup {r.vgroup}: position "
+                f"{position} and rows {r.rows} must not be negative"
+            )
+        out.append((r.topic, r.vgroup, Progress(position, r.rows)))
+    return out
+
+
+def check_subscribe_request(request: pb.SubscribeRequest) -> list[str]:
+    """The request's topics, without repeats, once its fields are checked: a known
+    `auto_offset_reset`, a bounded topic list, `fqdn` and `client_id`, and counters that
+    are not negative (the liveness settings are checked by `Liveness.of`)."""
+    if request.auto_offset_reset not in RESETS:
+        raise ConfigError(
+            f"auto_offset_reset: unknown value {request.auto_offset_reset}; use "
+            "OFFSET_RESET_EARLIEST, _LATEST or _NONE"
+        )
+    if len(request.topics) > MAX_TOPICS_PER_SUBSCRIBE:
+        raise ConfigError(
+            f"topics: {len(request.topics)} names; a consumer subscribes to at most "
+            f"{MAX_TOPICS_PER_SUBSCRIBE} topics"
+        )
+    check_text("fqdn", request.fqdn, MAX_FQDN)
+    if request.auto_commit_interval_ms < 0:
+        raise ConfigError(f"auto_commit_interval_ms: {request.auto_commit_interval_ms} is negative")
+    return list(dict.fromkeys(request.topics))
 
 
 def _parameters(request: pb.SubscribeRequest, liveness: Liveness) -> dict[str, str]:
     """The consumer's settings as SHOW CONSUMERS lists them."""
     return {
-        "auto.offset.reset": RESETS.get(request.auto_offset_reset, "latest"),
+        "auto.offset.reset": RESETS[request.auto_offset_reset],
         "enable.auto.commit": str(request.enable_auto_commit).lower(),
         "auto.commit.interval.ms": str(request.auto_commit_interval_ms),
         "session.timeout.ms": str(liveness.session_timeout_ms),

@@ -23,6 +23,7 @@ from sqltopic.errors import (
     NotFoundError,
 )
 from sqltopic.server.auth import ROOT_USER
+from sqltopic.server.coordinator import Member
 from sqltopic.server.passwords import check_password, hash_password, new_salt
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
@@ -113,6 +114,28 @@ def check_subscribe(state: State, user: str, topic: str) -> None:
             f"user {user} may not consume topic {topic}: only root, its creator "
             f"({found.owner}) and users granted SUBSCRIBE on it may (as root: GRANT "
             f"SUBSCRIBE ON {topic} TO {user})"
+        )
+
+
+def check_consumer_user(member: Member, user: str) -> None:
+    """NoPermission unless `user` may act as consumer `member`: a consumer id belongs to
+    the user who created it, and only that user (or root) may heartbeat, poll, commit,
+    re-subscribe, unsubscribe or close it."""
+    if user not in (member.user, ROOT_USER):
+        raise NoPermission(
+            f"consumer {member.id} belongs to user {member.user}, not {user}: act only on "
+            "your own consumers (subscribe to get one)"
+        )
+
+
+def check_evict(member: Member, user: str) -> None:
+    """NoPermission unless `user` may evict `member` with a standalone commit: root, or
+    the member's own user (so a user evicts only groups whose every live member is its)."""
+    if user not in (member.user, ROOT_USER):
+        raise NoPermission(
+            f"a commit with evict by user {user} would remove consumer {member.id} of user "
+            f"{member.user} from group {member.group}: only root or the user of every live "
+            "member may evict; close those consumers first"
         )
 
 

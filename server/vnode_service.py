@@ -21,7 +21,6 @@ from typing import TypeVar
 from sqltopic.errors import (
     ConfigError,
     ConsumerFenced,
-    NoPermission,
     OffsetOutOfRange,
     TooLarge,
     TopicDropped,
@@ -30,7 +29,7 @@ from sqltopic.errors import (
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.server.auth import ROOT_USER, Sessions
+from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import (
@@ -44,7 +43,7 @@ from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
-from sqltopic.server.users import check_subscribe
+from sqltopic.server.users import check_consumer_user, check_evict, check_subscribe
 from sqltopic.server.vnode import Vnode
 from sqltopic.wal import WalReader
 
@@ -206,11 +205,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         member = self._coordinator.member(consumer_id)
         if member is None:
             raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
-        if user not in (member.user, ROOT_USER):
-            raise NoPermission(
-                f"consumer {consumer_id} belongs to user {member.user}, not {user}: poll "
-                "with your own consumer"
-            )
+        check_consumer_user(member, user)
         check_subscribe(self._engine.state, member.user, topic)
 
     def _read(
@@ -258,7 +253,7 @@ class VnodeService(pb_grpc.VnodeServicer):
 
         if request.evict:
             topics = {item.topic for item in request.offsets}
-            if self._coordinator.evict(group, topics, store):
+            if self._coordinator.evict(group, topics, store, lambda m: check_evict(m, user)):
                 self._coordinator.persist()
             return
         store()
@@ -291,13 +286,14 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def Committed(
         self, request: pb.CommittedRequest, context: Context
     ) -> pb.CommittedResponse:
-        self._sessions.session(context.invocation_metadata())
-        offsets = await self._run(self._committed, request)
+        user = self._sessions.session(context.invocation_metadata()).user
+        offsets = await self._run(self._committed, request, user)
         return pb.CommittedResponse(offsets=offsets)
 
-    def _committed(self, request: pb.CommittedRequest) -> list[pb.CommittedOffset]:
+    def _committed(self, request: pb.CommittedRequest, user: str) -> list[pb.CommittedOffset]:
         found = []
         for item in request.vgroups:
+            check_subscribe(self._engine.state, user, item.topic)
             vnode = self._engine.vnode_of(item.topic, item.vgroup)
             answer = pb.CommittedOffset(topic=item.topic, vgroup=item.vgroup)
             offset = vnode.offsets.get(item.topic, request.group_id)
@@ -310,13 +306,14 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def OffsetRange(
         self, request: pb.OffsetRangeRequest, context: Context
     ) -> pb.OffsetRangeResponse:
-        self._sessions.session(context.invocation_metadata())
-        ranges = await self._run(self._ranges, request)
+        user = self._sessions.session(context.invocation_metadata()).user
+        ranges = await self._run(self._ranges, request, user)
         return pb.OffsetRangeResponse(ranges=ranges)
 
-    def _ranges(self, request: pb.OffsetRangeRequest) -> list[pb.VgroupRange]:
+    def _ranges(self, request: pb.OffsetRangeRequest, user: str) -> list[pb.VgroupRange]:
         ranges = []
         for item in request.vgroups:
+            check_subscribe(self._engine.state, user, item.topic)
             wal = self._engine.vnode_of(item.topic, item.vgroup).wal
             ranges.append(
                 pb.VgroupRange(

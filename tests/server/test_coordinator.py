@@ -176,9 +176,11 @@ def test_bad_liveness_settings_are_config_errors(args: tuple[int, int, int], mes
     ("group", "client", "message"),
     [
         ("", "", "group.id: required"),
-        ("a:b", "", "without ':'"),
-        ("g" * 193, "", "1..192 characters"),
-        ("g", "c" * 256, "client.id: longer than 255"),
+        ("a:b", "", "may not contain ':'"),
+        ("g" * 193, "", "193 characters long; the limit is 192"),
+        ("g\x00", "", "holds control characters"),
+        ("g", "c" * 256, "client.id: 'ccc.*the limit is 255"),
+        ("g", "c\nd", "client.id: 'c\\\\nd' holds control characters"),
     ],
 )
 def test_bad_group_and_client_ids_are_refused_and_change_nothing(
