@@ -5,7 +5,8 @@ loopback (bench/redis_peer.py) in the same run.
    columns (`Connection.write`), and prebuilt 1,000-row INSERT statements
    (`Connection.execute`), one client, into databases at WAL_LEVEL 2 and 1; against
    pipelined batches of 10,000 and 1,000 XADDs (one field per column) into Redis with
-   `appendfsync always` and `everysec`;
+   `appendfsync always` and `everysec`; and the same Arrow writes at WAL_LEVEL 2 to a
+   second server speaking TLS (certificates made by trustme), against the plain text;
 2. consume: a backlog of 10,000,000 rows (10,000-row writes over 100 children and 4
    vgroups) drained from the start by one `sqltopic.client.consumer.Consumer` through query
    topics `SELECT ts, current, voltage FROM meters WHERE voltage > X` keeping 50 %, 1 %
@@ -25,7 +26,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -35,6 +36,7 @@ import harness
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis_peer as rp
+import trustme
 from engine_bench import (
     CHILDREN,
     GROUPS,
@@ -65,6 +67,8 @@ SQL_GOAL_ROWS_S = 150_000
 CONSUME_GOAL_ROWS_S = 5_000_000
 LATENCY_P50_GOAL_MS = 2.0
 LATENCY_P99_GOAL_MS = 10.0
+# Goal (issue 12): Arrow ingest over TLS at least this share of plain text's, same run.
+TLS_GOAL_SHARE = 0.8
 SCHEMA_SQL = (
     "CREATE DATABASE {db} VGROUPS {vgroups} WAL_LEVEL {level}; USE {db}; "
     "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) "
@@ -103,12 +107,37 @@ log = harness.logger("server_bench")
 
 
 @contextlib.contextmanager
-def sqltopic_server(root: Path) -> Iterator[ServerChild]:
+def sqltopic_server(root: Path, extra: Sequence[str] = ()) -> Iterator[ServerChild]:
     """A server on `root`'s data directory and a free loopback port (port 0: the server
-    binds one and names it in its ready line), stopped gracefully at the end."""
-    with ServerChild(root / "sqltopic-data", 0, ROOT_PASSWORD) as server:
+    binds one and names it in its ready line), stopped gracefully at the end; `extra`:
+    more server options."""
+    with ServerChild(root / "sqltopic-data", 0, ROOT_PASSWORD, extra) as server:
         server.start()
         yield server
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files: the CA clients trust, and the server's certificate and key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def server_args(self) -> list[str]:
+        return ["--tls-cert", str(self.cert), "--tls-key", str(self.key)]
+
+
+def make_certificates(directory: Path) -> Certificates:
+    """A new CA and a certificate it signed for 127.0.0.1, written to `directory`."""
+    directory.mkdir(parents=True)
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    files = Certificates(directory / "ca.pem", directory / "cert.pem", directory / "key.pem")
+    files.ca.write_bytes(ca.cert_pem.bytes())
+    files.cert.write_bytes(b"".join(pem.bytes() for pem in issued.cert_chain_pems))
+    files.key.write_bytes(issued.private_key_pem.bytes())
+    return files
 
 
 def create_schema(conn: Connection, db: str, level: int) -> None:
@@ -217,10 +246,28 @@ class IngestWork:
         }
 
 
+def tls_side(conn: Connection, work: IngestWork) -> dict[str, Side]:
+    """Arrow writes at WAL level 2 as `ingest_arrow_rows_s` does, to a TLS server."""
+    create_schema(conn, "ingest2", 2)
+    arrow_round(conn, "ingest2", work.tables[0][:2])  # unmeasured warm-up
+    return {"ingest_arrow_rows_s_tls": lambda r: arrow_round(conn, "ingest2", work.tables[r])}
+
+
+def next_to(sides: dict[str, Side], key: str, more: dict[str, Side]) -> dict[str, Side]:
+    """`sides` with `more` inserted right after `key`."""
+    placed: dict[str, Side] = {}
+    for name, side in sides.items():
+        placed[name] = side
+        if name == key:
+            placed |= more
+    return placed
+
+
 def run_ingest(
-    conn: Connection, peers: dict[int, int], sizes: Sizes, seed: int
+    conn: Connection, peers: dict[int, int], sizes: Sizes, seed: int, tls_conn: Connection
 ) -> tuple[Report, Report]:
-    """sqltopic and Redis ingest at both durability levels; `peers`: WAL level -> port."""
+    """sqltopic and Redis ingest at both durability levels; `peers`: WAL level -> port;
+    Arrow writes to the TLS server of `tls_conn` in the same rounds."""
     for level in peers:
         create_schema(conn, f"ingest{level}", level)
     tables, statements = ingest_data(sizes, seed)
@@ -229,6 +276,9 @@ def run_ingest(
         sides: dict[str, Side] = {}
         for level, port in peers.items():
             sides |= work.sides(conn, level, stack.enter_context(rp.Resp(port)))
+        # next to the plain-text writes it is compared with, in every round's order, so
+        # that the machine's drift during a round falls on both alike
+        sides = next_to(sides, "ingest_arrow_rows_s", tls_side(tls_conn, work))
         rates = alternate(sides, sizes.ingest_rounds)
     keys = {name: harness.median_rate(r) for name, r in rates.items()}
     for name in sorted(keys):
@@ -236,6 +286,7 @@ def run_ingest(
     meta = {f"{name}_rounds": [round(x) for x in r] for name, r in rates.items()}
     for level in peers:
         conn.execute(f"DROP DATABASE ingest{level}")
+    tls_conn.execute("DROP DATABASE ingest2")
     return keys, meta
 
 
@@ -528,6 +579,8 @@ RATIOS = {
     "ratio_latency_p50": ("latency_ms_p50", "redis_latency_ms_p50"),
     "ratio_latency_p99": ("latency_ms_p99", "redis_latency_ms_p99"),
 }
+# ratio key -> (TLS key, plain-text key)
+TLS_RATIOS = {"ratio_ingest_arrow_tls": ("ingest_arrow_rows_s_tls", "ingest_arrow_rows_s")}
 
 NOTES = {
     "method": (
@@ -569,6 +622,14 @@ NOTES = {
         f"the rate it kept. _paced{round(SLOW_PERIOD_S * 1000)}ms: sqltopic again, one "
         f"row per {round(SLOW_PERIOD_S * 1000)} ms, at most {SLOW_SAMPLES} samples."
     ),
+    "tls_note": (
+        "ingest_arrow_rows_s_tls: the Arrow writes of ingest_arrow_rows_s (WAL_LEVEL 2, "
+        "the same tables, in the same alternating rounds, each time right next to the "
+        "plain-text writes) to a second sqltopic server "
+        "process started with --tls-cert/--tls-key (a trustme CA, an ECDSA P-256 "
+        "certificate for 127.0.0.1), through connect(tls_ca=...). ratio_ingest_arrow_tls "
+        f"= TLS / plain text; goal: at least {TLS_GOAL_SHARE}."
+    ),
     "rebalance": "not measured here: bench/rebalance_bench.py",
 }
 
@@ -576,7 +637,7 @@ NOTES = {
 def machine_meta(root: Path, sizes: Sizes) -> Report:
     # The code under test: the server's layers and the client side (git pathspecs).
     paths = ["../server", "../wal", "../sql", "../proto"]
-    paths += ["../client.py", "../consumer*.py", "../message.py"]
+    paths += ["../client"]
     status = harness.command(["git", "status", "--porcelain", *paths])
     return harness.machine_meta(
         root,
@@ -601,6 +662,7 @@ def goals(report: Report) -> Report:
         "consume_goal_met": report["consume_rows_s"] >= CONSUME_GOAL_ROWS_S,
         "latency_p50_goal_met": report["latency_ms_p50"] <= LATENCY_P50_GOAL_MS,
         "latency_p99_goal_met": report["latency_ms_p99"] <= LATENCY_P99_GOAL_MS,
+        "ingest_arrow_tls_goal_met": report["ratio_ingest_arrow_tls"] >= TLS_GOAL_SHARE,
     }
     return met | {
         "all_goals_met": all(met.values()),
@@ -609,6 +671,7 @@ def goals(report: Report) -> Report:
         "consume_goal_rows_s": CONSUME_GOAL_ROWS_S,
         "latency_p50_goal_ms": LATENCY_P50_GOAL_MS,
         "latency_p99_goal_ms": LATENCY_P99_GOAL_MS,
+        "ingest_arrow_tls_goal_share": TLS_GOAL_SHARE,
     }
 
 
@@ -619,13 +682,16 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     with contextlib.ExitStack() as stack:
         with harness.phase(log, "start", seconds):
             server = stack.enter_context(sqltopic_server(root))
+            certificates = make_certificates(root / "tls-pem")
+            tls = stack.enter_context(sqltopic_server(root / "tls", certificates.server_args()))
             peers = {
                 2: stack.enter_context(rp.redis_server(root / "redis-always", "always")),
                 1: stack.enter_context(rp.redis_server(root / "redis-everysec", "everysec")),
             }
             conn = stack.enter_context(connect(server.address))
+            tls_conn = stack.enter_context(connect(tls.address, tls_ca=certificates.ca))
         with harness.phase(log, "ingest", seconds):
-            keys, more = run_ingest(conn, peers, sizes, seed)
+            keys, more = run_ingest(conn, peers, sizes, seed, tls_conn)
             report |= keys
             meta |= more
         with harness.phase(log, "backlog", seconds):
@@ -639,7 +705,8 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             keys, more = run_latency(conn, peers[1], sizes.latency_samples)
             report |= keys
             meta |= more
-    report |= {name: round(report[a] / report[b], 4) for name, (a, b) in RATIOS.items()}
+    ratios = RATIOS | TLS_RATIOS
+    report |= {name: round(report[a] / report[b], 4) for name, (a, b) in ratios.items()}
     return report | goals(report) | {"meta": meta | {"phase_seconds": seconds}}
 
 

@@ -30,8 +30,15 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from sqltopic.cli.connect import ServerOptions, options_parser, positive_float, positive_int
+from sqltopic.cli.connect import (
+    ServerOptions,
+    options_parser,
+    positive_float,
+    positive_int,
+    tls_failure,
+)
 from sqltopic.cli.format import FORMATS, Format, counted, table_lines, writer
+from sqltopic.client.tls import TlsHandshakeError
 
 if TYPE_CHECKING:
     from sqltopic.client.consumer import Consumer
@@ -96,10 +103,7 @@ class Settings:
         return cls(args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit)
 
     def config(self, server: ServerOptions) -> dict[str, str]:
-        return {
-            "server": server.server,
-            "user": server.user,
-            "password": server.password,
+        return server.consumer_config() | {
             "group.id": self.group,
             "client.id": f"sqltopic-cli-{os.getpid()}",
             "auto.offset.reset": self.start,
@@ -112,13 +116,16 @@ def run(args: argparse.Namespace) -> int:
     from sqltopic.client.consumer import Consumer  # noqa: PLC0415
 
     settings = Settings.of(args)
+    options = ServerOptions.of(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with Consumer(settings.config(ServerOptions.of(args))) as consumer:
+        with Consumer(settings.config(options)) as consumer:
             consumer.subscribe([settings.topic])
             # Ctrl-C is how a follow without limits ends; the consumer closes all the same
             with contextlib.suppress(KeyboardInterrupt):
                 follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings)
+    except TlsHandshakeError as exc:  # named as the consumer's ssl.* keys: say --tls-*
+        raise tls_failure(options, exc) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0

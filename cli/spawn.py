@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -30,10 +31,13 @@ STOP_DEADLINE_S = 30.0
 class ServerChild:
     """Start with `start()` (returns the address), stop with `stop()` or a `with`."""
 
-    def __init__(self, data: Path, port: int, root_password: str) -> None:
+    def __init__(
+        self, data: Path, port: int, root_password: str, extra: Sequence[str] = ()
+    ) -> None:
         self.data = data
         self.port = port
         self.root_password = root_password
+        self.extra = tuple(extra)  # more server options (the benchmark's TLS)
         self.address = ""
         # closed by stop(), which every path through start() and __exit__ reaches
         self._log = tempfile.TemporaryFile(mode="w+", prefix="sqltopic-server-")  # noqa: SIM115
@@ -43,7 +47,7 @@ class ServerChild:
     def start(self) -> str:
         """Start the server and wait for its ready line; its address."""
         args = [sys.executable, "-m", "sqltopic.cli", "server", "--data", str(self.data)]
-        args += ["--port", str(self.port), "--root-password", self.root_password]
+        args += ["--port", str(self.port), "--root-password", self.root_password, *self.extra]
         # A session of its own: Ctrl-C at the terminal reaches only the parent, which closes
         # its clients first and then stops the server (SIGTERM) in order.
         self._proc = subprocess.Popen(

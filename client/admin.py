@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqltopic.client.connection import Connection, _translated
+from sqltopic.client.tls import Transport
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
@@ -54,7 +55,7 @@ def offset_ranges(conn: Connection, topic: str, vgroups: Iterable[int]) -> dict[
     """Each vgroup's retained range, by vgroup id (TopicNotFound, NotFoundError for a
     vgroup that is not the topic's)."""
     request = pb.OffsetRangeRequest(vgroups=_vgroups(topic, vgroups))
-    with _translated():
+    with _translated(_transport(conn)):
         answer = _vnode(conn).OffsetRange(request, metadata=_metadata(conn), timeout=_timeout(conn))
     return {r.vgroup: VgroupRange(r.vgroup, r.begin, r.end) for r in answer.ranges}
 
@@ -64,7 +65,7 @@ def committed(
 ) -> dict[int, int | None]:
     """The group's committed offset per vgroup; None where it never committed."""
     request = pb.CommittedRequest(group_id=group, vgroups=_vgroups(topic, vgroups))
-    with _translated():
+    with _translated(_transport(conn)):
         answer = _vnode(conn).Committed(request, metadata=_metadata(conn), timeout=_timeout(conn))
     return {o.vgroup: o.offset if o.HasField("offset") else None for o in answer.offsets}
 
@@ -79,7 +80,7 @@ def commit_group(
     offset past a vgroup's next version to write."""
     items = [pb.TopicVgroupOffset(topic=topic, vgroup=v, offset=o) for v, o in offsets.items()]
     request = pb.CommitRequest(consumer_id=STANDALONE, group_id=group, offsets=items, evict=evict)
-    with _translated():
+    with _translated(_transport(conn)):
         _vnode(conn).Commit(request, metadata=_metadata(conn), timeout=_timeout(conn))
 
 
@@ -110,3 +111,7 @@ def _metadata(conn: Connection) -> tuple[tuple[str, str], ...]:
 
 def _timeout(conn: Connection) -> float:
     return conn._timeout
+
+
+def _transport(conn: Connection) -> Transport:
+    return conn._transport

@@ -19,7 +19,7 @@ import pyarrow as pa
 from grpc import aio
 
 import sqltopic.client.effects as fx
-from sqltopic.client.config import ConsumerConfig, parse_config
+from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import (
     CLIENT_NAME,
     DEFAULT_ADDRESS,
@@ -34,6 +34,7 @@ from sqltopic.client.consumer import ITERATION_POLL_S, STUBS
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.client.state import LOGOUT_TIMEOUT_S
+from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
 from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -48,8 +49,16 @@ __all__ = ["Connection", "Consumer", "connect"]
 class Connection:
     """A logged-in session (as `sqltopic.Connection`), with coroutine methods."""
 
-    def __init__(self, address: str, token: str, channel: aio.Channel, timeout: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        channel: aio.Channel,
+        timeout: float,
+        transport: Transport = PLAIN,
+    ) -> None:
         self.address = address
+        self._transport = transport
         self._channel = channel
         self._sql = pb_grpc.SqlStub(channel)
         self._session = pb_grpc.SessionStub(channel)
@@ -60,7 +69,7 @@ class Connection:
     async def execute(self, sql: str) -> Result:
         """Run one or more statements; the last one's result."""
         request = pb.ExecuteRequest(sql=sql)
-        with _translated():
+        with _translated(self._transport):
             if writes_only(sql):
                 answer = await self._sql.Run(
                     request, metadata=self._metadata, timeout=self._timeout
@@ -78,7 +87,7 @@ class Connection:
     async def write(self, target: str, data: pa.Table, database: str | None = None) -> int:
         """Append Arrow rows to `[db.]table` or `[db.]stable` (see Connection.write)."""
         frames = _write_frames(target, database, chunks(to_ipc(data), MAX_CHUNK_BYTES))
-        with _translated():
+        with _translated(self._transport):
             answer = await self._sql.Write(frames, metadata=self._metadata, timeout=self._timeout)
         return int(answer.rows)
 
@@ -112,14 +121,21 @@ async def connect(
     database: str | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
+    tls: bool = False,
+    tls_ca: PathArg = None,
+    tls_cert: PathArg = None,
+    tls_key: PathArg = None,
 ) -> Connection:
-    """Log in to the server at `address` (`host:port`); `database` is then in use."""
-    channel = aio.insecure_channel(address, options=MESSAGE_OPTIONS)
+    """Log in to the server at `address` (`host:port`); `database` is then in use. TLS
+    as `sqltopic.connect`: `tls_ca` or `tls=True`, and `tls_cert` + `tls_key` for mutual
+    TLS."""
+    transport = load_transport(tls_files(tls, tls_ca, tls_cert, tls_key))
+    channel = transport.aio_channel(address, MESSAGE_OPTIONS)
     try:
         request = pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME)
-        with _translated():
+        with _translated(transport):
             login = await pb_grpc.SessionStub(channel).Login(request, timeout=timeout)
-        conn = Connection(address, login.token, channel, timeout)
+        conn = Connection(address, login.token, channel, timeout, transport)
         if database is not None:
             await conn.execute(f"USE {database}")
     except BaseException:
@@ -134,6 +150,7 @@ class Consumer:
 
     def __init__(self, config: Mapping[str, object] | ConsumerConfig) -> None:
         parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
+        self._transport = consumer_transport(parsed)
         self._core = ConsumerCore(parsed)
         self._channels: dict[str, aio.Channel] = {}
         self._fetches: dict[int, asyncio.Task[None]] = {}
@@ -243,7 +260,7 @@ class Consumer:
         if isinstance(effect, fx.Rpc):
             method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
             try:
-                with _translated():
+                with _translated(self._transport):
                     return await method(
                         effect.request, metadata=effect.metadata, timeout=effect.timeout
                     )
@@ -279,11 +296,11 @@ class Consumer:
             stub = self._stub("vnode", fetch.endpoint)
             request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
             try:
-                with _translated():
+                with _translated(self._transport):
                     frames = [await stub.Fetch(request, metadata=metadata, timeout=timeout)]
             except TooLarge:  # a message over one frame: the streamed Poll of it
                 call = stub.Poll(request, metadata=metadata, timeout=timeout)
-                with _translated():
+                with _translated(self._transport):
                     frames = [frame async for frame in call]
             result = fx.fetched(fetch, frames)
         except asyncio.CancelledError:
@@ -299,7 +316,7 @@ class Consumer:
         address = endpoint or self._core.config.server
         channel = self._channels.get(address)
         if channel is None:
-            channel = aio.insecure_channel(address, options=fx.CHANNEL_OPTIONS)
+            channel = self._transport.aio_channel(address, fx.CHANNEL_OPTIONS)
             self._channels[address] = channel
         return STUBS[service](channel)
 

@@ -3,7 +3,8 @@ parsed and checked into a frozen `ConsumerConfig`.
 
 Every key is known here with its default, its type and its allowed values, so a typo or
 a bad value fails at `Consumer(config)` with a `ConfigError` that names the key, the value
-and what is allowed, rather than as odd behaviour later.
+and what is allowed, rather than as odd behaviour later. TLS takes Kafka's keys
+(`security.protocol`, `ssl.*.location`); `consumer_transport` reads their PEM files.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from sqltopic.client.tls import CONSUMER_NAMES, TlsFiles, Transport, load_transport
 from sqltopic.errors import ConfigError
 
 OffsetResetName = Literal["earliest", "latest", "none"]
+SecurityProtocol = Literal["plaintext", "ssl"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6030
@@ -50,6 +53,10 @@ class ConsumerConfig:
     min_poll_rows: int = 4_096
     max_poll_rows: int | None = None  # None: no limit
     msg_with_table_name: bool = True
+    security_protocol: SecurityProtocol = "plaintext"
+    ssl_ca_location: str | None = None  # None: gRPC's default roots
+    ssl_certificate_location: str | None = None  # mutual TLS, with ssl.key.location
+    ssl_key_location: str | None = None
 
 
 # --- value parsers: each takes (key, raw value) and returns the typed value -----------
@@ -99,6 +106,20 @@ def _reset(key: str, value: object) -> OffsetResetName:
     if text in ("earliest", "latest", "none"):
         return cast("OffsetResetName", text)
     raise _bad(key, value, "one of earliest, latest, none")
+
+
+def _protocol(key: str, value: object) -> SecurityProtocol:
+    # Kafka's spelling is upper case (PLAINTEXT, SSL); its SASL variants are not offered
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in ("plaintext", "ssl"):
+        return cast("SecurityProtocol", text)
+    raise _bad(key, value, "one of plaintext, ssl (any case)")
+
+
+def _pem_path(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(key, value, "the path of a PEM file")
+    return value
 
 
 def _group_id(key: str, value: object) -> str:
@@ -153,6 +174,16 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "min.poll.rows": ("min_poll_rows", _int_in(1, INT32_MAX)),
     "max.poll.rows": ("max_poll_rows", _int_in(1, INT32_MAX)),
     "msg.with.table.name": ("msg_with_table_name", _bool),
+    "security.protocol": ("security_protocol", _protocol),
+    "ssl.ca.location": ("ssl_ca_location", _pem_path),
+    "ssl.certificate.location": ("ssl_certificate_location", _pem_path),
+    "ssl.key.location": ("ssl_key_location", _pem_path),
+}
+# The keys that only TLS (security.protocol ssl) uses, with their fields.
+SSL_KEYS = {
+    "ssl.ca.location": "ssl_ca_location",
+    "ssl.certificate.location": "ssl_certificate_location",
+    "ssl.key.location": "ssl_key_location",
 }
 # TDengine's connection keys: each sets the same field as the key it stands for.
 ALIASES: dict[str, str] = {"td.connect.user": "user", "td.connect.pass": "password"}
@@ -204,7 +235,44 @@ def _checked(config: ConsumerConfig) -> ConsumerConfig:
             f"{MIN_HEARTBEAT_INTERVAL_MS}..{config.session_timeout_ms - 1} "
             f"(below session.timeout.ms {config.session_timeout_ms})"
         )
+    _check_ssl(config)
     return config
+
+
+def _check_ssl(config: ConsumerConfig) -> None:
+    """ssl.* only with security.protocol ssl (a CA given to a plain-text consumer would
+    be silently ignored), and the client certificate only with its key."""
+    for name, field in SSL_KEYS.items():
+        value = getattr(config, field)
+        if value is not None and config.security_protocol != "ssl":
+            raise ConfigError(
+                f"{name}: {value!r} is given while security.protocol is plaintext; set "
+                f"security.protocol to ssl, or leave {name} out"
+            )
+    cert, key = config.ssl_certificate_location, config.ssl_key_location
+    if cert is not None and key is None:
+        raise _half_pair("ssl.certificate.location", cert, "ssl.key.location")
+    if key is not None and cert is None:
+        raise _half_pair("ssl.key.location", key, "ssl.certificate.location")
+
+
+def _half_pair(given: str, value: str, missing: str) -> ConfigError:
+    return ConfigError(
+        f"{given}: {value!r} is given without {missing}; mutual TLS needs both the "
+        "client's certificate and its private key (PEM files)"
+    )
+
+
+def consumer_transport(config: ConsumerConfig) -> Transport:
+    """The consumer's transport: plain text, or TLS with its `ssl.*` files read and
+    checked (ConfigError names the key of an unreadable or malformed file)."""
+    files = TlsFiles(
+        config.security_protocol == "ssl",
+        config.ssl_ca_location,
+        config.ssl_certificate_location,
+        config.ssl_key_location,
+    )
+    return load_transport(files, CONSUMER_NAMES)
 
 
 def _unknown(key: object, value: object) -> ConfigError:

@@ -1,8 +1,10 @@
 """The Python client of a sqltopic server: `connect()` logs in and returns a
-`Connection` that runs SQL (`execute`, `query`) and fast Arrow writes (`write`).
+`Connection` that runs SQL (`execute`, `query`) and fast Arrow writes (`write`), over
+plain text or TLS (tls.py).
 
 It speaks only the public protocol (`proto/sqltopic/v1/sqltopic.proto`); a server error
-comes back as the very `sqltopic.Error` subclass the server raised.
+comes back as the very `sqltopic.Error` subclass the server raised, and a failed TLS
+handshake as a `TlsHandshakeError` that says what to check.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from sqltopic.errors import Error
+from sqltopic.client.rows import table_rows
+from sqltopic.client.tls import (
+    PLAIN,
+    PathArg,
+    Transport,
+    handshake_error,
+    load_transport,
+    tls_files,
+)
+from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -43,8 +54,7 @@ class Result:
 
     @property
     def rows(self) -> list[tuple[Any, ...]]:
-        cols = [c.to_pylist() for c in self.table.columns]
-        return list(zip(*cols, strict=True)) if cols else []
+        return table_rows(self.table)
 
     def to_arrow(self) -> pa.Table:
         return self.table
@@ -53,8 +63,16 @@ class Result:
 class Connection:
     """A logged-in session on a server. Not thread-safe: use one per thread."""
 
-    def __init__(self, address: str, token: str, channel: grpc.Channel, timeout: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        channel: grpc.Channel,
+        timeout: float,
+        transport: Transport = PLAIN,
+    ) -> None:
         self.address = address
+        self._transport = transport
         self._channel = channel
         self._sql = pb_grpc.SqlStub(channel)
         self._session = pb_grpc.SessionStub(channel)
@@ -65,7 +83,7 @@ class Connection:
     def execute(self, sql: str) -> Result:
         """Run one or more statements; the last one's result."""
         request = pb.ExecuteRequest(sql=sql)
-        with _translated():
+        with _translated(self._transport):
             if writes_only(sql):
                 answer = self._sql.Run(request, metadata=self._metadata, timeout=self._timeout)
                 header, parts = _read_result([answer])
@@ -82,7 +100,7 @@ class Connection:
         """Append Arrow rows to `[db.]table`, or to `[db.]stable` with a `tbname` column
         (and tag columns). Returns rows written, after the server's WAL append."""
         frames = _write_frames(target, database, chunks(to_ipc(data), MAX_CHUNK_BYTES))
-        with _translated():
+        with _translated(self._transport):
             answer = self._sql.Write(frames, metadata=self._metadata, timeout=self._timeout)
         return int(answer.rows)
 
@@ -114,16 +132,39 @@ def connect(
     database: str | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
+    tls: bool = False,
+    tls_ca: PathArg = None,
+    tls_cert: PathArg = None,
+    tls_key: PathArg = None,
 ) -> Connection:
-    """Log in to the server at `address` (`host:port`); `database` is then in use."""
-    channel = grpc.insecure_channel(address, options=MESSAGE_OPTIONS)
+    """Log in to the server at `address` (`host:port`); `database` is then in use.
+
+    TLS: `tls_ca` (the PEM file of the CA that signed the server's certificate) or
+    `tls=True` (gRPC's default roots); `tls_cert` and `tls_key` (PEM files, both or
+    neither) add the client's certificate for a server that requires one (mutual TLS).
+    A bad file raises ConfigError; a failed handshake TlsHandshakeError."""
+    transport = load_transport(tls_files(tls, tls_ca, tls_cert, tls_key))
+    return connect_with(transport, address, user, password, database, timeout=timeout)
+
+
+def connect_with(
+    transport: Transport,
+    address: str = DEFAULT_ADDRESS,
+    user: str = "root",
+    password: str = "taosdata",
+    database: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Connection:
+    """`connect()` over a transport loaded already (the CLI names its own options)."""
+    channel = transport.channel(address, MESSAGE_OPTIONS)
     try:
-        with _translated():
+        with _translated(transport):
             login = pb_grpc.SessionStub(channel).Login(
                 pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME),
                 timeout=timeout,
             )
-        conn = Connection(address, login.token, channel, timeout)
+        conn = Connection(address, login.token, channel, timeout, transport)
         if database is not None:
             conn.execute(f"USE {database}")
     except BaseException:
@@ -163,17 +204,22 @@ def _write_frames(
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
-    """Turns a failed call into the sqltopic error its status describes."""
+def _translated(transport: Transport) -> Iterator[None]:
+    """Turns a failed call on a channel of `transport` into the sqltopic error its
+    status describes."""
     try:
         yield
     except grpc.RpcError as exc:
-        raise _error_of(exc) from None
+        raise _error_of(exc, transport) from None
 
 
-def _error_of(exc: grpc.RpcError) -> Error:
+def _error_of(exc: grpc.RpcError, transport: Transport) -> Error:
     # Every RpcError a call raises is also that call's grpc.Call (status and trailers).
     call = cast("grpc.Call", exc)
     code = call.code()
     trailers = call.trailing_metadata() or ()
-    return from_status(code, call.details() or code.name, [(k, v) for k, v in trailers])
+    details = call.details() or code.name
+    error = from_status(code, details, [(k, v) for k, v in trailers])
+    if type(error) is ServerUnavailable:  # the transport's failure, not the server's word
+        return handshake_error(transport, details) or error
+    return error

@@ -1,11 +1,11 @@
 """`sqltopic.Consumer`: consuming topics with plain (thread-based) grpc.
 
 All protocol logic is in the sans-IO core (core.py); this module performs its
-effects: unary calls on one channel per endpoint, each vgroup's `Vnode.Poll` stream on a
-small thread pool (so a held poll on one vgroup never hides data on another), results
-through a queue, and a heartbeat thread. A lock keeps the core consistent between the
-application's thread, the heartbeat thread and `commit_async`'s thread; it is never held
-during I/O.
+effects: unary calls on one channel per endpoint (plain text or TLS: tls.py), each
+vgroup's `Vnode.Poll` stream on a small thread pool (so a held poll on one vgroup never
+hides data on another), results through a queue, and a heartbeat thread. A lock keeps
+the core consistent between the application's thread, the heartbeat thread and
+`commit_async`'s thread; it is never held during I/O.
 
 Not thread-safe for the application: use a consumer from one thread (the heartbeat and
 commit_async threads are its own).
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import grpc
 
 import sqltopic.client.effects as fx
-from sqltopic.client.config import ConsumerConfig, parse_config
+from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
@@ -50,6 +50,7 @@ class Consumer:
 
     def __init__(self, config: Mapping[str, object] | ConsumerConfig) -> None:
         parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
+        self._transport = consumer_transport(parsed)  # ConfigError for a bad PEM file
         self._core = ConsumerCore(parsed)
         self._lock = threading.Lock()  # guards the core (steps of flows)
         self._calls_lock = threading.Lock()  # guards _calls and _channels
@@ -169,7 +170,7 @@ class Consumer:
     def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Rpc):
             method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
-            with _translated():
+            with _translated(self._transport):
                 return method(effect.request, metadata=effect.metadata, timeout=effect.timeout)
         if isinstance(effect, fx.Fetch):
             stub = self._stub("vnode", effect.endpoint)
@@ -200,7 +201,7 @@ class Consumer:
             if call is None:
                 return  # cancelled before it started
             try:
-                with _translated():
+                with _translated(self._transport):
                     frames = [call.result()]
             except TooLarge:
                 call = self._started(
@@ -208,7 +209,7 @@ class Consumer:
                 )
                 if call is None:
                     return
-                with _translated():
+                with _translated(self._transport):
                     frames = list(call)
             result = fx.fetched(fetch, frames)
         except Exception as exc:  # every poll answers, or its vgroup would stall
@@ -241,7 +242,7 @@ class Consumer:
                 raise Error("this consumer is closed; create a new one")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=fx.CHANNEL_OPTIONS)
+                channel = self._transport.channel(address, fx.CHANNEL_OPTIONS)
                 self._channels[address] = channel
         return STUBS[service](channel)
 

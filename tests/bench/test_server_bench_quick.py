@@ -22,6 +22,8 @@ FIGURES = [
     *(f"ratio_consume{sel}" for sel in ("", "_sel1", "_sel100")),
     "ratio_latency_p50",
     "ratio_latency_p99",
+    "ingest_arrow_rows_s_tls",
+    "ratio_ingest_arrow_tls",
 ]
 
 

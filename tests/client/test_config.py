@@ -1,13 +1,25 @@
 """The consumer config of SPEC §4: every key, alias and default, and a ConfigError that
-names the key, the value and what is allowed for every bad value."""
+names the key, the value and what is allowed for every bad value; the TLS keys' PEM files
+read and checked when a consumer is made."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
+import trustme
 
-from sqltopic.client.config import KEYS, ConsumerConfig, config_keys, parse_config
+from sqltopic import aio
+from sqltopic.client.config import (
+    KEYS,
+    ConsumerConfig,
+    config_keys,
+    consumer_transport,
+    parse_config,
+)
+from sqltopic.client.consumer import Consumer
 from sqltopic.client.state import topic_names
 from sqltopic.errors import ConfigError
 
@@ -28,6 +40,10 @@ DEFAULTS = {
     "min_poll_rows": 4096,
     "max_poll_rows": None,
     "msg_with_table_name": True,
+    "security_protocol": "plaintext",
+    "ssl_ca_location": None,
+    "ssl_certificate_location": None,
+    "ssl_key_location": None,
 }
 
 # key, value given, field, value parsed
@@ -66,7 +82,20 @@ GOOD = [
     ("max.poll.rows", "100", "max_poll_rows", 100),
     ("msg.with.table.name", "false", "msg_with_table_name", False),
     ("msg.with.table.name", True, "msg_with_table_name", True),
+    ("security.protocol", "SSL", "security_protocol", "ssl"),
+    ("security.protocol", "plaintext", "security_protocol", "plaintext"),
+    ("security.protocol", " PlainText ", "security_protocol", "plaintext"),
+    ("ssl.ca.location", "/etc/sqltopic/ca.pem", "ssl_ca_location", "/etc/sqltopic/ca.pem"),
+    ("ssl.certificate.location", "c.pem", "ssl_certificate_location", "c.pem"),
+    ("ssl.key.location", "k.pem", "ssl_key_location", "k.pem"),
 ]
+# What a key of GOOD needs beside it to be valid: the ssl.* keys need TLS on, and the
+# client certificate and its key come together.
+NEEDS: dict[str, dict[str, object]] = {
+    "ssl.ca.location": {"security.protocol": "ssl"},
+    "ssl.certificate.location": {"security.protocol": "ssl", "ssl.key.location": "k.pem"},
+    "ssl.key.location": {"security.protocol": "ssl", "ssl.certificate.location": "c.pem"},
+}
 
 # extra config, the ConfigError message (exactly)
 BAD = [
@@ -165,6 +194,44 @@ BAD = [
         {"Group.Id": "g"},
         "Group.Id: unknown consumer config key (value 'g'); did you mean 'group.id'?",
     ),
+    (
+        {"security.protocol": "sasl_ssl"},
+        "security.protocol: 'sasl_ssl' is not one of plaintext, ssl (any case)",
+    ),
+    ({"security.protocol": 1}, "security.protocol: 1 is not one of plaintext, ssl (any case)"),
+    (
+        {"ssl.ca.location": "ca.pem"},
+        "ssl.ca.location: 'ca.pem' is given while security.protocol is plaintext; set "
+        "security.protocol to ssl, or leave ssl.ca.location out",
+    ),
+    (
+        {"security.protocol": "PLAINTEXT", "ssl.key.location": "k.pem"},
+        "ssl.key.location: 'k.pem' is given while security.protocol is plaintext; set "
+        "security.protocol to ssl, or leave ssl.key.location out",
+    ),
+    (
+        {"security.protocol": "ssl", "ssl.certificate.location": "c.pem"},
+        "ssl.certificate.location: 'c.pem' is given without ssl.key.location; mutual TLS "
+        "needs both the client's certificate and its private key (PEM files)",
+    ),
+    (
+        {"security.protocol": "ssl", "ssl.key.location": "k.pem"},
+        "ssl.key.location: 'k.pem' is given without ssl.certificate.location; mutual TLS "
+        "needs both the client's certificate and its private key (PEM files)",
+    ),
+    (
+        {"security.protocol": "ssl", "ssl.ca.location": " "},
+        "ssl.ca.location: ' ' is not the path of a PEM file",
+    ),
+    (
+        {"security.protocol": "ssl", "ssl.ca.location": 5},
+        "ssl.ca.location: 5 is not the path of a PEM file",
+    ),
+    (
+        {"ssl.ca.location.path": "ca.pem"},
+        "ssl.ca.location.path: unknown consumer config key (value 'ca.pem'); did you mean "
+        "'ssl.ca.location'?",
+    ),
 ]
 
 
@@ -184,7 +251,7 @@ def test_every_field_has_a_key_and_a_default_check() -> None:
 def test_each_key_and_alias_sets_its_field(
     key: str, value: object, field: str, parsed: object
 ) -> None:
-    config = parse_config({**GROUP, key: value})
+    config = parse_config({**GROUP, **NEEDS.get(key, {}), key: value})
     assert getattr(config, field) == parsed
 
 
@@ -242,3 +309,99 @@ def test_topic_lists() -> None:
         topic_names(["t", ""])
     with pytest.raises(ConfigError, match=r"^subscribe: 3 in \[3\] is not a topic name"):
         topic_names([3])  # type: ignore[list-item]
+
+
+# --- the TLS keys' files ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """PEM files by role: ca, cert and key (a pair the CA signed), other_key."""
+    directory = tmp_path_factory.mktemp("pem")
+    ca = trustme.CA()
+    mine, other = ca.issue_cert("client@test"), ca.issue_cert("other@test")
+    files = {
+        "ca": ca.cert_pem.bytes(),
+        "cert": mine.cert_chain_pems[0].bytes(),
+        "key": mine.private_key_pem.bytes(),
+        "other_key": other.private_key_pem.bytes(),
+    }
+    for name, data in files.items():
+        (directory / f"{name}.pem").write_bytes(data)
+    return {name: str(directory / f"{name}.pem") for name in files}
+
+
+def test_plaintext_reads_no_files() -> None:
+    assert not consumer_transport(parse_config(GROUP)).secure
+
+
+def test_ssl_reads_and_keeps_the_files(pem: dict[str, str]) -> None:
+    system_roots = consumer_transport(parse_config({**GROUP, "security.protocol": "ssl"}))
+    assert (system_roots.secure, system_roots.ca, system_roots.cert) == (True, None, None)
+    mutual = consumer_transport(
+        parse_config({
+            **GROUP,
+            "security.protocol": "SSL",
+            "ssl.ca.location": pem["ca"],
+            "ssl.certificate.location": pem["cert"],
+            "ssl.key.location": pem["key"],
+        })
+    )  # fmt: skip
+    assert mutual.secure
+    assert mutual.ca == Path(pem["ca"]).read_bytes()
+    assert mutual.cert == Path(pem["cert"]).read_bytes()
+    assert mutual.key == Path(pem["key"]).read_bytes()
+
+
+def _files_error(pem: dict[str, str], tmp_path: Path) -> list[tuple[dict[str, str], str]]:
+    """Configs whose files cannot be used, and the start of their ConfigError."""
+    missing = str(tmp_path / "missing.pem")
+    return [
+        (
+            {"ssl.ca.location": missing},
+            f"ssl.ca.location {missing}: cannot read the CA certificate file: No such file",
+        ),
+        (
+            {"ssl.ca.location": pem["key"]},
+            f"ssl.ca.location {pem['key']}: not a PEM CA certificate (no '-----BEGIN "
+            "CERTIFICATE-----' line)",
+        ),
+        (
+            {"ssl.certificate.location": missing, "ssl.key.location": pem["key"]},
+            f"ssl.certificate.location {missing}: cannot read the certificate file",
+        ),
+        (
+            {"ssl.certificate.location": pem["cert"], "ssl.key.location": pem["cert"]},
+            f"ssl.key.location {pem['cert']}: not a PEM private key",
+        ),
+        (
+            {"ssl.certificate.location": pem["cert"], "ssl.key.location": pem["other_key"]},
+            f"ssl.key.location {pem['other_key']}: not the private key of the certificate "
+            f"in ssl.certificate.location {pem['cert']}",
+        ),
+    ]
+
+
+def test_unusable_files_name_their_key_when_a_consumer_is_made(
+    pem: dict[str, str], tmp_path: Path
+) -> None:
+    for keys, message in _files_error(pem, tmp_path):
+        config = {**GROUP, "security.protocol": "ssl", **keys}
+        # no server is needed: the files are read before any connection
+        with pytest.raises(ConfigError) as info:
+            consumer_transport(parse_config(config))
+        assert str(info.value).startswith(message), str(info.value)
+        with pytest.raises(ConfigError) as info:
+            Consumer(config)
+        assert str(info.value).startswith(message), str(info.value)
+        with pytest.raises(ConfigError) as info:
+            aio.Consumer(config)
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_the_asyncio_consumer_checks_files_in_its_constructor(tmp_path: Path) -> None:
+    async def make() -> None:
+        aio.Consumer({**GROUP, "security.protocol": "ssl", "ssl.ca.location": str(tmp_path)})
+
+    with pytest.raises(ConfigError, match=r"^ssl\.ca\.location .*: cannot read .*Is a directory"):
+        asyncio.run(make())
