@@ -3,6 +3,7 @@ time and size, read zero-copy. The format is specified in docs/wal.md."""
 
 from __future__ import annotations
 
+from sqltopic.wal.background import Scheduler
 from sqltopic.wal.codec import WalEntry, control_entry, data_entry, meta_entry
 from sqltopic.wal.options import WalOptions
 from sqltopic.wal.reader import WalReader, WalRecord, WalState
@@ -12,6 +13,7 @@ from sqltopic.wal.writer import Wal
 
 __all__ = [
     "EntryType",
+    "Scheduler",
     "Wal",
     "WalEntry",
     "WalOptions",

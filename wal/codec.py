@@ -56,6 +56,12 @@ def decode_arrow_keyed(body: memoryview | bytes | pa.Buffer) -> tuple[pa.RecordB
 
     Schemas are cached by those bytes: a table's entries all carry the same one, and
     parsing it costs more than reading the batch.
+
+    The batch is validated in full (offsets in bounds and in order, UTF-8) before it is
+    returned: a body that passed its checksum was written by the server, but a damaged
+    one (or one an older version stored) must fail here, as `pa.ArrowInvalid`, rather
+    than crash or leak memory in whoever reads its values. It costs about a microsecond
+    a batch, more for strings (~12 µs per 1,000 values).
     """
     buf = body if isinstance(body, pa.Buffer) else pa.py_buffer(body)
     reader = pa.BufferReader(buf)
@@ -66,7 +72,9 @@ def decode_arrow_keyed(body: memoryview | bytes | pa.Buffer) -> tuple[pa.RecordB
         if len(_SCHEMAS) >= SCHEMAS_KEPT:
             _SCHEMAS.clear()
         schema = _SCHEMAS[key] = pa.ipc.read_schema(first)
-    return pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema), key
+    batch = pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema)
+    batch.validate(full=True)
+    return batch, key
 
 
 # Distinct entry schemas cached: one per table written (its metadata names the table).

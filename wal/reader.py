@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from sqltopic.errors import VersionNotRetained
-from sqltopic.wal.codec import decode_arrow, decode_arrow_keyed, decode_json
+from sqltopic.errors import VersionNotRetained, WalCorruptionError
+from sqltopic.wal.codec import decode_arrow_keyed, decode_json
 from sqltopic.wal.notify import VersionNotifier
 from sqltopic.wal.record import EntryType
 from sqltopic.wal.segment import Segment
@@ -45,25 +45,49 @@ class WalState:
 
 
 class WalRecord(NamedTuple):
-    """One entry as read back. `body` is a read-only view into the mapped segment. (A
-    named tuple: one is made per entry read, and that is the hot path of every poll.)"""
+    """One entry as read back. `body` is a read-only view into the mapped segment;
+    `segment` and `slot` say where it lies, for an error about it. (A named tuple: one
+    is made per entry read, and that is the hot path of every poll.)"""
 
     version: int
     entry_type: EntryType
     ingest_us: int
     body: memoryview
+    segment: Segment | None = None
+    slot: int = 0  # the entry's place in its segment's index
 
     def arrow(self) -> pa.RecordBatch:
-        """The record batch of a data entry, sharing memory with the WAL file."""
-        return decode_arrow(self.body)
+        """The record batch of a data entry, sharing memory with the WAL file;
+        WalCorruptionError when the body is not a valid Arrow batch."""
+        return self.arrow_keyed()[0]
 
     def arrow_keyed(self) -> tuple[pa.RecordBatch, bytes]:
         """The record batch and its schema's bytes (see `codec.decode_arrow_keyed`)."""
-        return decode_arrow_keyed(self.body)
+        try:
+            return decode_arrow_keyed(self.body)
+        except (pa.ArrowException, ValueError) as exc:
+            raise self._damaged("Arrow data", exc) from None
 
     def json(self) -> dict[str, Any]:
         """The JSON object of a meta or control entry."""
-        return decode_json(self.body)
+        try:
+            return decode_json(self.body)
+        except ValueError as exc:  # json's errors, and UnicodeDecodeError, are ValueErrors
+            raise self._damaged("JSON", exc) from None
+
+    def _damaged(self, what: str, exc: Exception) -> WalCorruptionError:
+        """The error for a body that passed its checksum but does not decode: written so
+        by an older version, or damaged in a way the checksum missed."""
+        seg = self.segment
+        path = str(seg.log_path) if seg is not None else "?"
+        offset = seg.index.offsets[self.slot] if seg is not None else -1
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return WalCorruptionError(
+            f"the body of WAL entry {self.version} is not valid {what} ({first}); the "
+            "entry cannot be read: see docs/operations.md on WAL damage",
+            path=path,
+            offset=offset,
+        )
 
 
 _ENTRY_TYPES = {int(t): t for t in EntryType}  # a dict lookup beats EntryType(n)
@@ -163,7 +187,7 @@ class WalReader:
                 if out and header.body_len > budget:
                     return out
                 kind = _ENTRY_TYPES[header.entry_type]
-                out.append(WalRecord(header.version, kind, header.ingest_us, body))
+                out.append(WalRecord(header.version, kind, header.ingest_us, body, seg, i))
                 budget -= header.body_len
                 if len(out) >= max_entries:
                     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,15 @@ def _find_good(buf: memoryview, start: int) -> int | None:
         if pos % ALIGN == 0 and _good_header(buf, pos, -(2**63)) is not None:
             return pos
         pos += 1
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """A read-only map of a log's first `size` bytes. Before Python 3.13 a map keeps a
+    duplicate of `fd` open for as long as it lives (one descriptor per mapped segment);
+    from 3.13 on it keeps none: the map alone holds the bytes."""
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, prot=mmap.PROT_READ, trackfd=False)
+    return mmap.mmap(fd, size, prot=mmap.PROT_READ)
 
 
 class Segment:
@@ -265,11 +275,11 @@ class Segment:
             self._view = memoryview(b"")
             return
         if self._log_fd >= 0:  # the active segment, remapped at every new record read
-            self._map = mmap.mmap(self._log_fd, size, prot=mmap.PROT_READ)
+            self._map = _map(self._log_fd, size)
         else:
             fd = os.open(self._log_name, os.O_RDONLY)
             try:
-                self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+                self._map = _map(fd, size)
             finally:
                 os.close(fd)
         self._view = memoryview(self._map)

@@ -4,7 +4,8 @@
 ready to append. Appends at level 2 share fsyncs (group commit): whoever finds no sync
 running starts one that covers every byte written so far, and the others wait for it.
 Readers only ever see versions that are durable at the WAL's level, so a consumer can
-never read an entry that a crash then takes back.
+never read an entry that a crash then takes back. Timed work (level-1 fsyncs, the roll
+period, retention) is one task on a background `Scheduler` shared with other WALs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sqltopic.errors import VersionOrderError, WalClosedError, WalError
+from sqltopic.wal.background import Scheduler, Task
 from sqltopic.wal.codec import WalEntry
 from sqltopic.wal.fsutil import DirectoryLock, fsync_dir
 from sqltopic.wal.meta import SegmentMeta, WalMeta, load_meta, save_meta
@@ -39,8 +41,8 @@ from sqltopic.wal.segment import Segment
 
 log = logging.getLogger(__name__)
 
-# How often the background thread looks at retention and the roll period: both work
-# in seconds, so checking every second costs nothing and is never late by much.
+# How often the background task looks at retention and the roll period: both work in
+# seconds, so checking every second costs nothing and is never late by much.
 MAINTENANCE_INTERVAL_S = 1.0
 
 
@@ -76,9 +78,9 @@ class Wal:
         self._closed = False
         self._notifier = VersionNotifier(self._next)
         self._state = WalState(tuple(segs), self._next, self._last, self._removed_below)
-        self._stop = threading.Event()
-        self._dirty = threading.Event()  # wakes a level-1 WAL_FSYNC_PERIOD 0 sync
-        self._thread: threading.Thread | None = None
+        self._task: Task | None = None  # the background task, woken by eager level-1 appends
+        self._own_scheduler: Scheduler | None = None  # made for this WAL alone, if it was
+        self._last_sync = self._last_maintain = 0.0  # monotonic; the background task's own
         if recovered.meta_stale:
             self._save_meta()
 
@@ -92,12 +94,17 @@ class Wal:
         *,
         clock: Clock = wall_clock_us,
         background: bool = True,
+        scheduler: Scheduler | None = None,
     ) -> Wal:
         """Open (creating if needed) the WAL in `directory` for writing.
 
-        `background` runs the thread that syncs level-1 WALs every WAL_FSYNC_PERIOD and
-        applies the roll period and retention; tests that drive time themselves turn it off.
+        `background` runs the task that syncs level-1 WALs every WAL_FSYNC_PERIOD and
+        applies the roll period and retention, on `scheduler` (shared with other WALs;
+        without one, on a one-thread scheduler of this WAL's own); tests that drive time
+        themselves turn it off.
         """
+        if scheduler is not None and not background:
+            raise ValueError("a scheduler was given for a WAL opened with background=False")
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         lock = DirectoryLock(path)
@@ -117,7 +124,11 @@ class Wal:
                 recovered.tail_cut.offset,
             )
         if background:
-            wal._start_background()
+            try:
+                wal._start_background(scheduler)
+            except BaseException:
+                wal.close()
+                raise
         return wal
 
     def close(self) -> None:
@@ -126,10 +137,7 @@ class Wal:
             if self._closed:
                 return
             self._closed = True
-        self._stop.set()
-        self._dirty.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._stop_background()
         with self._lock:
             try:
                 if self._active is not None and self._failure is None:
@@ -161,6 +169,8 @@ class Wal:
         """Apply changed WAL_* options (ALTER DATABASE); they take effect at once."""
         with self._lock:
             self._options = options
+        if self._task is not None:
+            self._task.wake()  # its next look follows the new period
 
     def state(self) -> WalState:
         return self._state
@@ -205,10 +215,12 @@ class Wal:
             self._maybe_roll()
             self._write(prepared, versions)
             ticket, level = self._written_seq, self._options.level
+            eager = level == 1 and self._options.fsync_period_ms == 0
             if level == 1:
                 self._refresh_state(ticket)
         if level == 1:
-            self._dirty.set()
+            if eager and self._task is not None:
+                self._task.wake()
         else:
             self._sync_to(ticket)
         self._publish(self._state.next_version)
@@ -272,6 +284,11 @@ class Wal:
             ticket = self._written_seq
         self._sync_to(ticket)
         self._publish(self._state.next_version)
+
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes appended since open that no fsync covers yet (level 1 between syncs)."""
+        return self._written_seq - self._synced_seq
 
     def _sync_to(self, ticket: int) -> None:
         """Return once bytes up to `ticket` are fsynced, leading a sync if none runs."""
@@ -385,35 +402,42 @@ class Wal:
 
     # --- background ----------------------------------------------------------------------
 
-    def _start_background(self) -> None:
-        self._thread = threading.Thread(
-            target=self._background, name=f"wal-{self.directory.name}", daemon=True
+    def _start_background(self, scheduler: Scheduler | None) -> None:
+        if scheduler is None:
+            scheduler = self._own_scheduler = Scheduler(1, name=f"wal-{self.directory.name}")
+        self._last_sync = self._last_maintain = time.monotonic()
+        self._task = scheduler.schedule(
+            self._background, name=f"WAL {self.directory}", delay=_tick(self._options)
         )
-        self._thread.start()
 
-    def _background(self) -> None:
-        last_sync = last_maintain = time.monotonic()
-        while not self._stop.is_set():
-            opts = self._options
+    def _stop_background(self) -> None:
+        """Cancel the task; once this returns no run of it is in progress or to come."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._own_scheduler is not None:
+            self._own_scheduler.close()
+
+    def _background(self) -> float | None:
+        """One look: a level-1 sync when due, the roll period and retention once a
+        second. Returns the seconds until the next look; None ends the task."""
+        if self._closed:
+            return None
+        opts = self._options
+        now = time.monotonic()
+        try:
             eager = opts.level == 1 and opts.fsync_period_ms == 0
-            if eager:
-                self._dirty.wait(MAINTENANCE_INTERVAL_S)
-                self._dirty.clear()
-            else:
-                self._stop.wait(_tick(opts))
-            now = time.monotonic()
-            try:
-                due = eager or now - last_sync >= opts.fsync_period_ms / 1000
-                if opts.level == 1 and due and self._written_seq > self._synced_seq:
-                    self.sync()
-                    last_sync = now
-                if now - last_maintain >= MAINTENANCE_INTERVAL_S:
-                    last_maintain = now
-                    self.maintain()
-            except (WalError, OSError):
-                log.exception("WAL %s background work failed", self.directory)
-                if self._failure is not None:
-                    return  # appends report the failure; nothing more to do here
+            due = eager or now - self._last_sync >= opts.fsync_period_ms / 1000
+            if opts.level == 1 and due and self._written_seq > self._synced_seq:
+                self.sync()
+                self._last_sync = now
+            if now - self._last_maintain >= MAINTENANCE_INTERVAL_S:
+                self._last_maintain = now
+                self.maintain()
+        except (WalError, OSError):
+            log.exception("WAL %s background work failed", self.directory)
+            if self._failure is not None:
+                return None  # appends report the failure; nothing more to do here
+        return _tick(opts)
 
     # --- shared helpers ------------------------------------------------------------------
 
@@ -486,7 +510,8 @@ def _prepare(entry: WalEntry) -> tuple[WalEntry, int, int]:
 
 
 def _tick(opts: WalOptions) -> float:
-    """How long the background thread sleeps between looks."""
-    if opts.level == 1:
+    """The time between two looks of the background task. At level 1 with
+    WAL_FSYNC_PERIOD 0 every append wakes it, so it need not look more often."""
+    if opts.level == 1 and opts.fsync_period_ms > 0:
         return min(opts.fsync_period_ms / 1000, MAINTENANCE_INTERVAL_S)
     return MAINTENANCE_INTERVAL_S

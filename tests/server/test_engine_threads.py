@@ -1,15 +1,20 @@
 """The engine is thread-safe: concurrent INSERTs (creating tables), Arrow writes, DDL,
-queries and topic reads lose nothing and keep each table's rows in order."""
+queries and topic reads lose nothing and keep each table's rows in order. And its
+threads are few: every vnode's WAL background work shares one small pool."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 
 from sqltopic.server.engine import Engine
+from sqltopic.server.resources import FILES_PER_VNODE, raise_open_files_limit
 from sqltopic.server.result import Session
+from sqltopic.wal.background import DEFAULT_WORKERS
 from tests.server.support import read_vgroups, tabled_rows
 
 WRITERS = 4
@@ -17,6 +22,10 @@ ROUNDS = 30
 TABLES_PER_WRITER = 3
 # A thread still running this long after the start is stuck, not slow.
 JOIN_DEADLINE_S = 120.0
+# The most vgroups a database may have (TDengine's limit, server/ddl.py).
+MAX_VGROUPS = 1024
+# Descriptors kept free for the test process itself (pytest, DuckDB, the catalog).
+SPARE_FILES = 256
 
 
 def _run_threads(targets: list[Callable[[], None]]) -> list[BaseException]:
@@ -120,3 +129,24 @@ def test_concurrent_writes_ddl_and_reads(power: Engine) -> None:
         for i in range(WRITERS)
         for j in range(TABLES_PER_WRITER)
     }
+
+
+def test_many_vgroups_cost_no_more_threads_than_a_few(tmp_path: Path) -> None:
+    _, limit = raise_open_files_limit()  # as the server does at start
+    open_now = len(os.listdir("/proc/self/fd"))
+    many = min(MAX_VGROUPS, (limit.soft - open_now - SPARE_FILES) // FILES_PER_VNODE)
+    assert many >= 100, f"the open-files limit {limit.soft} is too low for this test"
+    with Engine(tmp_path, background=True) as engine:
+        scheduler = engine.state.scheduler
+        assert scheduler is not None
+        engine.execute("CREATE DATABASE small VGROUPS 4")
+        threads = threading.active_count()
+        engine.execute(f"CREATE DATABASE big VGROUPS {many}")
+        assert threading.active_count() <= threads  # threads of earlier tests may end
+        ours = [t for t in threading.enumerate() if t.name.startswith(scheduler.name)]
+        assert len(ours) == DEFAULT_WORKERS
+        assert scheduler.tasks == 4 + many  # one task per vnode, on the shared threads
+        engine.execute("DROP DATABASE big")
+        assert scheduler.tasks == 4
+    assert scheduler.tasks == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith(scheduler.name)]
