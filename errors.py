@@ -20,6 +20,12 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{shown[:-1]}…{shown[-1]}" if cut else shown
 
 
+def shorten(name: str, limit: int = EXCERPT_CHARS) -> str:
+    """A name as an error message shows it: unquoted, as `excerpt` cuts and escapes it."""
+    shown = excerpt(name, limit)
+    return shown[1:-1] if shown[-1] in "'\"" else shown
+
+
 class Error(Exception):
     """Root of every error sqltopic raises on purpose."""
 
@@ -99,6 +105,12 @@ class SchemaInUseError(SqlError):
     """Dropping or altering a column, tag or object that something else depends on."""
 
 
+class QueryNotAllowed(SqlError):
+    """An ad hoc SELECT names something outside the database's tables and DuckDB's
+    ordinary functions: a table function, a file, a system view, a settings or metadata
+    function. The message names it; nothing ran."""
+
+
 # --- consuming ---------------------------------------------------------------------------
 
 
@@ -128,6 +140,18 @@ class AuthenticationFailed(Error):
     """Wrong user or password, or a missing, unknown or expired session token."""
 
 
+class LoginThrottled(AuthenticationFailed):
+    """Too many failed logins for the user or from the address: the login is refused
+    without a check until `retry_after_s` seconds have passed."""
+
+    retry_after_s: float = 0.0
+
+    def __init__(self, message: str, *, retry_after_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
 class ConsumerFenced(Error):
     """A poll or commit by a consumer the current assignment does not name: refresh the
     assignment (or rejoin the group)."""
@@ -142,9 +166,25 @@ class TooLarge(Error):
     over the server's message limit): send less, or use the streaming call."""
 
 
+class InvalidRequest(Error, ValueError):
+    """A request that is not a valid message of the protocol: bytes that do not parse as
+    its protobuf message, or a string field that is not UTF-8. Fix the client."""
+
+
 class LimitExceeded(Error):
     """A named server limit was reached (concurrent streams of a session or user, a
     query's time, open files): the message names the limit, its setting and what to do."""
+
+
+class QueryTimeout(LimitExceeded):
+    """An ad hoc query ran longer than the server's query time limit and was stopped:
+    the message names the limit and its setting."""
+
+
+class ConversionError(Error, ValueError):
+    """A value the client cannot turn into a Python object (a timestamp outside
+    `datetime`'s years 1..9999): the message names the column; the Arrow table
+    (`to_arrow()`, `Block.data`) still holds it."""
 
 
 class ServerUnavailable(Error):
@@ -182,6 +222,16 @@ class WalCorruptionError(WalError):
 
 class WalSegmentMissing(WalCorruptionError):
     """A segment that the WAL's metadata lists as holding records is gone from disk."""
+
+
+class DataFileDamaged(Error):
+    """A file of the data directory other than the WAL (catalog.sqlite, a vnode's
+    offsets.sqlite, mnode.json) cannot be read: `path` names it; the message says what
+    to do."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class VersionNotRetained(WalError):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from sqltopic.client.rows import table_rows
 from sqltopic.errors import Error
 from sqltopic.proto.arrow_ipc import from_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -154,5 +155,4 @@ def message_from_frames(
 
 
 def _rows(table: pa.Table) -> list[Row]:
-    columns = [column.to_pylist() for column in table.columns]
-    return list(zip(*columns, strict=True)) if columns else []
+    return table_rows(table)

@@ -19,6 +19,11 @@ BEGIN_KEY = "sqltopic-begin"
 END_KEY = "sqltopic-end"
 
 Code = grpc.StatusCode
+# Characters of an error message a status carries at most. gRPC refuses a status whose
+# headers pass 16 KiB, and percent-encoding makes a character up to 9 bytes: a longer
+# message is cut (and marked), so the client still gets the error and not a transport
+# failure.
+MAX_MESSAGE_CHARS = 1000
 
 # Most specific first: a class takes the code of its first entry it is a subclass of.
 CODES: tuple[tuple[type[e.Error], Code], ...] = (
@@ -27,8 +32,10 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.NotFoundError, Code.NOT_FOUND),
     (e.AlreadyExistsError, Code.ALREADY_EXISTS),
     (e.SchemaInUseError, Code.FAILED_PRECONDITION),
+    (e.QueryNotAllowed, Code.INVALID_ARGUMENT),
     (e.SqlError, Code.INVALID_ARGUMENT),
     (e.ConfigError, Code.INVALID_ARGUMENT),
+    (e.InvalidRequest, Code.INVALID_ARGUMENT),
     (e.TopicDropped, Code.NOT_FOUND),
     (e.NoPermission, Code.PERMISSION_DENIED),
     (e.AuthenticationFailed, Code.UNAUTHENTICATED),
@@ -36,6 +43,8 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.RebalanceInProgress, Code.UNAVAILABLE),
     (e.WalClosedError, Code.UNAVAILABLE),
     (e.WalCorruptionError, Code.DATA_LOSS),
+    (e.DataFileDamaged, Code.DATA_LOSS),
+    (e.QueryTimeout, Code.DEADLINE_EXCEEDED),
     (e.TooLarge, Code.RESOURCE_EXHAUSTED),
     (e.LimitExceeded, Code.RESOURCE_EXHAUSTED),
     (e.Error, Code.INTERNAL),
@@ -103,7 +112,8 @@ def from_status(code: Code, message: str, trailers: Sequence[tuple[str, str | by
 
 def _plain(err: e.Error) -> str:
     message = getattr(err, "message", None)
-    return message if isinstance(message, str) else str(err)
+    text = message if isinstance(message, str) else str(err)
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
 def _int(text: str | None) -> int | None:

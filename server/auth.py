@@ -1,8 +1,10 @@
 """Sessions of the gRPC server: password checks at login, and bearer tokens that each
 own a `Session` (the current database and the user).
 
-`root` logs in with the password the server was started with; other users with the
-password CREATE/ALTER USER set (a salted hash in the catalog, server/passwords.py).
+`root` logs in with the password the server was started with (kept only as a salted
+hash in memory, and checked as slowly as any other); other users with the password
+CREATE/ALTER USER set (a salted hash in the catalog, server/passwords.py). Failed
+logins are throttled per user and per peer address (server/throttle.py).
 Tokens live in memory only: a restart ends every session, as docs/protocol.md promises.
 A token remembers the salt of its user's password at login: ALTER USER draws a new
 salt and DROP USER removes the record, so either ends the user's sessions at their
@@ -11,15 +13,21 @@ next call, with nothing to notify.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqltopic.errors import AuthenticationFailed
-from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, dummy_check, verify_password
+from sqltopic.server.passwords import (
+    DEFAULT_ROOT_PASSWORD,
+    dummy_check,
+    hash_password,
+    new_salt,
+    verify_password,
+)
 from sqltopic.server.result import Session
+from sqltopic.server.throttle import LoginThrottle
 from sqltopic.sql.model import User
 
 __all__ = ["DEFAULT_ROOT_PASSWORD", "ROOT_USER", "Sessions", "UserLookup", "token_of"]
@@ -47,16 +55,28 @@ class _Login:
 class Sessions:
     """The open sessions, by token. Thread-safe."""
 
-    def __init__(self, root_password: str, users: UserLookup = _no_users) -> None:
-        self._root_password = root_password
+    def __init__(
+        self, root_password: str, users: UserLookup = _no_users,
+        throttle: LoginThrottle | None = None,
+    ) -> None:  # fmt: skip
+        self._root_salt = new_salt()
+        self._root_hash = hash_password(root_password, self._root_salt)
         self._users = users
+        self._throttle = throttle or LoginThrottle()
         self._by_token: dict[str, _Login] = {}
         self._lock = threading.Lock()
 
-    def login(self, user: str, password: str) -> tuple[str, Session]:
-        """A new token and its session; AuthenticationFailed on a wrong user or password."""
+    def login(self, user: str, password: str, peer: str = "") -> tuple[str, Session]:
+        """A new token and its session; AuthenticationFailed on a wrong user or password,
+        LoginThrottled while `user` or `peer` (an address) waits after failed logins."""
         name = user.lower()  # user names are identifiers: case-insensitive
-        salt = self._check(name, password)
+        self._throttle.check(name, peer)
+        try:
+            salt = self._check(name, password)
+        except AuthenticationFailed:
+            self._throttle.failed(name, peer)
+            raise
+        self._throttle.succeeded(name)
         token = secrets.token_urlsafe(TOKEN_BYTES)
         session = Session(user=name)
         with self._lock:
@@ -67,7 +87,7 @@ class Sessions:
         """The salt the login is bound to; AuthenticationFailed on a wrong password.
         The message never says which of user and password was wrong."""
         if name == ROOT_USER:
-            if hmac.compare_digest(password.encode(), self._root_password.encode()):
+            if verify_password(password, self._root_salt, self._root_hash):
                 return ""
             raise AuthenticationFailed("wrong user or password")
         record = self._users(name)
@@ -80,6 +100,11 @@ class Sessions:
     def session(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Session:
         """The session the call's `authorization: Bearer <token>` names."""
         return self._lookup(token_of(metadata))
+
+    def caller(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> tuple[str, Session]:
+        """The call's token and the session it names."""
+        token = token_of(metadata)
+        return token, self._lookup(token)
 
     def logout(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
         token = token_of(metadata)

@@ -182,21 +182,31 @@ class Coordinator:
             snap = self.store.load() if self.store is not None else None
             if snap is None:
                 return
-            now = self.clock()
-            self._next_id = snap.next_id
-            for doc in snap.members:
-                member = _member_of(doc, now)
-                self.members[member.id] = member
-            for topic, group, vgroup, consumer, epoch, revoking in snap.owners:
-                owner = Owner(consumer, epoch, revoking=revoking, since=now)
-                self.owners.setdefault((topic, group), {})[vgroup] = owner
-            for topic, group, vgroup, planned in snap.plans:
-                self.plans.setdefault((topic, group), {})[vgroup] = planned
-            for topic, group, vgroup, rows in snap.rows_before:
-                self.rows_before[topic, group, vgroup] = rows
-            for topic, group, vgroup, position, rows in snap.progress:
-                self.progress[topic, group, vgroup] = Progress(position, rows)
-            self._saved = self._version
+            try:
+                self._restore(snap)
+            except (ValueError, TypeError, KeyError) as exc:
+                assert self.store is not None
+                self.members.clear()
+                self.owners.clear()
+                raise self.store.damaged(exc) from None
+
+    def _restore(self, snap: Snapshot) -> None:
+        """Install a loaded snapshot (the lock held); raises on a malformed one."""
+        now = self.clock()
+        self._next_id = int(snap.next_id)
+        for doc in snap.members:
+            member = _member_of(doc, now)
+            self.members[member.id] = member
+        for topic, group, vgroup, consumer, epoch, revoking in snap.owners:
+            owner = Owner(consumer, epoch, revoking=revoking, since=now)
+            self.owners.setdefault((topic, group), {})[vgroup] = owner
+        for topic, group, vgroup, planned in snap.plans:
+            self.plans.setdefault((topic, group), {})[vgroup] = planned
+        for topic, group, vgroup, rows in snap.rows_before:
+            self.rows_before[topic, group, vgroup] = rows
+        for topic, group, vgroup, position, rows in snap.progress:
+            self.progress[topic, group, vgroup] = Progress(position, rows)
+        self._saved = self._version
 
     def _durable(self) -> Snapshot:
         return Snapshot(

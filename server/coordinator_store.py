@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqltopic.errors import WalCorruptionError
+from sqltopic.errors import DataFileDamaged
 from sqltopic.wal.fsutil import atomic_write
 
 STATE_FILE = "mnode.json"
@@ -56,12 +56,16 @@ class CoordinatorStore:
             return Snapshot(**doc)
         except (ValueError, TypeError, KeyError) as exc:
             # atomic replacement never leaves a torn file: this one was damaged
-            raise WalCorruptionError(
-                f"consumer group state {self.path} is damaged ({exc}); move it away to "
-                "start with no groups (consumers rejoin from their committed offsets)",
-                path=str(self.path),
-                offset=0,
-            ) from None
+            raise self.damaged(exc) from None
+
+    def damaged(self, exc: Exception) -> DataFileDamaged:
+        """The error for a state file that does not load."""
+        return DataFileDamaged(
+            f"{self.path}: the consumer group state is damaged ({type(exc).__name__}: "
+            f"{str(exc)[:100]}); move it away to start with no groups (consumers rejoin "
+            "from their committed offsets)",
+            path=str(self.path),
+        )
 
     def save(self, snapshot: Snapshot) -> None:
         doc = {"format": FORMAT, **asdict(snapshot)}

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
+from sqltopic.server.privileges import Rights, tags_in_use
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
 from sqltopic.server.state import State
-from sqltopic.server.vnode import WAL_OPTION_FIELDS, Vnode, vnode_dir, wal_options
+from sqltopic.server.vnode import (
+    WAL_OPTION_FIELDS,
+    create_vnodes,
+    discard_vnodes,
+    vnode_dir,
+    wal_options,
+)
 from sqltopic.sql import events
 from sqltopic.sql import statements as st
 from sqltopic.sql.layout import RESERVED
-from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid, no_database
+from sqltopic.sql.names import NameKind, check_name
 from sqltopic.sql.types import PRECISIONS
 from sqltopic.sql.values import convert_value
 
@@ -24,8 +33,6 @@ MAX_VGROUPS = 1024
 # TDengine: a super table has at most 4096 columns and 128 tags.
 MAX_COLUMNS = 4096
 MAX_TAGS = 128
-# TDengine's longest table name, in bytes (`tbname` is a VARCHAR(192)).
-MAX_NAME_BYTES = 192
 
 
 # --- databases -------------------------------------------------------------------------
@@ -37,19 +44,13 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
         if stmt.if_not_exists:
             return Result()
         raise AlreadyExistsError(f"database {name} already exists; use IF NOT EXISTS")
+    check_name("database", name)
     vgroups, precision, wal = _database_options(stmt.options)
     first = state.catalog.next_vgroup
-    db = Database(name, tuple(range(first, first + vgroups)), precision, wal, state.now_us())
-    opened: list[Vnode] = []
-    try:
-        for v in db.vgroups:
-            opened.append(
-                Vnode.open(state.data_dir, db, v, clock=state.clock, background=state.background)
-            )
-    except BaseException:
-        for vnode in opened:
-            vnode.close()
-        raise
+    db = Database(
+        name, tuple(range(first, first + vgroups)), precision, wal, state.now_us(), session.user
+    )
+    opened = create_vnodes(state.data_dir, db, clock=state.clock, scheduler=state.scheduler)
     state.catalog.databases[name] = db
     state.catalog.next_vgroup = first + vgroups
     state.vnodes.update({v.vgroup: v for v in opened})
@@ -58,7 +59,7 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
     except BaseException:
         for vnode in opened:  # the catalog was reloaded without the database
             state.vnodes.pop(vnode.vgroup, None)
-            vnode.close()
+        discard_vnodes(state.data_dir, db.vgroups, opened)
         raise
     return Result(affected_rows=0)
 
@@ -76,15 +77,14 @@ def _database_options(options: dict[str, Any]) -> tuple[int, Any, dict[str, int]
 
 
 def alter_database(state: State, session: Session, stmt: st.AlterDatabase) -> Result:
-    db = state.catalog.database(stmt.name)
+    db = state.db_of(session, stmt.name)
+    Rights(state, session.user).require_owner(db, "ALTER DATABASE")
     unknown = [k for k in stmt.options if k not in WAL_OPTION_FIELDS]
     if unknown:
         raise SqlError(f"ALTER DATABASE can change WAL_* options only, not {', '.join(unknown)}")
     wal = {**db.wal, **stmt.options}
     options = wal_options(wal)
-    state.catalog.databases[db.name] = Database(
-        db.name, db.vgroups, db.precision, wal, db.create_us
-    )
+    state.catalog.databases[db.name] = replace(db, wal=wal)
     state.commit([("database", "", db.name)])
     for vgroup in db.vgroups:
         state.vnode(vgroup).wal.set_options(options)
@@ -93,10 +93,13 @@ def alter_database(state: State, session: Session, stmt: st.AlterDatabase) -> Re
 
 def drop_database(state: State, session: Session, stmt: st.DropDatabase) -> Result:
     cat = state.catalog
-    if stmt.name not in cat.databases:
+    rights = Rights(state, session.user)
+    found = cat.databases.get(stmt.name)
+    if found is None or not rights.visible(found):
         if stmt.if_exists:
             return Result()
-        raise NotFoundError(f"database {stmt.name} does not exist")
+        raise no_database(stmt.name)
+    rights.require_owner(found, "DROP DATABASE")
     topics = sorted(t.name for t in cat.topics.values() if t.db == stmt.name)
     if topics:
         raise SchemaInUseError(
@@ -120,7 +123,7 @@ def drop_database(state: State, session: Session, stmt: st.DropDatabase) -> Resu
 
 
 def use(state: State, session: Session, stmt: st.Use) -> Result:
-    session.db = state.catalog.database(stmt.name).name
+    session.db = state.db_of(session, stmt.name).name
     return Result()
 
 
@@ -129,10 +132,11 @@ def use(state: State, session: Session, stmt: st.Use) -> Result:
 
 def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Result:
     db = state.db_of(session, stmt.table)
+    Rights(state, session.user).require_schema(db, "CREATE STABLE")
     name = stmt.table.name
-    check_table_name(name)
     if _exists(state, db.name, name, stmt.if_not_exists, "super table"):
         return Result()
+    check_name("super table", name)
     columns = _columns(stmt.columns, "column")
     tags = _columns(stmt.tags, "tag")
     _check_schema(columns, tags)
@@ -143,11 +147,16 @@ def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Resu
 
 
 def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result:
+    """A normal table needs WRITE on the database; a child table that too, or WRITE on
+    its super table covering the new tags."""
     db = state.db_of(session, stmt.table)
+    rights = Rights(state, session.user)
+    if stmt.using is None:
+        rights.require_schema(db, "CREATE TABLE")
     name = stmt.table.name
-    check_table_name(name)
     if _exists(state, db.name, name, stmt.if_not_exists, "table"):
         return Result()
+    check_name("table", name)
     now = state.now_us()
     vgroup = vgroup_for(db, name)
     if stmt.using is None:
@@ -159,6 +168,8 @@ def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result
         if stb.db != db.name:
             raise SqlError("a child table must be in the database of its super table")
         tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
+        if not rights.may_create("write", db, stb, name, tags):
+            rights.require_schema(db, f"CREATE TABLE {name} USING {stb.name}")
         table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags, uid=new_uid())
     state.commit_events({vgroup: [events.create_table(table)]})
     return Result()
@@ -203,26 +214,20 @@ def _check_schema(columns: Sequence[Column], tags: Sequence[Column]) -> None:
     if len(columns) > MAX_COLUMNS or len(tags) > MAX_TAGS:
         raise SqlError(f"at most {MAX_COLUMNS} columns and {MAX_TAGS} tags")
     seen: set[str] = set()
+    for col in columns:
+        _check_name(col.name, "column")
+    for col in tags:
+        _check_name(col.name, "tag")
     for col in (*columns, *tags):
-        _check_name(col.name)
         if col.name in seen:
             raise SqlError(f"duplicate column or tag name {col.name}")
         seen.add(col.name)
 
 
-def _check_name(name: str) -> None:
-    if not name:
-        raise SqlError("a column or tag needs a name")
+def _check_name(name: str, kind: NameKind) -> None:
+    check_name(kind, name)
     if name == TBNAME or name in RESERVED or name.startswith("__"):
         raise SqlError(f"{name} is a reserved name; choose another")
-
-
-def check_table_name(name: str) -> None:
-    """TDengine's limit on a table name, so that every name fits `tbname`'s VARCHAR(192)."""
-    if not name:
-        raise SqlError("a table needs a name")
-    if len(name.encode()) > MAX_NAME_BYTES:
-        raise SqlError(f"table name {name[:40]}... is longer than {MAX_NAME_BYTES} bytes")
 
 
 # --- ALTER and DROP --------------------------------------------------------------------
@@ -230,6 +235,7 @@ def check_table_name(name: str) -> None:
 
 def alter_stable(state: State, session: Session, stmt: st.AlterStable) -> Result:
     db = state.db_of(session, stmt.table)
+    Rights(state, session.user).require_schema(db, "ALTER STABLE")
     stb = state.catalog.stable(db.name, stmt.table.name)
     _check_alter(state, stb, stmt)
     cid = new_uid() if stmt.action == "add_column" else 0
@@ -245,7 +251,7 @@ def _check_alter(state: State, stb: SuperTable, stmt: st.AlterStable) -> None:
     action, name = stmt.action, stmt.name
     existing = stb.column(name) or stb.tag(name)
     if action in ("add_column", "add_tag"):
-        _check_name(name)
+        _check_name(name, "column" if action == "add_column" else "tag")
         if existing is not None:
             raise AlreadyExistsError(f"{stb.name} already has a column or tag {name}")
         if action == "add_column" and len(stb.columns) >= MAX_COLUMNS:
@@ -263,19 +269,26 @@ def _check_alter(state: State, stb: SuperTable, stmt: st.AlterStable) -> None:
         raise SqlError("a super table keeps at least one tag")
     if action == "rename_tag":
         assert stmt.new_name is not None
-        _check_name(stmt.new_name)
+        _check_name(stmt.new_name, "tag")
         if stb.column(stmt.new_name) or stb.tag(stmt.new_name):
             raise AlreadyExistsError(f"{stb.name} already has a column or tag {stmt.new_name}")
     _refuse_if_topic_uses(state, stb.db, stb.name, name)
 
 
 def _refuse_if_topic_uses(state: State, db: str, stable: str, name: str) -> None:
-    """A topic on the super table or one of its children may use its columns and tags."""
+    """A topic on the super table or one of its children may use its columns and tags,
+    and a privilege's tag condition its tags."""
     for topic in _topics_on(state, db, stable):
         if name in topic.uses:
             raise SchemaInUseError(
                 f"topic {topic.name} uses {name} of {stable}; drop the topic first"
             )
+    user = tags_in_use(state.catalog, db, stable, name)
+    if user is not None:
+        raise SchemaInUseError(
+            f"a privilege of user {user} on {db}.{stable} has a condition on {name}; "
+            "REVOKE it first"
+        )
 
 
 def _topics_on(state: State, db: str, name: str) -> list[Any]:
@@ -289,6 +302,7 @@ def _topics_on(state: State, db: str, name: str) -> list[Any]:
 
 def set_tag(state: State, session: Session, stmt: st.SetTag) -> Result:
     db = state.db_of(session, stmt.table)
+    Rights(state, session.user).require_schema(db, "ALTER TABLE ... SET TAG")
     table = state.catalog.table(db.name, stmt.table.name)
     if table.stable is None:
         raise SqlError(f"{table.name} is a normal table; only child tables have tags")
@@ -300,6 +314,7 @@ def set_tag(state: State, session: Session, stmt: st.SetTag) -> Result:
 
 def drop_table(state: State, session: Session, stmt: st.DropTable) -> Result:
     db = state.db_of(session, stmt.table)
+    Rights(state, session.user).require_schema(db, "DROP STABLE" if stmt.stable else "DROP TABLE")
     name = stmt.table.name
     cat = state.catalog
     target = cat.stables.get((db.name, name)) if stmt.stable else cat.tables.get((db.name, name))

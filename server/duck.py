@@ -6,6 +6,11 @@ chunk per WAL entry) runs at about one core's speed whatever DuckDB's thread cou
 the chunks come one at a time from a single Arrow stream. Splitting such a table into
 parts and running each part as its own single-threaded query, the parts at once, uses
 every core (bench/engine_bench.py: a 1 %-selective read ~12 % faster on 2 cores).
+
+Ad hoc queries run in a database of their own (`QueryDatabase`), one cursor per query:
+its memory is bounded by the server's limit and never spills to disk, so a runaway
+query fails instead of taking the memory topic reads need. Every DuckDB database here
+reads no files, installs and loads no extensions, and has its configuration locked.
 """
 
 from __future__ import annotations
@@ -28,23 +33,34 @@ _HELPERS = ThreadPoolExecutor(max_workers=max(SPLIT_PARTS - 1, 1), thread_name_p
 
 class DuckPool:
     """Per-thread DuckDB connections: `get` with DuckDB's own parallelism, and
-    single-threaded ones for the parts of `query_parts`."""
+    single-threaded ones for the parts of `query_parts`; and the database of ad hoc
+    queries (`queries`)."""
 
     def __init__(self) -> None:
         self._local = threading.local()
+        self._queries: QueryDatabase | None = None
+        self._queries_lock = threading.Lock()
+
+    def queries(self, memory_bytes: int) -> QueryDatabase:
+        """The database of ad hoc queries, created at the first call with its memory
+        limit (an engine's limits never change)."""
+        with self._queries_lock:
+            if self._queries is None:
+                self._queries = QueryDatabase(memory_bytes)
+            return self._queries
 
     def get(self) -> duckdb.DuckDBPyConnection:
         """This thread's connection (DuckDB picks its thread count)."""
         con: duckdb.DuckDBPyConnection | None = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = _connect(threads=None)
+            con = self._local.con = connect(threads=None)
         return con
 
     def serial(self) -> duckdb.DuckDBPyConnection:
         """This thread's single-threaded connection."""
         con: duckdb.DuckDBPyConnection | None = getattr(self._local, "serial", None)
         if con is None:
-            con = self._local.serial = _connect(threads=1)
+            con = self._local.serial = connect(threads=1)
         return con
 
     def query_parts(self, sql: str, name: str, parts: list[pa.Table]) -> list[pa.Table]:
@@ -67,14 +83,51 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, name: str, table: pa.Table) 
         con.unregister(name)
 
 
-def _connect(threads: int | None) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute("SET TimeZone='UTC'")
+class QueryDatabase:
+    """The DuckDB database of ad hoc queries: at most `memory_bytes` of memory for all of
+    them together, nothing spilled to disk. `cursor()` gives each query its own
+    connection (an open Arrow reader holds its connection until read out or closed)."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.memory_bytes = memory_bytes
+        self._con = connect(threads=None, memory_bytes=memory_bytes)
+        self._lock = threading.Lock()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to the database, with its settings."""
+        with self._lock:  # the parent connection is shared by every worker thread
+            return self._con.cursor()
+
+
+# Settings every database starts with. Python variables are never tables (only the
+# relations we register are); extensions are neither installed nor loaded on demand;
+# no memory limit unless asked (DuckDB's default, 80 % of RAM, per database).
+_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "python_enable_replacements": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+}
+# Applied after connecting, in this order: no file access (which also freezes the temp
+# directory, so it comes after it) and no setting changes by any query, last.
+_LOCKDOWN = (
+    "SET TimeZone='UTC'",
+    "SET enable_external_access=false",
+    "SET lock_configuration=true",
+)
+
+
+def connect(threads: int | None, memory_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory database, locked down: `threads` (None: DuckDB's choice), and at
+    most `memory_bytes` of memory with nothing spilled to disk (None: DuckDB's default)."""
+    config = dict(_CONFIG)
     if threads is not None:
-        con.execute(f"SET threads={threads}")
-    # only relations we register may be named in a query, never Python variables, and
-    # no query (ad hoc SELECT included) may touch files or load extensions
-    con.execute("SET python_enable_replacements=false")
-    con.execute("SET enable_external_access=false")
-    con.execute("SET lock_configuration=true")
+        config["threads"] = threads
+    if memory_bytes is not None:
+        # over the limit a query fails with DuckDB's out-of-memory error: with no temp
+        # directory nothing is offloaded to disk
+        config |= {"memory_limit": f"{memory_bytes}B", "temp_directory": ""}
+    con = duckdb.connect(config=config)
+    for statement in _LOCKDOWN:
+        con.execute(statement)
     return con

@@ -15,22 +15,24 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
-from sqltopic.server import ddl, query, show, topics, users, writes
+from sqltopic.server import arrow_check, ddl, privileges, query, show, topics, users, writes
 from sqltopic.server.limits import Limits
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
-from sqltopic.server.vnode import Vnode
+from sqltopic.server.vnode import Vnode, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.parse import parse
-from sqltopic.wal import EntryType
+from sqltopic.wal import EntryType, Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
 
 Handler = Callable[[State, Session, Any], Result]
+# A new data directory is its owner's alone: it holds password hashes and every row.
+DATA_DIR_MODE = 0o700
 
 # Statements that change the catalog run alone; queries and SHOW share the lock.
 _DDL: dict[type[st.Statement], Handler] = {
@@ -49,6 +51,7 @@ _DDL: dict[type[st.Statement], Handler] = {
     st.AlterUser: users.alter_user,
     st.DropUser: users.drop_user,
     st.Grant: users.grant,
+    st.GrantRights: privileges.grant,
 }
 _READS: dict[type[st.Statement], Handler] = {
     st.Use: ddl.use,
@@ -66,11 +69,15 @@ class Engine:
         background: bool = True, limits: Limits | None = None,
     ) -> None:  # fmt: skip
         path = Path(data_dir)
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
         self._lock = DirectoryLock(path, "data directory")
+        # every vnode's WAL background work, on a few threads however many vgroups
+        scheduler = Scheduler() if background else None
         try:
-            self._state = _open_state(path, clock, background, limits or Limits())
+            self._state = _open_state(path, clock, scheduler, limits or Limits())
         except BaseException:
+            if scheduler is not None:
+                scheduler.close()
             self._lock.release()
             raise
         self.session = Session()
@@ -110,11 +117,17 @@ class Engine:
             return handler(state, session, stmt)
 
     def write(
-        self, target: str, data: pa.Table | pa.RecordBatch, session: Session | None = None
-    ) -> int:
+        self, target: str, data: pa.Table | pa.RecordBatch, session: Session | None = None,
+        *, validated: bool = False,
+    ) -> int:  # fmt: skip
         """Fast path: append Arrow rows to `[db.]table`, or to `[db.]stable` with a `tbname`
-        column (and tag columns to create missing child tables). Returns rows written."""
-        return writes.write_arrow(self._state, session or self.session, target, data)
+        column (and tag columns to create missing child tables). Returns rows written.
+        The data is validated in full first (server/arrow_check.py), unless the caller
+        did that already (`validated`: the Write call decodes with `arrow_check.decode`)."""
+        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if not validated:
+            arrow_check.check_table(table)
+        return writes.write_arrow(self._state, session or self.session, target, table)
 
     def read_topic(
         self, topic: str, vgroup: int, from_version: int, max_rows: int,
@@ -159,6 +172,8 @@ class Engine:
                 finally:
                     state.store.close()
         finally:
+            if state.scheduler is not None:
+                state.scheduler.close()
             self._lock.release()
 
     def __enter__(self) -> Engine:
@@ -168,15 +183,13 @@ class Engine:
         self.close()
 
 
-def _open_state(path: Path, clock: Clock, background: bool, limits: Limits) -> State:
+def _open_state(path: Path, clock: Clock, scheduler: Scheduler | None, limits: Limits) -> State:
     store = CatalogStore(path / CATALOG_FILE)
     vnodes: dict[int, Vnode] = {}
     try:
         catalog, applied = store.load()
-        for db in catalog.databases.values():
-            for vgroup in db.vgroups:
-                vnodes[vgroup] = Vnode.open(path, db, vgroup, clock=clock, background=background)
-        state = State(path, catalog, store, vnodes, clock, background, limits=limits)
+        vnodes = open_vnodes(path, catalog.databases.values(), clock=clock, scheduler=scheduler)
+        state = State(path, catalog, store, vnodes, clock, scheduler, limits=limits)
         _replay(state, applied)
     except BaseException:
         _close_all(vnodes.values())

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
 from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server import users
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
@@ -32,7 +32,11 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.limits import Limits
 from sqltopic.server.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
+from sqltopic.server.resources import raise_open_files_limit
+from sqltopic.server.rpc import add_service
+from sqltopic.server.slots import Slots
 from sqltopic.server.sql_service import SessionService, SqlService
+from sqltopic.server.tls import ServerTls, check_plaintext
 from sqltopic.server.vnode_service import VnodeService
 
 log = logging.getLogger("sqltopic.server")
@@ -57,14 +61,19 @@ class ServerConfig:
     root_password: str = DEFAULT_ROOT_PASSWORD
     rebalance_interval_s: float = REBALANCE_INTERVAL_S
     limits: Limits = field(default_factory=Limits)
+    tls: ServerTls | None = None  # None: plain text
+    allow_plaintext: bool = False  # plain text off loopback
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     """Open the engine, serve until SIGTERM/SIGINT, then close it. Raises WalLockedError
     when another server holds the data directory, ConfigError when the root password is
-    empty, or is the default and the address is not a loopback one. `ready` gets the
+    empty, or is the default and the address is not a loopback one, or when the server
+    would speak plain text off loopback without `allow_plaintext`. `ready` gets the
     bound address."""
     check_root_password(config.host, config.root_password)
+    check_plaintext(config.host, config.tls, config.allow_plaintext)
+    raise_open_files_limit()  # every vnode keeps a few files open
     engine = Engine(config.data, limits=config.limits)
     try:
         asyncio.run(_serve(engine, config, ready))
@@ -83,17 +92,21 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     stopping = asyncio.Event()
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
     asyncio.get_running_loop().set_default_executor(executor)
-    pb_grpc.add_SessionServicer_to_server(SessionService(sessions), server)
-    pb_grpc.add_SqlServicer_to_server(SqlService(engine, sessions), server)
-    pb_grpc.add_MnodeServicer_to_server(MnodeService(engine, sessions, coordinator), server)
-    vnodes = VnodeService(engine, sessions, coordinator, executor, stopping)
-    pb_grpc.add_VnodeServicer_to_server(vnodes, server)
+    add_service(server, SessionService(sessions), "Session")
+    slots = Slots(config.limits)  # streams and waiting polls, per session and user
+    add_service(server, SqlService(engine, sessions, slots), "Sql")
+    add_service(server, MnodeService(engine, sessions, coordinator), "Mnode")
+    vnodes = VnodeService(engine, sessions, coordinator, executor, stopping, slots)
+    add_service(server, vnodes, "Vnode")
     health_servicer = await _add_health(server)
     reflection.enable_server_reflection(
         (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     address = f"{config.host}:{config.port}"
-    port = server.add_insecure_port(address)
+    if config.tls is None:
+        port = server.add_insecure_port(address)
+    else:  # health and reflection share the port, so they speak TLS too
+        port = server.add_secure_port(address, _credentials(config.tls))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     await server.start()
@@ -107,6 +120,14 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     await server.stop(SHUTDOWN_GRACE_S)
     await timer
     coordinator.persist(progress=True)
+
+
+def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials(
+        [(tls.private_key, tls.cert_chain)],
+        root_certificates=tls.client_ca,
+        require_client_auth=tls.mutual,
+    )
 
 
 async def _add_health(server: aio.Server) -> health.aio.HealthServicer:

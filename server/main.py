@@ -1,8 +1,8 @@
 """`sqltopic server` (also `python -m sqltopic.server`): options, logging, the ready line.
 
-The ready line `sqltopic server listening on HOST:PORT, data DIR` goes to stdout once the
-port is bound, so scripts and tests can wait for it; errors are one line on stderr and
-exit code 1.
+The ready line `sqltopic server listening on HOST:PORT, data DIR` (then `, TLS` or
+`, mutual TLS` when it speaks TLS) goes to stdout once the port is bound, so scripts and
+tests can wait for it; errors are one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -17,8 +17,18 @@ from pathlib import Path
 from sqltopic.errors import Error
 from sqltopic.server import limits
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
+from sqltopic.server.tls import (
+    CERT_OPTION,
+    CLIENT_CA_OPTION,
+    KEY_OPTION,
+    PLAINTEXT_OPTION,
+    ServerTls,
+    load_server_tls,
+)
 
 DEFAULT_DATA = "./sqltopic-data"
+# Files the server creates are 0600 and directories 0700.
+PRIVATE_UMASK = 0o077
 READY_LINE = "sqltopic server listening on"
 
 
@@ -38,7 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often the mnode looks for consumers past their session timeout or max "
         "poll interval (TDengine: 2000; joins and leaves rebalance at once anyway)",
     )  # fmt: skip
+    _add_tls_arguments(parser)
     limits.add_arguments(parser)
+
+
+def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TLS (docs/security.md)")
+    group.add_argument(
+        CERT_OPTION, metavar="PEM",
+        help="the server's certificate (PEM, chain after it): serve TLS; needs --tls-key",
+    )  # fmt: skip
+    group.add_argument(KEY_OPTION, metavar="PEM", help="the certificate's private key (PEM)")
+    group.add_argument(
+        CLIENT_CA_OPTION, metavar="PEM",
+        help="mutual TLS: require a client certificate signed by this CA (PEM)",
+    )  # fmt: skip
+    group.add_argument(
+        PLAINTEXT_OPTION, action="store_true",
+        help="listen on a non-loopback address without TLS (refused otherwise)",
+    )  # fmt: skip
 
 
 def _interval_ms(text: str) -> int:
@@ -55,25 +83,36 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # imported here: `sqltopic sql` and friends parse these options without loading the
-    # engine (DuckDB) and the gRPC server
-    from sqltopic.server.grpc_server import ServerConfig, run  # noqa: PLC0415
-
+    # what the server creates (the data directory, WAL segments, catalog.sqlite with
+    # its password hashes, offsets) is for its own user only
+    os.umask(PRIVATE_UMASK)
     data = Path(args.data)
-    config = ServerConfig(
-        data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
-        limits=limits.Limits.of(args),
-    )  # fmt: skip
-
-    def ready(address: str) -> None:
-        print(f"{READY_LINE} {address}, data {data}", flush=True)
-
     try:
+        tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+        # imported here: `sqltopic sql` and friends parse these options without loading
+        # the engine (DuckDB) and the gRPC server, and a bad PEM file is reported at once
+        from sqltopic.server.grpc_server import ServerConfig, run  # noqa: PLC0415
+
+        config = ServerConfig(
+            data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
+            limits=limits.Limits.of(args), tls=tls, allow_plaintext=args.allow_plaintext,
+        )  # fmt: skip
+
+        def ready(address: str) -> None:
+            print(f"{READY_LINE} {address}, data {data}{_security(tls)}", flush=True)
+
         run(config, ready)
     except (Error, OSError) as exc:
         print(f"sqltopic: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _security(tls: ServerTls | None) -> str:
+    """The ready line's tail: how clients must connect."""
+    if tls is None:
+        return ""
+    return ", mutual TLS" if tls.mutual else ", TLS"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,9 @@ Each vnode directory holds `offsets.sqlite`: one row per (topic, group) with the
 version the group will read there. SQLite in WAL mode with `synchronous=FULL` makes a
 commit durable before it returns and never leaves a torn file, so a committed offset
 survives `kill -9` and power loss exactly like an acknowledged write. A commit of several
-offsets is one transaction: all of them or none.
+offsets is one transaction: all of them or none. The connection holds the file in
+exclusive locking mode: SQLite then keeps its WAL index in memory instead of a `-shm`
+file, so a vnode's offsets keep two descriptors open (the file and its `-wal`), not three.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from sqltopic.sql.catalog_store import damage_reported
+
 OFFSETS_FILE = "offsets.sqlite"
+OFFSETS_DAMAGED = (
+    "the committed offsets of this vgroup are damaged; restore offsets.sqlite from a "
+    "backup, or move it away to start the vgroup's groups from auto.offset.reset "
+    "(docs/operations.md §5.6)"
+)
 # A commit waits this long for a concurrent commit's lock before failing; far above any
 # real commit (one fsync), so it only fires on a stuck disk.
 BUSY_TIMEOUT_S = 30.0
@@ -39,15 +48,12 @@ class OffsetStore:
         self._con = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
         )
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=FULL")
-        self._con.execute(_SCHEMA)
-        self._cache = {
-            (topic, group): offset
-            for topic, group, offset in self._con.execute(
-                "SELECT topic, grp, next_version FROM committed"
-            )
-        }
+        try:
+            with damage_reported(path, OFFSETS_DAMAGED):
+                self._cache = _prepare(self._con)
+        except BaseException:
+            self._con.close()
+            raise
 
     @classmethod
     def open(cls, vnode_dir: Path) -> OffsetStore:
@@ -105,3 +111,17 @@ class OffsetStore:
     def close(self) -> None:
         with self._lock:
             self._con.close()
+
+
+def _prepare(con: sqlite3.Connection) -> dict[tuple[str, str], int]:
+    """Set the connection up and read every committed offset."""
+    # Before the first access: only then does SQLite keep the WAL index in memory. The
+    # vnode's WAL lock already keeps any other writer away from this directory.
+    con.execute("PRAGMA locking_mode=EXCLUSIVE")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    con.execute(_SCHEMA)
+    return {
+        (topic, group): offset
+        for topic, group, offset in con.execute("SELECT topic, grp, next_version FROM committed")
+    }

@@ -1,59 +1,166 @@
-"""Ad hoc SELECT over a database's retained WAL data, run by DuckDB.
+"""Ad hoc SELECT over a database's retained WAL data, run by DuckDB, sandboxed.
 
 Each table the query names becomes a relation of all its retained rows: a super table
 gives every child's rows with the tags and `tbname`; a child table its own rows (tags
-and `tbname` may be named, `*` shows the data columns only, as in TDengine).
+and `tbname` may be named, `*` shows the data columns only, as in TDengine). The SQL
+DuckDB is to run is checked against the allow list of server/sandbox.py before anything
+runs, and runs in the query database (server/duck.py) as a `QueryRun`
+(server/query_run.py): its result is read a batch at a time, under the server's result,
+memory and time limits.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, get_args
 
+import duckdb
 import pyarrow as pa
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel
+from sqlglot.errors import ErrorLevel, SqlglotError
 
-from sqltopic.errors import SqlError
+from sqltopic.errors import NotFoundError, QueryNotAllowed, SqlError
+from sqltopic.server import sandbox
 from sqltopic.server.batches import conform, data_entries, with_context
+from sqltopic.server.privileges import Rights
+from sqltopic.server.query_run import QueryRun, brief
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
+from sqltopic.sql.parse import position
 from sqltopic.sql.topic import coerce_timestamp_literals
 from sqltopic.sql.types import Precision
 
 # Arrow timestamp units that are database precisions.
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+# A table in FROM written as a string, which DuckDB would read as a file.
+_FILE_TABLE = "in FROM would read a file: a query reads the database's tables only"
+_SYSTEM_TABLE = "is DuckDB's own catalog, not a table of the database"
 
 _names = itertools.count()
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A SELECT ready for DuckDB: its SQL and the relations it reads, by name."""
+
+    sql: str
+    relations: dict[str, pa.Table]
+
+
 def select(state: State, session: Session, stmt: st.Select) -> Result:
+    """The rows of `stmt` at once (the embedded engine, and a call's statements before
+    its last), under the server's limits; the caller holds the shared lock."""
+    run = QueryRun(state.limits)
+    try:
+        start(state, prepare(state, session, stmt), stmt, run)
+        return Result(run.read_all())
+    finally:
+        run.close()
+
+
+def open_select(state: State, session: Session, stmt: st.Select, run: QueryRun) -> None:
+    """Start `stmt` in `run`, its rows to be read a batch at a time: the tables are
+    read under the shared lock, DuckDB runs after it (the relations hold the rows)."""
+    with state.lock.shared():
+        prepared = _placed(stmt, lambda: prepare(state, session, stmt))
+    start(state, prepared, stmt, run)
+
+
+def start(state: State, prepared: Prepared, stmt: st.Select, run: QueryRun) -> None:
+    """Run `prepared` in `run`, on a cursor of the query database."""
+    run.place(stmt.sql, stmt.pos.line, stmt.pos.column)
+    cursor = state.duck.queries(state.limits.query_memory_bytes).cursor()
+    run.start(cursor, prepared.sql, prepared.relations)
+
+
+def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
+    """`stmt` as DuckDB SQL over relations of the tables it names, checked against the
+    sandbox's allow list (QueryNotAllowed names what it refuses)."""
     tree = stmt.tree.copy()
     relations: dict[str, pa.Table] = {}
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in list(tree.find_all(exp.Table)):
         if not table.name or (not table.args.get("db") and table.name.lower() in ctes):
             continue
-        name, rel, visible = _relation(state, session, table)
+        name, rel, visible = _resolved(state, session, stmt, table)
         relations[name] = rel
         _expand_star(table, visible)
         table.replace(exp.Table(this=exp.to_identifier(name), alias=_alias(table)))
     coerce_timestamp_literals(tree, _timestamp_columns(relations.values()))
-    sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
-    con = state.duck.get()
     try:
-        for name, rel in relations.items():
-            con.register(name, rel)
-        return Result(con.sql(sql).to_arrow_table())
-    except Exception as exc:  # DuckDB's binder and runtime errors are the user's to fix
-        raise SqlError(f"query failed: {_first_line(exc)}") from None
-    finally:
-        for name in relations:
-            con.unregister(name)
+        sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
+    except SqlglotError as exc:
+        raise SqlError(f"the query has no DuckDB equivalent: {brief(str(exc))}") from None
+    _check(state, stmt, sql, relations)
+    return Prepared(sql, relations)
+
+
+def _check(state: State, stmt: st.Select, sql: str, relations: dict[str, pa.Table]) -> None:
+    try:
+        sandbox.check(state.duck.serial(), sql, relations)
+    except sandbox.Refused as refused:
+        offset = _locate(stmt.sql, refused.name, function=refused.function)
+        raise _not_allowed(stmt, f"{brief(refused.name)} {refused.why}", offset) from None
+    except duckdb.Error as exc:  # DuckDB's parser on SQL sqlglot wrote: the user's to fix
+        raise SqlError(f"query failed: {brief(str(exc))}") from None
+
+
+def _resolved(
+    state: State, session: Session, stmt: st.Select, table: exp.Table
+) -> tuple[str, pa.Table, list[str]]:
+    """`_relation` of a table, or why it is refused when it is not the database's: a
+    string (a file, to DuckDB) or a name of DuckDB's own catalog."""
+    try:
+        return _relation(state, session, table)
+    except NotFoundError:
+        parts = [p for p in (table.args.get("catalog"), table.args.get("db"), table.this) if p]
+        offset = parts[0].meta.get("start") if parts else None
+        full = ".".join(p.name for p in parts)
+        if offset is not None and stmt.sql[offset : offset + 1] == "'":
+            raise _not_allowed(stmt, f"'{brief(full)}' {_FILE_TABLE}", offset) from None
+        if any(p.name.lower() in sandbox.allowed().system_names for p in parts):
+            raise _not_allowed(stmt, f"{brief(full)} {_SYSTEM_TABLE}", offset) from None
+        raise
+
+
+def _not_allowed(stmt: st.Select, message: str, offset: int | None) -> QueryNotAllowed:
+    """QueryNotAllowed at `offset` of the statement (its start when unknown)."""
+    if offset is None:
+        return QueryNotAllowed(message, sql=stmt.sql, line=stmt.pos.line, column=stmt.pos.column)
+    at = position(stmt.sql, offset)
+    line = stmt.pos.line + at.line - 1
+    column = stmt.pos.column + at.column - 1 if at.line == 1 else at.column
+    return QueryNotAllowed(message, sql=stmt.sql, line=line, column=column)
+
+
+def _locate(sql: str, name: str, *, function: bool) -> int | None:
+    """Where `name` first appears in the user's text: a function followed by `(`, a
+    table after FROM, JOIN or a comma; else anywhere (a CTE of a table's name comes
+    first, a function may be a bare SQL value such as `current_schema`)."""
+    last = re.escape(name.rsplit(".", maxsplit=1)[-1])
+    if function:
+        patterns = [rf"(?<![\w$])({last})\s*\(", rf"(?<![\w$])({last})(?![\w$])"]
+    else:
+        patterns = [rf"(?:\bfrom|\bjoin|,)\s+({last})(?![\w$])", rf"(?<![\w$])({last})(?![\w$])"]
+    for pattern in patterns:
+        found = re.search(pattern, sql, re.IGNORECASE)
+        if found:
+            return found.start(1)
+    return None
+
+
+def _placed(stmt: st.Select, prepare_it: Callable[[], Prepared]) -> Prepared:
+    """`prepare_it()`, its SqlError placed at the statement (as Engine.run does)."""
+    try:
+        return prepare_it()
+    except SqlError as err:
+        raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
 
 
 def _timestamp_columns(relations: Iterable[pa.Table]) -> dict[str, Precision]:
@@ -76,9 +183,12 @@ def _relation(state: State, session: Session, table: exp.Table) -> tuple[str, pa
     db = state.db_of(session, table.args["db"].name.lower() if table.args.get("db") else None)
     name = table.name.lower()
     cat = state.catalog
+    rights = Rights(state, session.user)
+    rights.require("read", db, name, "SELECT")  # (NotFoundError when it may not see it)
     stb = cat.stables.get((db.name, name))
     if stb is not None:
-        tables = {t.name: t for t in cat.children(db.name, name)}
+        # a READ WITH a tag condition covers only the child tables it picks
+        tables = {t.name: t for t in rights.children("read", db, stb)}
         rel = _collect(state, db, tables, stb.columns, stb.tags)
         return f"__q{next(_names)}", rel, [c.name for c in (*stb.columns, *stb.tags)]
     tb = cat.table(db.name, name)
@@ -119,7 +229,3 @@ def _expand_star(table: exp.Table, visible: list[str]) -> None:
         else:
             expanded.append(e)
     select.set("expressions", expanded)
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

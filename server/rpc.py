@@ -1,7 +1,12 @@
-"""The one error boundary of every RPC, and the protocol's enums as the server's names.
+"""The RPC layer's one place for what every call shares: how services are registered,
+the error boundary, and the protocol's enums as the server's names.
 
-Each service method is wrapped by `unary` (a unary or client-streaming call) or
-`streaming` (a server-streaming call, an async generator, whose tail is covered too).
+`add_service` registers a servicer with request decoders that never raise: bytes that
+do not parse as the method's message (or carry invalid UTF-8 in a string field) arrive
+as `Undecodable`, which the boundary answers with InvalidRequest instead of the
+UNKNOWN status gRPC would give. Each service method is wrapped by `unary` (a unary or
+client-streaming call) or `streaming` (a server-streaming call, an async generator,
+whose tail is covered too).
 A sqltopic error becomes its status code, plain message and trailing metadata
 (`proto.status.to_status`); the few failures of the machine that a client can cause
 (out of memory, out of file descriptors, a statement nested too deeply for the parser)
@@ -15,13 +20,15 @@ import errno
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import pyarrow as pa
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 
-from sqltopic.errors import Error, LimitExceeded, SqlError, TooLarge
+from sqltopic.errors import Error, InvalidRequest, LimitExceeded, SqlError, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import to_status
 from sqltopic.server.poll import Reset
@@ -44,14 +51,69 @@ RESETS: dict[int, Reset] = {
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
+class Undecodable:
+    """A request whose bytes did not parse as its message."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        self.message = message
+        self.reason = reason
+
+    def error(self) -> InvalidRequest:
+        return InvalidRequest(
+            f"the request is not a valid {self.message} message ({self.reason[:200]}): "
+            "check the client's protobuf encoding (string fields must be UTF-8)"
+        )
+
+
+def add_service(server: aio.Server, servicer: object, name: str) -> None:
+    """Register `servicer`'s methods for service `name` of sqltopic.proto."""
+    service = pb.DESCRIPTOR.services_by_name[name]
+    handlers = {}
+    for method in service.methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        make = _HANDLERS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_decoder(request),
+            response_serializer=response.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+_HANDLERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _decoder(cls: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    def decode(data: bytes) -> Message | Undecodable:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return Undecodable(cls.DESCRIPTOR.name, str(exc))
+
+    return decode
+
+
 def unary(
     method: Callable[[S, Q, Context], Awaitable[R]],
 ) -> Callable[[S, Q, Context], Awaitable[R]]:
-    """The boundary around a call that answers once."""
+    """The boundary around a call that answers once (its request may be a stream)."""
 
     @functools.wraps(method)
     async def call(self: S, request: Q, context: Context) -> R:
         try:
+            if isinstance(request, Undecodable):
+                raise request.error()
+            if hasattr(request, "__aiter__"):
+                request = cast("Q", _decoded(cast("AsyncIterator[object]", request)))
             return await method(self, request, context)
         except aio.AbortError:
             raise
@@ -70,6 +132,8 @@ def streaming(
     @functools.wraps(method)
     async def call(self: S, request: Q, context: Context) -> AsyncIterator[R]:
         try:
+            if isinstance(request, Undecodable):
+                raise request.error()
             async for item in method(self, request, context):
                 yield item
         except aio.AbortError:
@@ -78,6 +142,14 @@ def streaming(
             await fail(context, exc)
 
     return call
+
+
+async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
+    """A request stream whose every message decoded (InvalidRequest at the first not)."""
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise request.error()
+        yield request
 
 
 async def fail(context: Context, exc: Exception) -> NoReturn:

@@ -7,12 +7,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.errors import NoPermission
 from sqltopic.server import show_groups
+from sqltopic.server.privileges import Rights, privilege_rows
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
+from sqltopic.server.users import may_subscribe
 from sqltopic.server.vnode import wal_options
 from sqltopic.sql import statements as st
-from sqltopic.sql.model import Catalog
+from sqltopic.sql.model import Catalog, Database
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -49,6 +52,10 @@ SUBSCRIPTIONS = pa.schema(
      ("offset", pa.string()), ("rows", pa.int64()), ("lag", pa.int64())]
 )  # fmt: skip
 USERS = pa.schema([("name", pa.string()), ("super", pa.bool_()), ("create_time", TS)])
+USER_PRIVILEGES = pa.schema(
+    [("user_name", pa.string()), ("privilege", pa.string()), ("db_name", pa.string()),
+     ("table_name", pa.string()), ("condition", pa.string()), ("notes", pa.string())]
+)  # fmt: skip
 DESCRIBE = pa.schema(
     [("field", pa.string()), ("type", pa.string()), ("length", pa.int32()),
      ("note", pa.string())]
@@ -61,8 +68,11 @@ def show(state: State, session: Session, stmt: st.Show) -> Result:
 
 def _databases(state: State, session: Session, stmt: st.Show) -> Result:
     cat = state.catalog
+    rights = Rights(state, session.user)
     rows = []
     for db in sorted(cat.databases.values(), key=lambda d: d.name):
+        if not rights.visible(db):
+            continue
         opts = wal_options(db.wal)
         ntables = sum(1 for (d, _) in cat.tables if d == db.name)
         rows.append((
@@ -75,7 +85,9 @@ def _databases(state: State, session: Session, stmt: st.Show) -> Result:
 
 def _stables(state: State, session: Session, stmt: st.Show) -> Result:
     db = state.db_of(session, stmt.db)
-    stables = sorted((s for s in state.catalog.stables.values() if s.db == db.name),
+    rights = Rights(state, session.user)
+    stables = sorted((s for s in state.catalog.stables.values()
+                      if s.db == db.name and _sees_stable(rights, db, s.name)),
                      key=lambda s: s.name)  # fmt: skip
     rows = [(s.name, s.db, s.create_us, len(s.columns), len(s.tags)) for s in stables]
     return Result.of_rows(STABLES, rows)
@@ -84,8 +96,11 @@ def _stables(state: State, session: Session, stmt: st.Show) -> Result:
 def _tables(state: State, session: Session, stmt: st.Show) -> Result:
     db = state.db_of(session, stmt.db)
     cat = state.catalog
+    rights = Rights(state, session.user)
     rows = []
     for t in sorted((t for t in cat.tables.values() if t.db == db.name), key=lambda t: t.name):
+        if not (rights.may("read", db, t) or rights.may("write", db, t)):
+            continue
         ncols = len(cat.columns_of(db.name, t.name))
         kind = "CHILD_TABLE" if t.stable else "NORMAL_TABLE"
         rows.append((t.name, t.db, t.create_us, ncols, t.stable, t.vgroup, kind))
@@ -93,7 +108,14 @@ def _tables(state: State, session: Session, stmt: st.Show) -> Result:
 
 
 def _topics(state: State, session: Session, stmt: st.Show) -> Result:
-    topics = sorted(state.catalog.topics.values(), key=lambda t: t.name)
+    """Topics the user may consume, or whose database it may see."""
+    rights = Rights(state, session.user)
+    dbs = state.catalog.databases
+    topics = sorted(
+        (t for t in state.catalog.topics.values()
+         if may_subscribe(state, session.user, t.name) or rights.visible(dbs[t.db])),
+        key=lambda t: t.name,
+    )  # fmt: skip
     rows = [(t.name, t.db, t.create_us, t.sql, t.kind, t.meta, t.owner) for t in topics]
     return Result.of_rows(TOPICS, rows)
 
@@ -107,11 +129,29 @@ def _users(state: State, session: Session, stmt: st.Show) -> Result:
 
 
 def _consumers(state: State, session: Session, stmt: st.Show) -> Result:
-    return show_groups.consumers(state, CONSUMERS)
+    return _of_topics_consumed(state, session, show_groups.consumers(state, CONSUMERS), "topic")
 
 
 def _subscriptions(state: State, session: Session, stmt: st.Show) -> Result:
-    return show_groups.subscriptions(state, SUBSCRIPTIONS)
+    rows = show_groups.subscriptions(state, SUBSCRIPTIONS)
+    return _of_topics_consumed(state, session, rows, "topic_name")
+
+
+def _of_topics_consumed(state: State, session: Session, result: Result, column: str) -> Result:
+    """The rows of topics the user may consume (every row for root)."""
+    if Rights(state, session.user).superuser:
+        return result
+    topics = result.table.column(column).to_pylist()
+    keep = [may_subscribe(state, session.user, t) for t in topics]
+    return Result(result.table.filter(pa.array(keep, pa.bool_())))
+
+
+def _user_privileges(state: State, session: Session, stmt: st.Show) -> Result:
+    return Result.of_rows(USER_PRIVILEGES, privilege_rows(state, session))
+
+
+def _sees_stable(rights: Rights, db: Database, name: str) -> bool:
+    return rights.scope("read", db, name) is not None or rights.scope("write", db, name) is not None
 
 
 _SHOWS: dict[str, Callable[[State, Session, st.Show], Result]] = {
@@ -122,12 +162,20 @@ _SHOWS: dict[str, Callable[[State, Session, st.Show], Result]] = {
     "users": _users,
     "consumers": _consumers,
     "subscriptions": _subscriptions,
+    "user privileges": _user_privileges,
 }
 
 
 def describe(state: State, session: Session, stmt: st.Describe) -> Result:
+    """DESCRIBE needs READ or WRITE on the table (a writer needs its columns)."""
     db = state.db_of(session, stmt.table)
-    return Result.of_rows(DESCRIBE, describe_rows(state.catalog, db.name, stmt.table.name))
+    rights = Rights(state, session.user)
+    name = stmt.table.name
+    try:
+        rights.require("read", db, name, "DESCRIBE")
+    except NoPermission:
+        rights.require("write", db, name, "DESCRIBE")
+    return Result.of_rows(DESCRIBE, describe_rows(state.catalog, db.name, name))
 
 
 def describe_rows(cat: Catalog, db: str, name: str) -> list[tuple[Any, ...]]:

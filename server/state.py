@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from sqltopic.errors import SqlError
+from sqltopic.server import access
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.duck import DuckPool
 from sqltopic.server.limits import Limits
@@ -17,9 +18,9 @@ from sqltopic.server.rwlock import RWLock
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.events import Event, Key, apply
-from sqltopic.sql.model import Catalog, Database, Table
+from sqltopic.sql.model import Catalog, Database, Table, no_database
 from sqltopic.sql.statements import TableRef
-from sqltopic.wal import EntryType, WalEntry, meta_entry
+from sqltopic.wal import EntryType, Scheduler, WalEntry, meta_entry
 from sqltopic.wal.options import Clock
 
 K = TypeVar("K")
@@ -33,7 +34,7 @@ class State:
     store: CatalogStore
     vnodes: dict[int, Vnode]
     clock: Clock
-    background: bool
+    scheduler: Scheduler | None  # runs the WALs' background work; None: no such work
     limits: Limits = field(default_factory=Limits)
     lock: RWLock = field(default_factory=RWLock)
     duck: DuckPool = field(default_factory=DuckPool)
@@ -47,6 +48,8 @@ class State:
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
     # (topic, its creation time) -> (generation, the query topic's schemas: topic_reader)
     shapes: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
+    # (db, super table, privilege) -> (generation, the child tables its condition keeps)
+    grant_scopes: dict[tuple[str, str, Any], tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> the share of rows its last large read kept
     kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
 
@@ -66,12 +69,16 @@ class State:
         return self.vnodes[vgroup]
 
     def db_of(self, session: Session, ref: TableRef | str | None) -> Database:
-        """The database a reference names, or the session's current one."""
+        """The database a reference names, or the session's current one; NotFoundError
+        also when the session's user holds no right in it (server/access.py)."""
         name = ref.db if isinstance(ref, TableRef) else ref
         name = name or session.db
         if name is None:
             raise SqlError("no database selected; USE a database or write db.table")
-        return self.catalog.database(name)
+        db = self.catalog.database(name)
+        if not access.visible(self.catalog, session.user, db):
+            raise no_database(name)
+        return db
 
     def commit(self, keys: list[Key] | list[tuple[str, str, str]]) -> None:
         """Persist catalog objects changed in memory (databases, topics, users)."""

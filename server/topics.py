@@ -2,25 +2,72 @@
 
 from __future__ import annotations
 
-from sqltopic.errors import AlreadyExistsError, SchemaInUseError, TopicNotFound
+from sqlglot import exp
+
+from sqltopic.errors import AlreadyExistsError, NoPermission, SchemaInUseError, TopicNotFound
+from sqltopic.server.access import ALL
 from sqltopic.server.coordinator import Member
+from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
+from sqltopic.sql.model import Topic
+from sqltopic.sql.names import check_name
 from sqltopic.sql.topic import compile_topic
 
 
 def create_topic(state: State, session: Session, stmt: st.CreateTopic) -> Result:
+    """Needs READ on everything the topic reads: a whole table (a child table, or a
+    super or normal table with no narrowing condition), or a whole database."""
     if stmt.name in state.catalog.topics:
         if stmt.if_not_exists:
             return Result()
         raise AlreadyExistsError(f"topic {stmt.name} already exists; use IF NOT EXISTS")
+    check_name("topic", stmt.name)
+    named = _database_named(stmt, session)
+    if named in state.catalog.databases:  # (a missing one: compiling says where)
+        state.db_of(session, named)  # NotFoundError before anything else when hidden
     topic = compile_topic(
         stmt, state.catalog, current_db=session.db, owner=session.user, now_us=state.now_us()
     )
+    _check_read(state, session, topic)
     state.catalog.topics[topic.name] = topic
     state.commit([("topic", "", topic.name)])
     return Result()
+
+
+def _database_named(stmt: st.CreateTopic, session: Session) -> str | None:
+    """The database a CREATE TOPIC reads, as written (or the session's)."""
+    if stmt.kind == "database":
+        return stmt.db
+    if stmt.kind == "stable" and stmt.target is not None:
+        return stmt.target.db or session.db
+    table = stmt.query.find(exp.Table) if stmt.query is not None else None
+    if table is None:
+        return session.db
+    return table.args["db"].name.lower() if table.args.get("db") else session.db
+
+
+def _check_read(state: State, session: Session, topic: Topic) -> None:
+    rights = Rights(state, session.user)
+    db = state.catalog.database(topic.db)
+    action = f"CREATE TOPIC {topic.name}"
+    if topic.target is None:
+        rights.require_whole("read", db, action)
+        return
+    child = state.catalog.tables.get((db.name, topic.target))
+    rights.require("read", db, topic.target, action)
+    whole = (
+        rights.may("read", db, child)
+        if child is not None
+        else (rights.scope("read", db, topic.target) == ALL)
+    )
+    if not whole:
+        raise NoPermission(
+            f"{action} needs READ on all of {db.name}.{topic.target}; user {session.user}'s "
+            "READ covers only the child tables its condition picks (a topic would deliver "
+            "the others): create the topic over a child table, or ask for READ on all of it"
+        )
 
 
 def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
@@ -28,6 +75,7 @@ def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.name} does not exist")
+    Rights(state, session.user).require_topic_owner(state.catalog.topics[stmt.name], "DROP TOPIC")
     live = state.coordinator.subscribers(stmt.name) if state.coordinator else []
     if live and not stmt.force:
         raise SchemaInUseError(
@@ -50,6 +98,7 @@ def drop_consumer_group(state: State, session: Session, stmt: st.DropConsumerGro
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.topic} does not exist")
+    Rights(state, session.user).require_topic_owner(topic, "DROP CONSUMER GROUP")
     live = state.coordinator.subscribers(topic.name, stmt.group) if state.coordinator else []
     if live and not stmt.force:
         raise SchemaInUseError(

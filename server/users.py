@@ -29,9 +29,7 @@ from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
 from sqltopic.sql.model import Catalog, Topic, User
-
-# TDengine's limit on a user name, in bytes (UTF-8).
-MAX_USER_NAME_BYTES = 23
+from sqltopic.sql.names import check_name
 
 
 def create_user(state: State, session: Session, stmt: st.CreateUser) -> Result:
@@ -41,11 +39,7 @@ def create_user(state: State, session: Session, stmt: st.CreateUser) -> Result:
         raise AlreadyExistsError("user root already exists: it is the built-in superuser")
     if name in state.catalog.users:
         raise AlreadyExistsError(f"user {name} already exists; ALTER USER changes its password")
-    if len(name.encode()) > MAX_USER_NAME_BYTES:
-        raise InvalidValueError(
-            f"user name {name} is {len(name.encode())} bytes long; the limit is "
-            f"{MAX_USER_NAME_BYTES}"
-        )
+    check_name("user", name)
     check_password(name, stmt.password)
     salt = new_salt()
     user = User(name, hash_password(stmt.password, salt), salt, False, state.now_us())

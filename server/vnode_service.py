@@ -43,6 +43,7 @@ from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
+from sqltopic.server.slots import Slots
 from sqltopic.server.users import check_consumer_user, check_evict, check_subscribe
 from sqltopic.server.vnode import Vnode
 from sqltopic.wal import WalReader
@@ -60,10 +61,11 @@ INLINE_READ_BYTES = 64 << 10
 class VnodeService(pb_grpc.VnodeServicer):
     def __init__(
         self, engine: Engine, sessions: Sessions, coordinator: Coordinator,
-        executor: Executor, stopping: asyncio.Event,
+        executor: Executor, stopping: asyncio.Event, slots: Slots,
     ) -> None:  # fmt: skip
         self._engine = engine
         self._sessions = sessions
+        self._slots = slots
         self._coordinator = coordinator
         self._executor = executor
         self._stopping = stopping
@@ -87,15 +89,17 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def Poll(
         self, request: pb.PollRequest, context: Context
     ) -> AsyncIterator[pb.PollResponse]:
-        user = self._sessions.session(context.invocation_metadata()).user
-        frames = await self._poll(request, context, user)
-        for frame in frames:
-            yield frame
+        token, session = self._sessions.caller(context.invocation_metadata())
+        with self._slots.hold(token, session.user, "Poll"):
+            frames = await self._poll(request, context, session.user)
+            for frame in frames:
+                yield frame
 
     @unary
     async def Fetch(self, request: pb.PollRequest, context: Context) -> pb.PollResponse:
-        user = self._sessions.session(context.invocation_metadata()).user
-        frames = await self._poll(request, context, user, FETCH_MAX_BYTES)
+        token, session = self._sessions.caller(context.invocation_metadata())
+        with self._slots.hold(token, session.user, "Fetch"):
+            frames = await self._poll(request, context, session.user, FETCH_MAX_BYTES)
         if len(frames) > 1:
             raise TooLarge(
                 f"Fetch: the message from version {request.position} of topic "

@@ -16,8 +16,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqltopic.errors import AlreadyExistsError, InvalidValueError, NotFoundError, SqlError
-from sqltopic.server.ddl import check_table_name, tag_values
+from sqltopic.errors import (
+    AlreadyExistsError,
+    InvalidValueError,
+    NoPermission,
+    NotFoundError,
+    SqlError,
+    excerpt,
+)
+from sqltopic.server.ddl import tag_values
+from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
 from sqltopic.server.rwlock import WouldBlock
@@ -27,6 +35,7 @@ from sqltopic.sql import events
 from sqltopic.sql.insert import Insert, InsertPart
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
+from sqltopic.sql.names import check_name
 from sqltopic.sql.statements import TableRef
 from sqltopic.sql.types import ColumnType
 from sqltopic.sql.values import to_arrow
@@ -44,10 +53,29 @@ class _NeedsExclusive(Exception):
 class Plan:
     """What a write will append, per vgroup, and the DDL events among it."""
 
+    rights: Rights
     entries: dict[int, list[WalEntry]] = field(default_factory=dict)
     created: dict[tuple[str, str], Table] = field(default_factory=dict)
     rows: int = 0
     exclusive: bool = False
+
+    def check_write(self, db: Database, table: Table) -> None:
+        """NotFoundError or NoPermission unless the user may write rows to `table`."""
+        if not self.rights.may("write", db, table):
+            self.rights.require("write", db, table.name, "writing rows")
+
+    def check_create(self, db: Database, stb: SuperTable, name: str, tags: dict[str, Any]) -> None:
+        """NoPermission unless the user may create child table `name` of `stb` with these
+        tags: WRITE on the database, or on `stb` covering the tags."""
+        rights = self.rights
+        if rights.may_create("write", db, stb, name, tags):
+            return
+        rights.require("write", db, stb.name, "writing rows")
+        raise NoPermission(
+            f"creating child table {db.name}.{name} of {stb.name} with these tags needs "
+            f"WRITE on them; user {rights.user}'s WRITE on {db.name}.{stb.name} covers only "
+            "child tables whose tags meet its condition"
+        )
 
     def add_data(self, table: Table, batch: pa.RecordBatch) -> None:
         tagged = tag_batch(batch, table)
@@ -62,11 +90,12 @@ class Plan:
         self.created[(table.db, table.name)] = table
 
 
-def _run(state: State, build: Any) -> int:
-    """Plan under the shared lock, or alone if tables must be created; then append."""
+def _run(state: State, user: str, build: Any) -> int:
+    """Plan under the shared lock, or alone if tables must be created; then append. The
+    user's rights are read under the lock too: they are the catalog's of the moment."""
     try:
         with state.lock.shared():
-            plan = build(Plan())
+            plan = build(Plan(Rights(state, user)))
             if state.lock.no_wait and any(
                 state.vnode(vgroup).wal.options.level >= 2 for vgroup in plan.entries
             ):
@@ -76,7 +105,7 @@ def _run(state: State, build: Any) -> int:
     except _NeedsExclusive:
         pass
     with state.lock.exclusive():
-        plan = build(Plan(exclusive=True))
+        plan = build(Plan(Rights(state, user), exclusive=True))
         state.write_entries(plan.entries)
         return int(plan.rows)
 
@@ -92,7 +121,7 @@ def insert(state: State, session: Session, stmt: Insert) -> Result:
             _plan_part(state, session, plan, part, now)
         return plan
 
-    return Result(affected_rows=_run(state, build))
+    return Result(affected_rows=_run(state, session.user, build))
 
 
 def _plan_part(state: State, session: Session, plan: Plan, part: InsertPart, now: int) -> None:
@@ -119,13 +148,16 @@ def _target(
     if existing is not None:
         if part.using is not None and existing.stable != part.using.name:
             raise SqlError(f"table {name} exists and is not a child table of {part.using.name}")
+        if (db.name, name) not in plan.created:  # those passed check_create
+            plan.check_write(db, existing)
         return existing  # as in TDengine, the TAGS of an existing child are not applied
     assert part.using is not None
     if (db.name, name) in state.catalog.stables:
         raise AlreadyExistsError(f"{db.name}.{name} is a super table; name the child table")
-    check_table_name(name)
+    check_name("table", name)
     stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
     tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
+    plan.check_create(db, stb, name, tags)
     table = Table(
         db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
     )
@@ -187,17 +219,32 @@ def _split_by_table(
 ) -> None:
     if TBNAME not in rows.column_names:
         raise SqlError(f"writing through super table {stb.name} needs a tbname column")
-    names = rows.column(TBNAME)
-    if names.null_count:
+    if rows.column(TBNAME).null_count:
         raise InvalidValueError(f"tbname may not be NULL when writing to {stb.name}")
-    for name in pc.unique(names).to_pylist():
-        subset = rows.filter(pc.equal(names, name))
+    listed = [c for c in stb.columns if c.name in rows.column_names]
+    if stb.columns[0] not in listed:
+        raise SqlError(f"the timestamp column {stb.columns[0].name} must be given")
+    for name, subset in _by_table(rows):
         table = _child(state, plan, db, stb, name.lower(), subset, now)
-        listed = [c for c in stb.columns if c.name in subset.column_names]
-        if stb.columns[0] not in listed:
-            raise SqlError(f"the timestamp column {stb.columns[0].name} must be given")
         batch = subset.select([c.name for c in listed]).combine_chunks().to_batches()[0]
         plan.add_data(table, _fill(batch, stb.columns, db))
+
+
+def _by_table(rows: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The rows of each `tbname`, in the order the names first appear, each table's rows
+    in their order. One stable sort: a filter per name would cost rows x tables, and a
+    gateway's batch names a table per row."""
+    if rows.num_rows == 0:
+        return []
+    order = pc.sort_indices(rows.column(TBNAME))  # stable: equal names keep their order
+    ordered = rows.take(order)
+    names = ordered.column(TBNAME).combine_chunks()
+    changes = pc.not_equal(names.slice(1), names.slice(0, len(names) - 1))
+    starts = [0, *(i + 1 for i in pc.indices_nonzero(changes).to_pylist())]
+    ends = [*starts[1:], len(names)]
+    firsts = order.take(pa.array(starts)).to_pylist()  # where each name first appears
+    runs = sorted(zip(firsts, starts, ends, strict=True))
+    return [(names[a].as_py(), ordered.slice(a, b - a)) for _, a, b in runs]
 
 
 def _child(
@@ -208,8 +255,10 @@ def _child(
     if existing is not None:
         if existing.stable != stb.name:
             raise SqlError(f"table {name} is not a child table of {stb.name}")
+        if (db.name, name) not in plan.created:  # those passed check_create
+            plan.check_write(db, existing)
         return existing
-    check_table_name(name)
+    check_name("table", name)
     if (db.name, name) in state.catalog.stables:
         raise AlreadyExistsError(f"{db.name}.{name} is a super table, not a child table name")
     given = [t for t in stb.tags if t.name in rows.column_names]
@@ -219,6 +268,7 @@ def _child(
         )
     tags: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
     tags.update({t.name: _first(rows.column(t.name)) for t in given})
+    plan.check_create(db, stb, name, tags)
     table = Table(
         db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
     )
@@ -251,7 +301,9 @@ def write_arrow(
             checked = _check_arrow(table, _stable_fields(stb), stb.name, db, stb.columns[0].name)
             _split_by_table(state, plan, db, stb, checked, now)
         else:
+            plan.rights.require("write", db, ref.name, "writing rows")
             tb = state.catalog.table(db.name, ref.name)
+            plan.check_write(db, tb)
             columns = _table_columns(state, plan, tb)
             fields = {c.name: c for c in columns}
             checked = _check_arrow(table, fields, tb.name, db, columns[0].name)
@@ -261,7 +313,7 @@ def write_arrow(
                 plan.add_data(tb, _fill(batch, columns, db))
         return plan
 
-    return _run(state, build)
+    return _run(state, session.user, build)
 
 
 def _stable_fields(stb: SuperTable) -> dict[str, Column]:
@@ -314,6 +366,7 @@ def _check_length(values: pa.ChunkedArray, col: Column, target: str) -> None:
         row = pc.index(lengths, longest).as_py()
         unit = "characters" if col.type.name == "NCHAR" else "bytes"
         raise InvalidValueError(
-            f"value {values[row].as_py()!r} for column {col.name} ({col.type.sql()}) of "
-            f"{target}, row {row + 1}: {longest} {unit} is longer than {col.type.length}"
+            f"value {excerpt(str(values[row].as_py()))} for column {col.name} "
+            f"({col.type.sql()}) of {target}, row {row + 1}: {longest} {unit} is longer "
+            f"than {col.type.length}"
         )

@@ -10,15 +10,26 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.errors import DataFileDamaged
 from sqltopic.sql.events import Key
-from sqltopic.sql.model import Catalog, Column, Database, SuperTable, Table, Topic, User
+from sqltopic.sql.model import (
+    Catalog,
+    Column,
+    Database,
+    Privilege,
+    SuperTable,
+    Table,
+    Topic,
+    User,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -34,6 +45,29 @@ BUSY_TIMEOUT_S = 5.0
 
 # The catalog's file name in a data directory.
 CATALOG_FILE = "catalog.sqlite"
+CATALOG_DAMAGED = (
+    "the catalog is damaged; restore catalog.sqlite (with its -wal file) from a backup of "
+    'the data directory (docs/operations.md, "Damaged files")'
+)
+# SQLite's result codes for a file that is not a database or is corrupt.
+_SQLITE_DAMAGE = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+@contextmanager
+def damage_reported(path: Path, what_to_do: str) -> Iterator[None]:
+    """DataFileDamaged naming `path` for an SQLite file that is not a database or is
+    corrupt, or whose rows do not decode; other errors (no descriptors, no permission)
+    pass as they are."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) not in _SQLITE_DAMAGE:
+            raise
+        raise DataFileDamaged(f"{path}: {what_to_do} ({exc})", path=str(path)) from None
+    except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        raise DataFileDamaged(
+            f"{path}: {what_to_do} (a row does not decode: {type(exc).__name__})", path=str(path)
+        ) from None
 
 
 def load_readonly(path: Path) -> tuple[Catalog, dict[int, int]]:
@@ -52,12 +86,18 @@ class CatalogStore:
     """Reads the whole catalog at open; writes changed objects in one transaction."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._db = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        try:
+            with damage_reported(path, CATALOG_DAMAGED):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()
@@ -66,7 +106,8 @@ class CatalogStore:
 
     def load(self) -> tuple[Catalog, dict[int, int]]:
         """The catalog and, per vgroup, the last WAL version applied to it."""
-        return _load(self._db)
+        with damage_reported(self.path, CATALOG_DAMAGED):
+            return _load(self._db)
 
     # --- writing -------------------------------------------------------------------------
 
@@ -194,13 +235,16 @@ def _topic_field(name: str, value: Any) -> Any:
 
 
 def _dump_user(u: User) -> dict[str, Any]:
-    return {**asdict(u), "subscribe": dict(u.subscribe)}
+    privileges = [{**asdict(p), "uses": list(p.uses)} for p in u.privileges]
+    return {**asdict(u), "subscribe": dict(u.subscribe), "privileges": privileges}
 
 
 def _load_database(c: Catalog, r: dict[str, Any]) -> None:
+    # databases of a data directory from before privileges belong to root
     c.databases[r["name"]] = Database(
-        r["name"], tuple(r["vgroups"]), r["precision"], r["wal"], r["create_us"]
-    )
+        r["name"], tuple(r["vgroups"]), r["precision"], r["wal"], r["create_us"],
+        str(r.get("owner") or "root"),
+    )  # fmt: skip
 
 
 def _load_stable(c: Catalog, r: dict[str, Any]) -> None:
@@ -224,8 +268,11 @@ def _load_table(c: Catalog, r: dict[str, Any]) -> None:
 
 def _load_user(c: Catalog, r: dict[str, Any]) -> None:
     granted = {str(t): int(us) for t, us in (r.get("subscribe") or {}).items()}
+    privileges = tuple(
+        Privilege(**{**p, "uses": tuple(p.get("uses") or ())}) for p in r.get("privileges") or ()
+    )
     user = User(r["name"], r["password_hash"], r["salt"], bool(r.get("superuser")),
-                r["create_us"], granted)  # fmt: skip
+                r["create_us"], granted, privileges)  # fmt: skip
     c.users[user.name] = user
 
 

@@ -37,7 +37,12 @@ _TOPIC_REFUSED_TAILS = (
     "PARTITION", "SLIMIT", "SOFFSET", "INTERVAL", "SESSION", "STATE_WINDOW", "EVENT_WINDOW",
     "COUNT_WINDOW",
 )  # fmt: skip
-SHOW_KINDS = ("DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "USERS")
+SHOW_KINDS = (
+    "DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "USERS",
+    "USER PRIVILEGES",
+)  # fmt: skip
+# Database privileges GRANT and REVOKE name (TDengine's priv_type, and ALL).
+RIGHTS = ("READ", "WRITE", "ALL")
 
 
 # --- expressions -----------------------------------------------------------------------
@@ -133,6 +138,16 @@ class TdUser(exp.Expression):
 
 class TdGrant(exp.Expression):
     arg_types = {"this": True, "user": True, "revoke": False}
+
+
+class TdGrantRights(exp.Expression):
+    """GRANT/REVOKE READ, WRITE or ALL ON db.tb | db.* | *.* [WITH condition] TO user:
+    `rights` are the words, `db` and `this` (the table) an Identifier or a Star."""
+
+    arg_types = {
+        "this": True, "rights": True, "db": True, "condition": False, "user": True,
+        "revoke": False,
+    }  # fmt: skip
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -432,6 +447,8 @@ class TDengineParser(DuckDBParser):
         if self._next and self._next.token_type == TokenType.DOT:
             db = self._td_name("database")
             self._match(TokenType.DOT)
+        if not db and self._match_text_seq("USER", "PRIVILEGES"):
+            return TdShow(this=exp.var("USER PRIVILEGES"))
         word = self._curr.text.upper() if self._curr else ""
         if word not in SHOW_KINDS or (db and word not in ("STABLES", "TABLES")):
             self.raise_error(f"unsupported SHOW; use SHOW {', '.join(SHOW_KINDS)}")
@@ -445,10 +462,49 @@ class TDengineParser(DuckDBParser):
         return TdUse(this=self._td_name("database"))
 
     def _td_grant(self, *, revoke: bool) -> exp.Expression:
-        self._td_expect("SUBSCRIBE", "ON")
+        if not self._match_text_seq("SUBSCRIBE"):
+            return self._td_grant_rights(revoke=revoke)
+        self._td_expect("ON")
         topic = self._td_name("topic")
         self._td_expect("FROM" if revoke else "TO")
         return TdGrant(this=topic, user=self._td_name("user"), revoke=revoke)
+
+    def _td_grant_rights(self, *, revoke: bool) -> exp.Expression:
+        rights = [self._td_right()]
+        while self._match(TokenType.COMMA):
+            rights.append(self._td_right())
+        self._td_expect("ON")
+        db = self._td_level("database")
+        if not self._match(TokenType.DOT):
+            self.raise_error("expected db.table, db.* or *.* after ON")
+        table = self._td_level("table")
+        condition = None
+        if self._match(TokenType.WITH):
+            if self._curr is not None and self._curr.text.upper() in ("TO", "FROM"):
+                self.raise_error("expected a tag condition after WITH")
+            condition = self._parse_disjunction()
+        self._td_expect("FROM" if revoke else "TO")
+        return TdGrantRights(
+            this=table, rights=rights, db=db, condition=condition,
+            user=self._td_name("user"), revoke=revoke,
+        )  # fmt: skip
+
+    def _td_right(self) -> exp.Expression:
+        word = self._curr.text.upper() if self._curr else ""
+        if word not in RIGHTS:
+            self.raise_error(
+                "expected SUBSCRIBE, or database privileges READ, WRITE or ALL "
+                "(e.g. GRANT READ, WRITE ON power.* TO alice)"
+            )
+        self._advance()
+        if word == "ALL":
+            self._match_text_seq("PRIVILEGES")
+        return exp.var(word)
+
+    def _td_level(self, what: str) -> exp.Expression:
+        if self._match(TokenType.STAR):
+            return exp.Star()
+        return self._td_name(what)
 
 
 # --- generating ----------------------------------------------------------------------
@@ -513,6 +569,14 @@ def _show_sql(gen: Any, e: TdShow) -> str:
     return f"SHOW {db}{e.this.name}"
 
 
+def _grant_rights_sql(gen: Any, e: TdGrantRights) -> str:
+    rights = ", ".join(r.name for r in e.args["rights"])
+    level = f"{gen.sql(e, 'db')}.{gen.sql(e, 'this')}"
+    condition = f" WITH {gen.sql(e, 'condition')}" if e.args.get("condition") else ""
+    verb, to = ("REVOKE", "FROM") if e.args.get("revoke") else ("GRANT", "TO")
+    return f"{verb} {rights} ON {level}{condition} {to} {gen.sql(e, 'user')}"
+
+
 def _grant_sql(gen: Any, e: TdGrant) -> str:
     if e.args.get("revoke"):
         return f"REVOKE SUBSCRIBE ON {gen.sql(e, 'this')} FROM {gen.sql(e, 'user')}"
@@ -545,6 +609,7 @@ class TDengineGenerator(DuckDBGenerator):
             f"{e.args['action']} USER {g.sql(e, 'this')} PASS {g.sql(e, 'password')}"
         ),
         TdGrant: _grant_sql,
+        TdGrantRights: _grant_rights_sql,
         TdValue: lambda g, e: e.name,
     }
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from sqltopic.errors import NotFoundError, TopicNotFound
+from sqltopic.errors import NotFoundError, TopicNotFound, excerpt, shorten
 from sqltopic.sql.types import ColumnType, Precision
 
 TopicKind = Literal["query", "stable", "database"]
@@ -48,6 +48,7 @@ class Database:
     precision: Precision
     wal: dict[str, int]  # WAL_* options as given: keyword -> value
     create_us: int
+    owner: str = "root"  # the creator, who holds every right on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,32 @@ class Topic:
     output_schema: pa.Schema | None = None  # exact Arrow output of a query topic
 
 
+Right = Literal["read", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class Privilege:
+    """A database privilege: `right` on table `table` of database `db` (None: every
+    table; both None: every database), for a super table optionally only on the child
+    tables whose tags meet `condition`. `db_us` and `table_us` are the creation times of
+    the database and table granted on, so that a grant never carries over to a namesake
+    created after a DROP."""
+
+    right: Right
+    db: str | None
+    table: str | None
+    condition: str | None = None  # the tag condition as written (TDengine SQL)
+    filter_sql: str | None = None  # ... compiled: DuckDB SQL over the tags relation
+    uses: tuple[str, ...] = ()  # the tags the condition reads
+    db_us: int = 0
+    table_us: int = 0
+
+    @property
+    def level(self) -> str:
+        """`db.table`, `db.*` or `*.*`, as GRANT writes it."""
+        return f"{self.db or '*'}.{self.table or '*'}"
+
+
 @dataclass(frozen=True, slots=True)
 class User:
     """A user created with CREATE USER (root is built in: its password is the server's
@@ -119,6 +146,7 @@ class User:
     superuser: bool
     create_us: int
     subscribe: dict[str, int] = field(default_factory=dict)  # topic -> its create_us
+    privileges: tuple[Privilege, ...] = ()
 
 
 @dataclass(slots=True)
@@ -135,27 +163,27 @@ class Catalog:
     def database(self, name: str) -> Database:
         db = self.databases.get(name)
         if db is None:
-            raise NotFoundError(f"database {name!r} does not exist; create it first")
+            raise no_database(name)
         return db
 
     def stable(self, db: str, name: str) -> SuperTable:
         self.database(db)
         stb = self.stables.get((db, name))
         if stb is None:
-            raise NotFoundError(f"super table {db}.{name} does not exist")
+            raise NotFoundError(f"super table {db}.{shorten(name)} does not exist")
         return stb
 
     def table(self, db: str, name: str) -> Table:
         self.database(db)
         tb = self.tables.get((db, name))
         if tb is None:
-            raise NotFoundError(f"table {db}.{name} does not exist")
+            raise NotFoundError(f"table {db}.{shorten(name)} does not exist")
         return tb
 
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicNotFound(f"topic {name!r} does not exist")
+            raise TopicNotFound(f"topic {excerpt(name)} does not exist")
         return topic
 
     def columns_of(self, db: str, name: str) -> tuple[Column, ...]:
@@ -172,6 +200,12 @@ class Catalog:
 
     def exists(self, db: str, name: str) -> bool:
         return (db, name) in self.tables or (db, name) in self.stables
+
+
+def no_database(name: str) -> NotFoundError:
+    """The error for a database that does not exist (or that the user may not see: the
+    same words, so that names do not leak)."""
+    return NotFoundError(f"database {excerpt(name)} does not exist; create it first")
 
 
 def _find(columns: tuple[Column, ...], name: str) -> Column | None:

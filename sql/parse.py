@@ -18,6 +18,7 @@ from sqltopic.errors import (
     SqlSyntaxError,
     TopicNotStateless,
     UnsupportedStatement,
+    excerpt,
 )
 from sqltopic.sql import dialect as d
 from sqltopic.sql import statements as s
@@ -29,6 +30,17 @@ _SKIP_OR_SEMI = re.compile(
     r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|;", re.S
 )
 _LEADING = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)
+# Quoted text and comments, whose parentheses do not nest, and parentheses.
+_SKIP_OR_PAREN = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|[()]", re.S
+)
+# Parentheses a statement may nest: far beyond what people write, and well inside what
+# the parser and the analyses after it can recurse through (about 50 levels would
+# exhaust Python's stack in sqlglot).
+MAX_NESTING = 32
+# Characters of one number literal: a double written out in full has at most 309
+# integral digits; longer is a mistake (and Python refuses ints over 4,300 digits).
+MAX_NUMBER_CHARS = 400
 _INSERT = re.compile(r"insert\b", re.I)
 
 # sqlglot logs a warning before falling back to an unparsed Command; sqltopic refuses
@@ -71,6 +83,7 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
     """One statement (no trailing `;`). `pos` places it inside a longer text."""
     pos = pos or s.Pos(1, 1)
     try:
+        _check_nesting(sql, pos)
         if _INSERT.match(sql):
             from sqltopic.sql.insert import parse_insert  # noqa: PLC0415  (its own fast parser)
 
@@ -87,6 +100,31 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
         return build(tree, sql, pos)
     except SqlError as err:
         raise err.at(sql, pos.line, pos.column) from None
+    except RecursionError:
+        raise SqlSyntaxError(
+            "the statement is nested too deeply to parse: use fewer nested NOTs, CASEs, "
+            "signs or operators",
+            sql=sql, line=pos.line, column=pos.column,
+        ) from None  # fmt: skip
+
+
+def _check_nesting(sql: str, pos: s.Pos) -> None:
+    """SqlSyntaxError at the parenthesis that opens level MAX_NESTING + 1."""
+    depth = 0
+    for m in _SKIP_OR_PAREN.finditer(sql):
+        token = m.group()
+        if token == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                at = position(sql, m.start())
+                line, column = _shift(pos, at.line, at.column)
+                raise SqlSyntaxError(
+                    f"parentheses nested deeper than {MAX_NESTING} levels: simplify the "
+                    "expression or split the statement",
+                    sql=sql, line=line, column=column,
+                )  # fmt: skip
+        elif token == ")":
+            depth -= 1
 
 
 def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
@@ -107,6 +145,13 @@ def _parse_tree(sql: str, pos: s.Pos) -> exp.Expression:
     tree = trees[0] if len(trees) == 1 else None
     if not isinstance(tree, exp.Expression):
         raise SqlSyntaxError("expected one statement", sql=sql, line=pos.line, column=pos.column)
+    for literal in tree.find_all(exp.Literal):
+        if not literal.is_string and len(literal.this) > MAX_NUMBER_CHARS:
+            raise SqlSyntaxError(
+                f"a number of {len(literal.this)} characters ({excerpt(literal.this)}): "
+                f"number literals have at most {MAX_NUMBER_CHARS}",
+                sql=sql, line=pos.line, column=pos.column,
+            )  # fmt: skip
     return tree
 
 
@@ -181,9 +226,14 @@ def _options(e: exp.Expression) -> dict[str, Any]:
             raw, sign = raw.this, "-"
         text = raw.this if isinstance(raw, exp.Literal) else raw.name
         number = isinstance(raw, exp.Literal) and not raw.is_string
+        if number and len(text) > MAX_OPTION_DIGITS:
+            raise SqlError(f"{opt.this.name.upper()} {sign}{excerpt(text)} is out of range")
         out[opt.this.name.upper()] = int(sign + text) if number else text
     return out
 
+
+# Digits of a database option's value: every option fits a 64-bit integer.
+MAX_OPTION_DIGITS = 19
 
 Builder = Callable[[Any, str, s.Pos], s.Statement]
 
@@ -275,6 +325,25 @@ def _user(e: d.TdUser, sql: str, pos: s.Pos) -> s.Statement:
     return cls(sql=sql, pos=pos, name=name(e.this), password=e.args["password"].this)
 
 
+def _grant_rights(e: d.TdGrantRights, sql: str, pos: s.Pos) -> s.Statement:
+    words = {r.name for r in e.args["rights"]}
+    rights: tuple[s.Right, ...] = (
+        ("read", "write")
+        if "ALL" in words
+        else tuple(r for r in ("read", "write") if r.upper() in words)
+    )
+    db, table = e.args["db"], e.this
+    cond = e.args.get("condition")
+    return s.GrantRights(
+        sql=sql, pos=pos, rights=rights,
+        db=None if isinstance(db, exp.Star) else name(db),
+        table=None if isinstance(table, exp.Star) else name(table),
+        user=name(e.args["user"]), condition=cond,
+        condition_sql=cond.sql(dialect=d.TDengine) if cond is not None else None,
+        revoke=bool(e.args.get("revoke")),
+    )  # fmt: skip
+
+
 _BUILDERS: dict[type[exp.Expression], Builder] = {
     d.TdCreateDatabase: lambda e, sql, pos: s.CreateDatabase(
         sql=sql, pos=pos, name=name(e.this), if_not_exists=bool(e.args.get("exists")),
@@ -306,6 +375,7 @@ _BUILDERS: dict[type[exp.Expression], Builder] = {
     ),
     d.TdCreateTopic: _create_topic,
     d.TdUser: _user,
+    d.TdGrantRights: _grant_rights,
     d.TdGrant: lambda e, sql, pos: s.Grant(
         sql=sql, pos=pos, topic=name(e.this), user=name(e.args["user"]),
         revoke=bool(e.args.get("revoke")),

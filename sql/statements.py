@@ -79,7 +79,14 @@ class Use(Statement):
 
 
 ShowWhat = Literal[
-    "databases", "stables", "tables", "topics", "consumers", "subscriptions", "users"
+    "databases",
+    "stables",
+    "tables",
+    "topics",
+    "consumers",
+    "subscriptions",
+    "users",
+    "user privileges",
 ]
 
 
@@ -201,4 +208,22 @@ class Grant(Statement):
 
     topic: str
     user: str
+    revoke: bool = False
+
+
+Right = Literal["read", "write"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRights(Statement):
+    """GRANT READ | WRITE | ALL [, ...] ON db.table | db.* | *.* [WITH condition] TO user
+    (`revoke`: REVOKE ... FROM user). `db` and `table` are None for `*`; `condition` is
+    a tag condition (with a super table only), as written in `condition_sql`."""
+
+    rights: tuple[Right, ...]
+    db: str | None
+    table: str | None
+    user: str
+    condition: exp.Expression | None = None
+    condition_sql: str | None = None
     revoke: bool = False

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqltopic.errors import InvalidValueError
+from sqltopic.errors import EXCERPT_CHARS, InvalidValueError, excerpt
 from sqltopic.sql.model import Column
 from sqltopic.sql.scan import (
     EXPRESSION_RE,
@@ -77,6 +77,9 @@ FLOAT32_MAX = 3.4028234663852886e38
 # Decimal exponents beyond this cannot be rounded into a 64-bit integer: refuse early,
 # before `int()` builds a huge number.
 _MAX_INTEGER_EXPONENT = 20
+# Characters of an integer token (sign, 0x/0b prefix and 64 binary digits included) beyond
+# which no column type can hold it.
+_MAX_INTEGER_CHARS = 70
 # A timestamp is stored as a signed 64-bit count of ticks.
 _INT64 = INTEGER_RANGES["BIGINT"]
 # TDengine's date-time strings (and everything Arrow's ISO 8601 cast accepts, so that
@@ -151,12 +154,20 @@ def _radix(text: str) -> bool:
     return "x" in text or "X" in text or "b" in text or "B" in text
 
 
+def _int(text: str, base: int = 10) -> int:
+    """`int(text, base)`, refusing what no column could hold before Python builds it
+    (and before its 4,300-digit limit raises a bare ValueError)."""
+    if len(text) > _MAX_INTEGER_CHARS:
+        raise _Rejected(f"a number of {len(text)} characters is out of range for any type")
+    return int(text, base)
+
+
 def _integer(text: str) -> int:
     """A number token as an integer: hex/binary exact, decimals rounded half away from 0."""
     if _radix(text):
-        return int(text, 0)
+        return _int(text, 0)
     if _INTEGER_RE.fullmatch(text):
-        return int(text)
+        return _int(text)
     number = Decimal(text)
     if number.adjusted() > _MAX_INTEGER_EXPONENT:
         raise _Rejected("out of range for any integer type")
@@ -169,7 +180,7 @@ def _to_float(kind: ValueKind, text: str, t: ColumnType, ctx: _Context) -> float
     if kind != "number":
         raise _Rejected("not a number")
     try:
-        value = float(int(text, 0)) if _radix(text) else float(text)
+        value = float(_int(text, 0)) if _radix(text) else float(text)
     except OverflowError:
         value = math.inf
     limit = FLOAT32_MAX if t.name == "FLOAT" else math.inf
@@ -180,7 +191,7 @@ def _to_float(kind: ValueKind, text: str, t: ColumnType, ctx: _Context) -> float
 
 def _to_bool(kind: ValueKind, text: str, t: ColumnType, ctx: _Context) -> bool:
     if kind == "number":
-        return (int(text, 0) if _radix(text) else float(text)) != 0
+        return (_int(text, 0) if _radix(text) else float(text)) != 0
     if kind in ("bool", "string") and text.lower() in ("true", "false"):
         return text.lower() == "true"
     raise _Rejected("not a boolean (use true, false, 1 or 0)")
@@ -210,7 +221,7 @@ def _timestamp(kind: ValueKind, text: str, ctx: _Context) -> int:
     if kind == "number":
         if _INTEGER_RE.fullmatch(text) is None:
             raise _Rejected(_NOT_A_TIMESTAMP)
-        return int(text)
+        return _int(text)
     if kind == "string":
         return _timestamp_text(text, ctx)
     if kind == "now":
@@ -221,7 +232,7 @@ def _timestamp(kind: ValueKind, text: str, ctx: _Context) -> int:
 def _timestamp_text(text: str, ctx: _Context) -> int:
     """A quoted timestamp: a date-time, an integer, or 'now'/'today' (as TDengine)."""
     if _INTEGER_RE.fullmatch(text):
-        return int(text)
+        return _int(text)
     if text.lower() in ("now", "today"):
         return _now(text, ctx)
     return parse_datetime(text, ctx.precision)
@@ -242,8 +253,10 @@ def _expression(text: str, ctx: _Context) -> int:
         return value
     unit = m.group("unit").lower()
     if unit not in _UNIT_NS:
-        raise _Rejected(f"unknown time unit {m.group('unit')!r}; use b, u, a, s, m, h, d or w")
-    delta = int(m.group("amount")) * _UNIT_NS[unit] // _PRECISION_NS[ctx.precision]
+        raise _Rejected(
+            f"unknown time unit {excerpt(m.group('unit'))}; use b, u, a, s, m, h, d or w"
+        )
+    delta = _int(m.group("amount")) * _UNIT_NS[unit] // _PRECISION_NS[ctx.precision]
     return value + delta if m.group("sign") == "+" else value - delta
 
 
@@ -331,8 +344,10 @@ def convert_value(
 
 
 def shown(kind: ValueKind, text: str) -> str:
-    """A value as it would be written, for messages."""
-    return "'" + text.replace("'", "''") + "'" if kind == "string" else text
+    """A value as it would be written, for messages: at most EXCERPT_CHARS of it, the
+    cut marked with an ellipsis (a message never echoes a large value whole)."""
+    cut = text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else "")
+    return "'" + cut.replace("'", "''") + "'" if kind == "string" else cut
 
 
 # --- conversion to Arrow -----------------------------------------------------------------

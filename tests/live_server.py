@@ -52,13 +52,24 @@ class ServerProcess:
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[str] = []
+        self._errors_done = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
+        # stderr is read as it comes: a server that logs much would otherwise fill the
+        # pipe and block in its logging call
+        threading.Thread(target=self._pump_errors, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self._lines.put(line)
         self._lines.put(None)
+
+    def _pump_errors(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._errors.append(line)
+        self._errors_done.set()
 
     def wait_ready(self) -> str:
         """The ready line; fails if the process exits or the deadline passes first."""
@@ -80,10 +91,10 @@ class ServerProcess:
             self.proc.wait(timeout=STOP_DEADLINE_S)
 
     def stderr(self) -> str:
-        assert self.proc.stderr is not None
-        if self.proc.poll() is None:
-            return ""
-        return self.proc.stderr.read()
+        """What the server wrote to stderr so far (all of it, once it has exited)."""
+        if self.proc.poll() is not None:
+            self._errors_done.wait(timeout=STOP_DEADLINE_S)
+        return "".join(self._errors)
 
 
 @pytest.fixture

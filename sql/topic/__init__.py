@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
 from sqltopic.errors import SqlError
 from sqltopic.sql import layout
 from sqltopic.sql.model import TBNAME, Catalog, Topic
-from sqltopic.sql.statements import CreateTopic
+from sqltopic.sql.statements import CreateTopic, Statement
 from sqltopic.sql.topic.compare import coerce_timestamp_literals
-from sqltopic.sql.topic.compile import COMPILERS
+from sqltopic.sql.topic.compile import COMPILERS, tag_filter
 from sqltopic.sql.topic.rules import (
     SCALAR_FUNCTIONS,
     STATEFUL_FUNCTIONS,
@@ -61,8 +62,10 @@ __all__ = [
     "STATEFUL_FUNCTIONS",
     "TBNAME_LENGTH",
     "UNKNOWN_STRING_LENGTH",
+    "compile_tag_condition",
     "compile_topic",
     "matching_tables",
+    "tables_matching",
     "topic_schema",
 ]
 
@@ -104,12 +107,28 @@ def matching_tables(topic: Topic, tags: pa.Table, con: duckdb.DuckDBPyConnection
     topic delivers, in the order of `tags`. `con` is the calling thread's cursor."""
     if topic.filter_sql is None:
         return [str(name) for name in tags.column(TBNAME).to_pylist()]
-    query = f'SELECT "{TBNAME}" FROM "{layout.TAGS}" WHERE {topic.filter_sql}'
+    try:
+        return tables_matching(topic.filter_sql, tags, con)
+    except duckdb.Error as err:
+        raise SqlError(f"the tag condition of topic {topic.name!r} failed: {err}") from None
+
+
+def tables_matching(filter_sql: str, tags: pa.Table, con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The `tbname`s of `tags` (a `layout.tags_schema` table) whose row meets a compiled
+    tag condition, in order; raises duckdb.Error when the condition fails."""
+    query = f'SELECT "{TBNAME}" FROM "{layout.TAGS}" WHERE {filter_sql}'
     con.register(layout.TAGS, tags)
     try:
         rows = con.sql(query).to_arrow_table()
-    except duckdb.Error as err:
-        raise SqlError(f"the tag condition of topic {topic.name!r} failed: {err}") from None
     finally:
         con.unregister(layout.TAGS)
     return [str(name) for name in rows.column(0).to_pylist()]
+
+
+def compile_tag_condition(
+    stmt: Statement, catalog: Catalog, db: str, stable: str, condition: exp.Expr
+) -> tuple[str, tuple[str, ...]]:
+    """A tag condition on super table `db.stable` (GRANT ... WITH) as DuckDB SQL over the
+    tags relation, and the tags it reads: the rules of a stable topic's WHERE (tags,
+    `tbname`, constants and scalar functions). SqlError with a position otherwise."""
+    return tag_filter(condition.copy(), find_target(catalog, db, stable), Text.of(stmt))

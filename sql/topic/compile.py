@@ -69,12 +69,13 @@ def _stable_topic(
         )
     if stmt.where is None:
         return Compiled(db=target.db, target=target.name)
-    filter_sql, uses = _tag_filter(stmt.where.copy(), target, text)
+    filter_sql, uses = tag_filter(stmt.where.copy(), target, text)
     return Compiled(db=target.db, target=target.name, filter_sql=filter_sql, uses=uses)
 
 
-def _tag_filter(cond: exp.Expr, target: Target, text: Text) -> tuple[str, tuple[str, ...]]:
-    """A stable topic's condition as DuckDB SQL over the tags relation, and the tags used."""
+def tag_filter(cond: exp.Expr, target: Target, text: Text) -> tuple[str, tuple[str, ...]]:
+    """A stable topic's (or a privilege's) condition as DuckDB SQL over the tags
+    relation, and the tags used."""
     check_parts([cond], text)
     used = bind_columns(cond, Scope(target, frozenset({target.name}), tags_only=True), text)
     tree = exp.Select(expressions=[quoted(TBNAME)]).from_(relation(layout.TAGS)).where(cond)

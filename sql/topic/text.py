@@ -12,7 +12,7 @@ from sqlglot.tokenizer_core import Token, TokenType
 from sqltopic.errors import SqlError
 from sqltopic.sql.dialect import TDengine
 from sqltopic.sql.parse import position
-from sqltopic.sql.statements import CreateTopic, Pos
+from sqltopic.sql.statements import Pos, Statement
 
 # Tokens that may stand between a node without a position and its keyword: `CASE WHEN`.
 _FILLERS = frozenset({"(", "WHEN", "DISTINCT", "ALL"})
@@ -33,7 +33,7 @@ class Text:
     tokens: tuple[Token, ...]
 
     @classmethod
-    def of(cls, stmt: CreateTopic) -> Text:
+    def of(cls, stmt: Statement) -> Text:
         try:
             tokens = tuple(TDengine().tokenize(stmt.sql))
         except SqlglotError:

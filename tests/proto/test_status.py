@@ -20,6 +20,8 @@ def _instance(cls: type[e.Error]) -> e.Error:
         return cls("bad record", path="/data/x.log", offset=48)
     if cls is e.VersionNotRetained:
         return cls(2, 10, 20)
+    if cls is e.DataFileDamaged:
+        return cls("/data/catalog.sqlite: the catalog is damaged", path="/data/catalog.sqlite")
     return cls("it went wrong")
 
 
@@ -58,6 +60,10 @@ def test_every_class_round_trips(cls: type[e.Error]) -> None:
         (e.RebalanceInProgress("x"), Code.UNAVAILABLE),
         (e.WalCorruptionError("x", path="p", offset=0), Code.DATA_LOSS),
         (e.WalLockedError("x"), Code.INTERNAL),
+        (e.InvalidRequest("x"), Code.INVALID_ARGUMENT),
+        (e.LimitExceeded("x"), Code.RESOURCE_EXHAUSTED),
+        (e.LoginThrottled("x", retry_after_s=2.0), Code.UNAUTHENTICATED),
+        (e.DataFileDamaged("x", path="p"), Code.DATA_LOSS),
     ],
 )
 def test_codes_follow_the_protocol(err: e.Error, code: Code) -> None:

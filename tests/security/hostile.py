@@ -44,7 +44,9 @@ class UserWire:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def subscribe(self, group: str, topics: Iterable[str], **fields: object) -> pb.SubscribeResponse:
+    def subscribe(
+        self, group: str, topics: Iterable[str], **fields: object
+    ) -> pb.SubscribeResponse:
         request = pb.SubscribeRequest(group_id=group, topics=list(topics), **fields)  # type: ignore[arg-type]
         return self.mnode.Subscribe(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
 

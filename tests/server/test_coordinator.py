@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sqltopic.errors import ConfigError, ConsumerFenced, RebalanceInProgress, WalCorruptionError
+from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged, RebalanceInProgress
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
 from sqltopic.server.coordinator_store import CoordinatorStore
 
@@ -223,7 +223,7 @@ def test_the_state_survives_a_restart_through_its_store(tmp_path: Path, clock: C
 
 def test_a_damaged_state_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "mnode.json").write_text('{"format": 1, "members": [')
-    with pytest.raises(WalCorruptionError, match=r"consumer group state .* is damaged"):
+    with pytest.raises(DataFileDamaged, match=r"mnode\.json: the consumer group state is damaged"):
         CoordinatorStore(tmp_path).load()
 
 

@@ -1,5 +1,6 @@
-"""DuckDB connections per thread and queries split into parts (server/duck.py), and the
-choice of a split for large reads of selective topics (server/topic_reader.py)."""
+"""DuckDB connections per thread and queries split into parts (server/duck.py), the
+locked-down settings of every connection and the bounded database of ad hoc queries, and
+the choice of a split for large reads of selective topics (server/topic_reader.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from sqltopic.server import topic_reader
 from sqltopic.server.duck import DuckPool, query
 from sqltopic.server.engine import Engine
+from sqltopic.server.limits import MIB
 from tests.server.support import blocks
 
 SQL = "SELECT i, i * 2 AS twice FROM part WHERE i % 3 = 0"
@@ -55,7 +57,7 @@ def test_each_thread_has_its_own_connections_and_parts_run_single_threaded() -> 
 
 def test_connections_refuse_files_and_setting_changes() -> None:
     pool = DuckPool()
-    for con in (pool.get(), pool.serial()):
+    for con in (pool.get(), pool.serial(), pool.queries(64 * MIB).cursor()):
         with pytest.raises(duckdb.Error):
             con.sql("SELECT * FROM read_csv('/etc/passwd')").fetchall()
         with pytest.raises(duckdb.Error):
@@ -88,3 +90,28 @@ def test_large_reads_of_a_selective_topic_are_split(
         [v for b in blocks(items) for v in b.data["voltage"].to_pylist()] for items in reads
     )
     assert first == second == list(range(7, 1000, 50))
+
+
+def test_no_connection_installs_or_loads_an_extension() -> None:
+    pool = DuckPool()
+    for con in (pool.get(), pool.serial(), pool.queries(64 * MIB).cursor()):
+        with pytest.raises(duckdb.CatalogException, match="sqlite_scanner"):
+            con.sql("SELECT * FROM sqlite_scan('x.db', 't')").fetchall()
+        off = con.sql(
+            "SELECT count(*) FROM duckdb_settings() WHERE value = 'false' AND name IN "
+            "('autoinstall_known_extensions', 'autoload_known_extensions', "
+            "'allow_community_extensions', 'enable_external_access')"
+        ).fetchall()
+        assert off == [(4,)]
+
+
+def test_the_query_database_is_shared_bounded_and_never_spills() -> None:
+    """One database for every ad hoc query (its memory limit is for them all), made at
+    the first call; over the limit a query fails, as nothing may go to disk."""
+    pool = DuckPool()
+    db = pool.queries(32 * MIB)
+    assert pool.queries(32 * MIB) is db
+    con = db.cursor()
+    with pytest.raises(duckdb.OutOfMemoryException):
+        con.sql("SELECT i FROM range(20000000) t(i) ORDER BY i DESC").fetchall()
+    assert con.sql("SELECT count(*) FROM range(20000000)").fetchall() == [(20_000_000,)]

@@ -1,18 +1,33 @@
 """Ad hoc SELECT over retained WAL data: super tables (tags, tbname, aggregates, GROUP BY,
 ORDER BY), child tables (`*` is the data columns) and normal tables, against DuckDB over
-the same rows."""
+the same rows; the sandbox's refusals with their positions, and the result, memory and
+time limits of the embedded engine."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
 import pytest
 
-from sqltopic.errors import SqlError
+from sqltopic.errors import QueryNotAllowed, QueryTimeout, SqlError, TooLarge
+from sqltopic.server import query
 from sqltopic.server.engine import Engine
+from sqltopic.server.limits import Limits
+from sqltopic.server.query_run import MESSAGE_CHARS, QueryRun, brief
 from sqltopic.server.result import Session
+from sqltopic.sql import statements as st
+from sqltopic.sql.parse import parse
 from tests.server.dataset import DATA_NAMES, NORMAL_NAMES, TAG_NAMES, Loaded
 from tests.server.support import norm_rows
 
 _DATA = ", ".join(DATA_NAMES)
+# A thread the test waits for is stuck if it has not got there by then.
+WAIT_S = 60.0
 
 # (engine SQL, reference SQL over the plain tables, or None for the same text)
 QUERIES = [
@@ -172,3 +187,154 @@ def test_timestamps_compare_with_integers_and_date_times(engine: Engine, precisi
         assert [v for (v,) in rows] == expected, where
     with pytest.raises(SqlError, match="'yesterday' is not a timestamp"):
         engine.execute("SELECT v FROM t WHERE ts > 'yesterday'")
+
+
+# --- the sandbox and the limits (server/sandbox.py, server/query_run.py) -------------------
+
+# Rows of `big` in the limit tests: its cross join with itself (640,000 rows) is far
+# beyond the small limits below, and a triple join (512 million) runs for minutes.
+BIG_ROWS = 800
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+    """Engines with some limits set, each on its own directory, holding table `big`."""
+    opened: list[Engine] = []
+
+    def factory(**limits: int) -> Engine:
+        engine = Engine(tmp_path / f"e{len(opened)}", background=False, limits=Limits(**limits))
+        opened.append(engine)
+        engine.execute(
+            "CREATE DATABASE d; USE d; CREATE TABLE big (ts TIMESTAMP, v INT, s BINARY(40))"
+        )
+        ts = pa.array([1_700_000_000_000 + i for i in range(BIG_ROWS)], pa.timestamp("ms"))
+        values = pa.array(range(BIG_ROWS), pa.int32())
+        labels = pa.array([f"row {i:036d}" for i in range(BIG_ROWS)], pa.string())
+        engine.write("big", pa.table({"ts": ts, "v": values, "s": labels}))
+        return engine
+
+    yield factory
+    for engine in opened:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "culprit", "column"),
+    [
+        ("SELECT * FROM range(10)", "range", 15),
+        ("SELECT count(*) FROM meters, generate_series(1, 9) g", "generate_series", 30),
+        ("SELECT *\n  FROM duckdb_settings()", "duckdb_settings", 8),
+        ("SELECT current_setting('threads')", "current_setting", 8),
+        ("SELECT * FROM 'meters.csv'", "meters.csv", 15),
+        ("SELECT * FROM information_schema.tables", "information_schema.tables", 15),
+        ("SELECT i FROM meters WHERE i IN (SELECT 1 FROM pragma_version())", "pragma_version", 48),
+        ("WITH sqlite_master AS (SELECT * FROM sqlite_master) SELECT 1", "sqlite_master", 38),
+    ],
+)
+def test_the_sandbox_names_what_it_refuses_and_where(
+    loaded: Loaded, sql: str, culprit: str, column: int
+) -> None:
+    with pytest.raises(QueryNotAllowed) as info:
+        loaded.engine.execute(sql)
+    assert culprit in info.value.message
+    line = 2 if "\n" in sql else 1
+    assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_the_query_database_is_bounded_and_locked(loaded: Loaded) -> None:
+    db = loaded.engine.state.duck.queries(loaded.engine.state.limits.query_memory_bytes)
+    cursor = db.cursor()
+    settings = dict(
+        cursor.sql(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN ('memory_limit', "
+            "'temp_directory', 'enable_external_access', 'lock_configuration', "
+            "'autoinstall_known_extensions', 'autoload_known_extensions', "
+            "'allow_community_extensions', 'python_enable_replacements')"
+        ).fetchall()
+    )
+    assert settings == {
+        "memory_limit": "2.0 GiB",
+        "temp_directory": "",
+        "enable_external_access": "false",
+        "lock_configuration": "true",
+        "autoinstall_known_extensions": "false",
+        "autoload_known_extensions": "false",
+        "allow_community_extensions": "false",
+        "python_enable_replacements": "false",
+    }
+    cursor.close()
+
+
+def test_a_result_over_max_result_bytes_is_refused(limited: Callable[..., Engine]) -> None:
+    engine = limited(max_result_bytes=64 * 1024)
+    assert engine.execute("SELECT count(*) FROM big").rows == [(BIG_ROWS,)]
+    with pytest.raises(TooLarge, match="--max-result-bytes") as info:
+        engine.execute("SELECT a.v, b.s FROM big a, big b")
+    assert "64 KiB" in str(info.value)
+    assert engine.execute("SELECT count(*) FROM big").rows == [(BIG_ROWS,)]
+
+
+def test_a_query_over_query_memory_bytes_is_refused(limited: Callable[..., Engine]) -> None:
+    engine = limited(query_memory_bytes=32 * 1024 * 1024)
+    with pytest.raises(TooLarge, match="--query-memory-bytes") as info:
+        engine.execute("SELECT a.s, b.s, a.v + b.v AS w FROM big a, big b ORDER BY w, a.s")
+    assert "32 MiB" in str(info.value)
+    assert engine.execute("SELECT max(v) FROM big").rows == [(BIG_ROWS - 1,)]
+
+
+def test_a_query_past_query_timeout_ms_is_interrupted(limited: Callable[..., Engine]) -> None:
+    engine = limited(query_timeout_ms=200)
+    with pytest.raises(QueryTimeout, match=r"--query-timeout-ms \(200 ms\)"):
+        engine.execute("SELECT count(*) FROM big a, big b, big c WHERE a.v + b.v + c.v = -1")
+    assert engine.execute("SELECT count(*) FROM big").rows == [(BIG_ROWS,)]
+
+
+def test_query_errors_quote_a_bounded_excerpt(loaded: Loaded) -> None:
+    long = "x" * 10_000
+    with pytest.raises(SqlError) as info:
+        loaded.engine.execute(f"SELECT CAST('{long}' AS INTEGER) FROM meters")
+    message = info.value.message
+    assert len(message) <= MESSAGE_CHARS
+    assert "xxxx…" in message
+    assert long not in message
+
+
+def test_brief_cuts_quotations_and_the_whole_message() -> None:
+    quoted = "Conversion Error: Could not convert string '" + "y" * 500 + "' to INT32\nLINE 1: ..."
+    assert brief(quoted) == f"Conversion Error: Could not convert string '{'y' * 79}…' to INT32"
+    assert len(brief("z" * 1000)) == MESSAGE_CHARS
+    assert brief("") == "unknown error"
+
+
+def test_a_run_closed_from_another_thread_stops_at_once(
+    limited: Callable[..., Engine], caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() interrupts the DuckDB call in flight on a worker (what a cancelled call
+    does), and the worker is free again."""
+    engine = limited()
+    state = engine.state
+    stmt = parse("SELECT count(*) FROM big a, big b, big c WHERE a.v + b.v + c.v = -1")[0]
+    assert isinstance(stmt, st.Select)
+    run = QueryRun(state.limits)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            query.start(state, query.prepare(state, engine.session, stmt), stmt, run)
+            run.next_batch()
+        except BaseException as exc:  # what the worker ends with
+            failure.append(exc)
+
+    worker = threading.Thread(target=work)
+    caplog.set_level(logging.INFO, logger="sqltopic.server")
+    worker.start()
+    deadline = time.monotonic() + WAIT_S
+    while not run.in_flight and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.in_flight, "the query did not start"
+    run.close()
+    worker.join(WAIT_S)
+    assert not worker.is_alive(), "the interrupted query still runs"
+    assert len(failure) == 1
+    assert not isinstance(failure[0], SqlError | TooLarge | QueryTimeout)
+    assert "ad hoc query interrupted, its worker free" in caplog.text

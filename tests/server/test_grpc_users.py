@@ -30,9 +30,11 @@ TOPIC = "CREATE TOPIC t1 AS STABLE power.meters"
 
 @pytest.fixture
 def granted(conn: Connection) -> Connection:
-    """Root's connection, with power.meters (8 rows), topic t1 and user alice."""
+    """Root's connection, with power.meters (8 rows), topic t1 and user alice, who may
+    read database power (SUBSCRIBE rights are separate: granted in each test)."""
     conn.execute(POWER)
     conn.execute(f"{METERS}; {TOPIC}; CREATE USER alice PASS '{PASSWORD}'")
+    conn.execute("GRANT READ ON power.* TO alice")
     return conn
 
 

@@ -11,6 +11,8 @@ from sqltopic.server import vnode_service
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
+from sqltopic.server.limits import Limits
+from sqltopic.server.slots import Slots
 from sqltopic.server.vnode_service import VnodeService
 from sqltopic.wal import WalReader
 
@@ -39,8 +41,9 @@ def run_soon(engine: Engine, probe: Probe, position: int, reader: WalReader) -> 
     async def main() -> str:
         with ThreadPoolExecutor(2) as executor:
             service = VnodeService(
-                engine, Sessions("pw"), Coordinator(lambda _: []), executor, asyncio.Event()
-            )
+                engine, Sessions("pw"), Coordinator(lambda _: []), executor, asyncio.Event(),
+                Slots(Limits()),
+            )  # fmt: skip
             return await service._soon(position, reader, probe)
 
     return asyncio.run(main())

@@ -257,6 +257,13 @@ PARSES: list[ParseRow | pytest.ParameterSet] = [
     ("GRANT SUBSCRIBE ON t TO u", st.Grant, {"topic": "t", "user": "u", "revoke": False}),
     ("grant subscribe on Topic_Meters to Bob", st.Grant, {"topic": "topic_meters", "user": "bob", "revoke": False}),
     ("REVOKE SUBSCRIBE ON t FROM u", st.Grant, {"topic": "t", "user": "u", "revoke": True}),
+    ("GRANT READ ON power.* TO alice", st.GrantRights, {"rights": ["read"], "db": "power", "table": None, "user": "alice", "revoke": False}),
+    ("grant read, write on Power.Meters to Bob", st.GrantRights, {"rights": ["read", "write"], "db": "power", "table": "meters", "user": "bob"}),
+    ("GRANT ALL ON *.* TO u", st.GrantRights, {"rights": ["read", "write"], "db": None, "table": None}),
+    ("GRANT ALL PRIVILEGES ON d.t TO u", st.GrantRights, {"rights": ["read", "write"], "db": "d", "table": "t"}),
+    ("GRANT WRITE ON power.meters WITH groupid = 2 AND location = 'x' TO u", st.GrantRights, {"rights": ["write"], "condition_sql": "groupid = 2 AND location = 'x'"}),
+    ("REVOKE WRITE, READ ON d.* FROM u", st.GrantRights, {"rights": ["read", "write"], "db": "d", "table": None, "revoke": True}),
+    ("SHOW USER PRIVILEGES", st.Show, {"what": "user privileges"}),
 ]
 # fmt: on
 
@@ -354,6 +361,10 @@ ROUND_TRIPS: list[tuple[str, str] | pytest.ParameterSet] = [
     ("show users", "SHOW USERS"),
     ("grant subscribe on t to u", "GRANT SUBSCRIBE ON t TO u"),
     ("revoke subscribe on t from u", "REVOKE SUBSCRIBE ON t FROM u"),
+    ("grant read , write on power.* to u", "GRANT READ, WRITE ON power.* TO u"),
+    ("grant all on *.* to u", "GRANT ALL ON *.* TO u"),
+    ("revoke write on d.stb with groupid=2 from u", "REVOKE WRITE ON d.stb WITH groupid = 2 FROM u"),
+    ("show user privileges", "SHOW USER PRIVILEGES"),
 ]
 # fmt: on
 
@@ -428,7 +439,10 @@ FAILS: list[Fail] = [
     Fail("CREATE STABLE s ts TIMESTAMP TAGS (t INT)", SqlSyntaxError, 1, 17, "expected ( and a list of columns"),
     Fail("CREATE USER u PASS secret", SqlSyntaxError, 1, 20, "expected the password as a quoted string"),
     Fail("CREATE USER u", SqlSyntaxError, 1, 13, "expected PASS"),
-    Fail("GRANT SELECT ON t TO u", SqlSyntaxError, 1, 7, "expected SUBSCRIBE ON"),
+    Fail("GRANT SELECT ON t TO u", SqlSyntaxError, 1, 7, "expected SUBSCRIBE, or database privileges READ, WRITE or ALL"),
+    Fail("GRANT READ ON power TO u", SqlSyntaxError, 1, 21, "expected db.table, db.* or *.* after ON"),
+    Fail("GRANT READ ON power.* WITH TO u", SqlSyntaxError, 1, 28, "expected a tag condition after WITH"),
+    Fail("GRANT READ, SUBSCRIBE ON power.* TO u", SqlSyntaxError, 1, 13, "expected SUBSCRIBE, or database privileges"),
     Fail("GRANT SUBSCRIBE ON t FROM u", SqlSyntaxError, 1, 22, "expected TO"),
     Fail("REVOKE SUBSCRIBE ON t TO u", SqlSyntaxError, 1, 23, "expected FROM"),
     Fail("ALTER TABLE t ADD COLUMN c INT", SqlSyntaxError, 1, 15, "expected SET TAG"),

@@ -308,7 +308,10 @@ class ResultHeader(_message.Message):
     AFFECTED_ROWS_FIELD_NUMBER: _builtins.int
     DATABASE_FIELD_NUMBER: _builtins.int
     row_count: _builtins.int
-    """Rows in the result (0 for statements without rows)."""
+    """Rows in the result (0 for statements without rows); -1 when the rows are streamed
+    and their number is not known ahead (a SELECT answered by Execute): count the rows
+    of the Arrow stream.
+    """
     affected_rows: _builtins.int
     """Rows written by an INSERT, or objects created/changed/dropped by DDL; 0 for
     queries and SHOW.

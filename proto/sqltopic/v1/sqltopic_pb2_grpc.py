@@ -185,7 +185,11 @@ class SqlServicer:
         the last one: first a frame with the header, then the Arrow IPC stream of its rows
         in chunks. An error in any statement stops the run (earlier statements stay done)
         and fails the call with the error of that statement. Writes (INSERT) are
-        acknowledged only after their WAL append at the database's WAL_LEVEL.
+        acknowledged only after their WAL append at the database's WAL_LEVEL. A last
+        SELECT is streamed as DuckDB produces it (header `row_count` -1): an error while
+        its rows are read (the server's result size or time limit, a runtime error) ends
+        the stream with that error after the frames already sent. Cancelling the call, or
+        its deadline passing, stops the query.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

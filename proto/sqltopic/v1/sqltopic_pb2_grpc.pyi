@@ -124,7 +124,11 @@ class SqlStub:
     the last one: first a frame with the header, then the Arrow IPC stream of its rows
     in chunks. An error in any statement stops the run (earlier statements stay done)
     and fails the call with the error of that statement. Writes (INSERT) are
-    acknowledged only after their WAL append at the database's WAL_LEVEL.
+    acknowledged only after their WAL append at the database's WAL_LEVEL. A last
+    SELECT is streamed as DuckDB produces it (header `row_count` -1): an error while
+    its rows are read (the server's result size or time limit, a runtime error) ends
+    the stream with that error after the frames already sent. Cancelling the call, or
+    its deadline passing, stops the query.
     """
     Run: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.ExecuteRequest, _sqltopic_pb2.ExecuteResponse]
     """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
@@ -151,7 +155,11 @@ class SqlAsyncStub(SqlStub):
     the last one: first a frame with the header, then the Arrow IPC stream of its rows
     in chunks. An error in any statement stops the run (earlier statements stay done)
     and fails the call with the error of that statement. Writes (INSERT) are
-    acknowledged only after their WAL append at the database's WAL_LEVEL.
+    acknowledged only after their WAL append at the database's WAL_LEVEL. A last
+    SELECT is streamed as DuckDB produces it (header `row_count` -1): an error while
+    its rows are read (the server's result size or time limit, a runtime error) ends
+    the stream with that error after the frames already sent. Cancelling the call, or
+    its deadline passing, stops the query.
     """
     Run: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.ExecuteRequest, _sqltopic_pb2.ExecuteResponse]  # type: ignore[assignment]
     """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
@@ -181,7 +189,11 @@ class SqlServicer(metaclass=_abc_1.ABCMeta):
         the last one: first a frame with the header, then the Arrow IPC stream of its rows
         in chunks. An error in any statement stops the run (earlier statements stay done)
         and fails the call with the error of that statement. Writes (INSERT) are
-        acknowledged only after their WAL append at the database's WAL_LEVEL.
+        acknowledged only after their WAL append at the database's WAL_LEVEL. A last
+        SELECT is streamed as DuckDB produces it (header `row_count` -1): an error while
+        its rows are read (the server's result size or time limit, a runtime error) ends
+        the stream with that error after the frames already sent. Cancelling the call, or
+        its deadline passing, stops the query.
         """
 
     @_abc_1.abstractmethod
