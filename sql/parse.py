@@ -83,11 +83,11 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
     """One statement (no trailing `;`). `pos` places it inside a longer text."""
     pos = pos or s.Pos(1, 1)
     try:
-        _check_nesting(sql, pos)
         if _INSERT.match(sql):
             from sqltopic.sql.insert import parse_insert  # noqa: PLC0415  (its own fast parser)
 
-            return parse_insert(sql, pos)
+            return parse_insert(sql, pos)  # (not recursive: any nesting is fine)
+        _check_nesting(sql, pos)
         tree = _parse_tree(sql, pos)
         build = _BUILDERS.get(type(tree))
         if build is None:
