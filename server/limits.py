@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -48,43 +48,41 @@ class Limits:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Limits:
-        return cls(
-            max_write_bytes=args.max_write_bytes,
-            max_result_bytes=args.max_result_bytes,
-            query_timeout_ms=args.query_timeout_ms,
-            query_memory_bytes=args.query_memory_bytes,
-            max_streams_per_session=args.max_streams_per_session,
-            max_streams_per_user=args.max_streams_per_user,
-        )
+        """The limits `add_arguments`' options set (each option is its field's name)."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+# Each limit's option: its field (the option is the field's name with dashes), how the
+# value is written, and what it bounds; the default comes from `Limits`.
+_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("max_write_bytes", "SIZE", "Arrow bytes one Write call may carry"),
+    ("max_result_bytes", "SIZE", "Arrow bytes one ad hoc query may answer with"),
+    ("query_timeout_ms", "MS", "longest an ad hoc query may run"),
+    ("query_memory_bytes", "SIZE", "memory DuckDB may use for ad hoc queries"),
+    ("max_streams_per_session", "N", "open streams and waiting polls per session"),
+    ("max_streams_per_user", "N", "open streams and waiting polls per user"),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The limits' options, for `sqltopic server`."""
     group = parser.add_argument_group("limits (docs/security.md)")
-    group.add_argument(
-        "--max-write-bytes", type=size, default=DEFAULT_MAX_WRITE_BYTES, metavar="SIZE",
-        help="Arrow bytes one Write call may carry (default 256MiB)",
-    )  # fmt: skip
-    group.add_argument(
-        "--max-result-bytes", type=size, default=DEFAULT_MAX_RESULT_BYTES, metavar="SIZE",
-        help="Arrow bytes one ad hoc query may answer with (default 1GiB)",
-    )  # fmt: skip
-    group.add_argument(
-        "--query-timeout-ms", type=positive, default=DEFAULT_QUERY_TIMEOUT_MS, metavar="MS",
-        help="longest an ad hoc query may run (default 60000)",
-    )  # fmt: skip
-    group.add_argument(
-        "--query-memory-bytes", type=size, default=DEFAULT_QUERY_MEMORY_BYTES, metavar="SIZE",
-        help="memory DuckDB may use for ad hoc queries (default 2GiB)",
-    )  # fmt: skip
-    group.add_argument(
-        "--max-streams-per-session", type=positive, default=DEFAULT_MAX_STREAMS_PER_SESSION,
-        metavar="N", help="open streams and waiting polls per session (default 256)",
-    )  # fmt: skip
-    group.add_argument(
-        "--max-streams-per-user", type=positive, default=DEFAULT_MAX_STREAMS_PER_USER,
-        metavar="N", help="open streams and waiting polls per user (default 65536)",
-    )  # fmt: skip
+    defaults = Limits()
+    for name, metavar, meaning in _OPTIONS:
+        default = getattr(defaults, name)
+        shown = _shown(default) if metavar == "SIZE" else str(default)
+        group.add_argument(
+            "--" + name.replace("_", "-"), dest=name, default=default, metavar=metavar,
+            type=size if metavar == "SIZE" else positive, help=f"{meaning} (default {shown})",
+        )  # fmt: skip
+
+
+def _shown(value: int) -> str:
+    """A byte count in the largest unit it is a whole number of."""
+    for unit, factor in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if value % factor == 0:
+            return f"{value // factor}{unit}"
+    return str(value)
 
 
 def size(text: str) -> int:

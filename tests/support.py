@@ -1,5 +1,6 @@
-"""Helpers shared by the WAL and engine tests: killing a writing child process at a chosen
-point, and filling a WAL with meters entries."""
+"""Helpers shared by the WAL, engine and security tests: killing a writing child process
+at a chosen point, filling a WAL with meters entries, and Arrow IPC streams as a client
+writes them."""
 
 from __future__ import annotations
 
@@ -51,3 +52,15 @@ def append_meters(
     """`count` appends of one entry each: `rows` meters rows, numbered on from the last's."""
     for i in range(count):
         wal.append([data_entry(meters(rows, start=i * rows))])
+
+
+def ipc_stream(table: pa.Table, batch_rows: int | None = None, **options: object) -> bytes:
+    """`table` as the Arrow IPC stream a client's Write sends: in batches of at most
+    `batch_rows` rows (one per chunk of `table` by default), with writer `options`."""
+    sink = pa.BufferOutputStream()
+    write_options = pa.ipc.IpcWriteOptions(**options)
+    with pa.ipc.new_stream(sink, table.schema, options=write_options) as writer:
+        for batch in table.to_batches(max_chunksize=batch_rows):
+            writer.write_batch(batch)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data

@@ -24,6 +24,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from tests.client.support import config, drain
 from tests.live_server import POWER, ServerProcess
 from tests.security.hostile import CALL_TIMEOUT_S, refusal
+from tests.support import ipc_stream
 
 # Status codes a bad payload may get: each is a clear sqltopic error of the client's.
 CLIENT_CODES = {
@@ -43,14 +44,6 @@ ROWS = pa.table(
         "location": ["California.SanFrancisco", "California.LosAngeles", "x"],
     }
 )
-
-
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
 
 
 class Writer:
@@ -99,7 +92,9 @@ def count(conn: Connection, table: str = "power.meters") -> int:
 
 def with_offsets(offsets: tuple[int, ...], data: bytes = b"abcdef") -> bytes:
     """A payload for power.notes whose `msg` offsets and bytes are replaced."""
-    good = ipc(pa.table({"ts": pa.array([1, 2, 3], pa.timestamp("ms")), "msg": ["ab", "cd", "ef"]}))
+    good = ipc_stream(
+        pa.table({"ts": pa.array([1, 2, 3], pa.timestamp("ms")), "msg": ["ab", "cd", "ef"]})
+    )
     at, body = good.find(struct.pack("<4i", 0, 2, 4, 6)), good.find(b"abcdef")
     out = bytearray(good)
     out[at : at + 16] = struct.pack("<4i", *offsets)
@@ -114,7 +109,7 @@ def with_offsets(offsets: tuple[int, ...], data: bytes = b"abcdef") -> bytes:
         (with_offsets((0, 2, 4, 7000)), "column 'msg' holds invalid Arrow data"),
         (with_offsets((0, 4, 2, 6)), "column 'msg' holds invalid Arrow data"),
         (with_offsets((0, 2, 4, 6), b"a\xc3(def"), "column 'msg' holds invalid Arrow data"),
-        (ipc(ROWS)[:-40], "ends inside a message"),
+        (ipc_stream(ROWS)[:-40], "ends inside a message"),
         (b"garbage!" * 10, "continuation marker"),
     ],
 )
@@ -122,7 +117,8 @@ def test_damaged_payloads_are_refused_and_write_nothing(
     writer: Writer, power: Connection, payload: bytes, says: str
 ) -> None:
     writer.write(
-        "power.notes", ipc(pa.table({"ts": pa.array([5], pa.timestamp("ms")), "msg": ["kept"]}))
+        "power.notes",
+        ipc_stream(pa.table({"ts": pa.array([5], pa.timestamp("ms")), "msg": ["kept"]})),
     )
     code, error, message = refusal(lambda: writer.write("power.notes", payload))
     assert (code, error) == (grpc.StatusCode.INVALID_ARGUMENT, "InvalidValueError")
@@ -143,14 +139,14 @@ def test_compressed_payloads_are_refused(writer: Writer, power: Connection) -> N
 
 def test_a_nested_column_is_refused_naming_it(writer: Writer, power: Connection) -> None:
     bad = ROWS.append_column("voltage2", pa.array([[1], [2], [3]]))
-    code, _, message = refusal(lambda: writer.write("power.meters", ipc(bad)))
+    code, _, message = refusal(lambda: writer.write("power.meters", ipc_stream(bad)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "column 'voltage2' has Arrow type list<item: int64>" in message
     assert count(power) == 0
 
 
 def test_a_payload_split_anywhere_into_frames_is_written(writer: Writer, power: Connection) -> None:
-    data = ipc(ROWS)
+    data = ipc_stream(ROWS)
     assert writer.write("power.meters", *(data[i : i + 5] for i in range(0, len(data), 5))) == 3
     assert count(power) == 3
 
@@ -160,7 +156,9 @@ def test_a_payload_split_anywhere_into_frames_is_written(writer: Writer, power: 
 )
 @given(
     flips=st.lists(
-        st.tuples(st.integers(0, len(ipc(ROWS)) - 1), st.integers(1, 255)), min_size=1, max_size=4
+        st.tuples(st.integers(0, len(ipc_stream(ROWS)) - 1), st.integers(1, 255)),
+        min_size=1,
+        max_size=4,
     )
 )
 def test_random_damage_never_stores_what_cannot_be_read(
@@ -176,7 +174,7 @@ def test_random_damage_never_stores_what_cannot_be_read(
             "TAGS (location VARCHAR(64))"
         )
         before = count(conn, "fz.meters")
-        data = bytearray(ipc(ROWS.drop_columns([])))
+        data = bytearray(ipc_stream(ROWS.drop_columns([])))
         for at, xor in flips:
             data[at] ^= xor
         w = Writer(server.address)
@@ -196,7 +194,7 @@ def test_every_acknowledged_row_is_consumed_after_damage(
 ) -> None:
     """Damage at every byte of the payload, one at a time: what the server acknowledged
     a consumer of the super table receives, and nothing else."""
-    data = ipc(ROWS)
+    data = ipc_stream(ROWS)
     acknowledged = 0
     for at in range(len(data)):
         bad = bytearray(data)
@@ -223,7 +221,7 @@ def test_a_call_over_the_write_limit_is_refused_as_it_arrives(tmp_path: Path) ->
             writer = Writer(proc.address)
             pulled = 0
             gate = threading.Event()
-            data = ipc(ROWS)
+            data = ipc_stream(ROWS)
             n = 200_000  # ~25 MiB of Arrow, were it all sent
             big = pa.table(
                 {
@@ -233,7 +231,7 @@ def test_a_call_over_the_write_limit_is_refused_as_it_arrives(tmp_path: Path) ->
                 }
             )
             chunk = 64 * 1024
-            whole = ipc(big)
+            whole = ipc_stream(big)
             parts = len(range(0, len(whole), chunk))
 
             def frames() -> Iterator[pb.WriteRequest]:
@@ -267,10 +265,12 @@ def test_a_sigkill_during_a_refused_write_leaves_the_wal_as_it_was(tmp_path: Pat
         with connect(proc.address) as conn:
             conn.execute(POWER)
         writer = Writer(proc.address)
-        assert writer.write("power.meters", ipc(ROWS)) == 3
+        assert writer.write("power.meters", ipc_stream(ROWS)) == 3
         n = 50_000
-        big = ipc(pa.table({"tbname": ["d9"] * n, "ts": pa.array(range(n), pa.timestamp("ms")),
-                            "location": ["y" * 100] * n}))  # fmt: skip
+        big = ipc_stream(
+            pa.table({"tbname": ["d9"] * n, "ts": pa.array(range(n), pa.timestamp("ms")),
+                      "location": ["y" * 100] * n})
+        )  # fmt: skip
         code, _, _ = refusal(lambda: writer.write("power.meters", big[: 1 << 19], big[1 << 19 :]))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         sent = threading.Event()

@@ -12,15 +12,7 @@ import pytest
 
 from sqltopic.errors import InvalidValueError
 from sqltopic.server import arrow_check
-
-
-def stream(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
-
+from tests.support import ipc_stream
 
 ACCEPTED = [
     pa.array([None, None], pa.null()),
@@ -43,7 +35,7 @@ ACCEPTED = [
 @pytest.mark.parametrize("values", ACCEPTED, ids=lambda v: str(v.type))
 def test_every_type_a_column_takes_passes(values: pa.Array) -> None:
     table = pa.table({"c": values})
-    assert arrow_check.decode(stream(table)).equals(table)
+    assert arrow_check.decode(ipc_stream(table)).equals(table)
 
 
 REFUSED = [
@@ -59,12 +51,12 @@ REFUSED = [
 @pytest.mark.parametrize("values", REFUSED, ids=lambda v: str(v.type))
 def test_other_types_are_refused_naming_the_column(values: pa.Array) -> None:
     with pytest.raises(InvalidValueError, match="column 'odd' has Arrow type"):
-        arrow_check.decode(stream(pa.table({"ts": pa.array([1] * len(values)), "odd": values})))
+        arrow_check.decode(ipc_stream(pa.table({"ts": pa.array([1] * len(values)), "odd": values})))
 
 
 def damaged(offsets: tuple[int, ...], data: bytes = b"abcdef") -> bytes:
     """A stream whose string column `name` has the given offsets over `data`."""
-    good = stream(pa.table({"n": pa.array([1, 2, 3], pa.int32()), "name": ["ab", "cd", "ef"]}))
+    good = ipc_stream(pa.table({"n": pa.array([1, 2, 3], pa.int32()), "name": ["ab", "cd", "ef"]}))
     at = good.find(struct.pack("<4i", 0, 2, 4, 6))
     body = good.find(b"abcdef")
     assert at > 0
@@ -102,4 +94,4 @@ def test_an_embedded_table_is_checked_too() -> None:
 def test_too_many_columns_are_refused() -> None:
     wide = pa.table({f"c{i}": [1] for i in range(arrow_check.MAX_WRITE_COLUMNS + 1)})
     with pytest.raises(InvalidValueError, match="columns; a write carries at most"):
-        arrow_check.decode(stream(wide))
+        arrow_check.decode(ipc_stream(wide))

@@ -11,6 +11,7 @@ import pytest
 
 from sqltopic.errors import InvalidValueError
 from sqltopic.server.ipc_check import IpcFraming
+from tests.support import ipc_stream
 
 TABLE = pa.table(
     {
@@ -22,13 +23,8 @@ TABLE = pa.table(
 
 
 def stream(table: pa.Table = TABLE, **options: object) -> bytes:
-    sink = pa.BufferOutputStream()
-    write_options = pa.ipc.IpcWriteOptions(**options)
-    with pa.ipc.new_stream(sink, table.schema, options=write_options) as writer:
-        for batch in table.to_batches(max_chunksize=2):
-            writer.write_batch(batch)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
+    """`TABLE` in batches of two rows: a stream of several record batches."""
+    return ipc_stream(table, 2, **options)
 
 
 def messages(data: bytes) -> list[bytes]:
