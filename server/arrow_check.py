@@ -10,21 +10,37 @@ memory or crash the process, and once stored it would do so at every later read.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from sqltopic.errors import InvalidValueError, excerpt
+from sqltopic.errors import InvalidValueError, TooLarge, excerpt
 
 # Columns one write may carry: a super table's 4096 columns and 128 tags, and tbname.
 MAX_WRITE_COLUMNS = 4096 + 128 + 1
+# Bytes a value of any fixed-width column type takes at most (BIGINT, DOUBLE, TIMESTAMP),
+# and the offset a string takes beside its bytes.
+_WIDEST_VALUE = 8
 
 
-def decode(stream: bytes | bytearray) -> pa.Table:
-    """The table an IPC stream (whose framing `ipc_check` passed) holds, validated."""
+def decode(stream: bytes | bytearray, max_bytes: int) -> pa.Table:
+    """The table an IPC stream (whose framing `ipc_check` passed) holds, validated, and
+    at most `max_bytes` once decoded: a dictionary-encoded column repeats its values (one
+    byte of index can stand for a 60 KB string) and a null-typed one declares rows
+    without buffers, so a small payload could otherwise become gigabytes to store."""
     if not stream:
         return pa.table({})
     try:
         with pa.ipc.open_stream(pa.py_buffer(stream)) as reader:
             check_schema(reader.schema)
-            batches = [checked(batch) for batch in reader]
+            batches, total = [], 0
+            for batch in reader:
+                batches.append(checked(batch))
+                total += decoded_bytes(batch)
+                if total > max_bytes:
+                    raise TooLarge(
+                        f"Write: the rows decode to more than {max_bytes} bytes (the server's "
+                        "--max-write-bytes; dictionary-encoded and null columns count as "
+                        "written out): send them in several writes; nothing was written"
+                    )
             return pa.Table.from_batches(batches, schema=reader.schema)
     except pa.ArrowMemoryError:
         raise  # the error boundary answers TooLarge
@@ -32,6 +48,37 @@ def decode(stream: bytes | bytearray) -> pa.Table:
         raise InvalidValueError(
             f"Write: the Arrow IPC stream is malformed: {_first(exc)}"
         ) from None
+
+
+def decoded_bytes(batch: pa.RecordBatch) -> int:
+    """An upper bound of the bytes `batch` takes once its columns are written out in the
+    table's types (a validated batch: its buffers can be read)."""
+    return sum(_column_bytes(column) for column in batch.columns)
+
+
+def _column_bytes(column: pa.Array) -> int:
+    rows = len(column)
+    if pa.types.is_null(column.type):
+        return rows * _WIDEST_VALUE  # converts to any column type: at most a BIGINT's 8
+    if pa.types.is_dictionary(column.type):
+        values = column.dictionary
+        if not _variable(values.type):
+            return rows * _width(values.type)
+        lengths = pc.take(pc.binary_length(values), column.indices)
+        return int(pc.sum(lengths).as_py() or 0) + rows * _WIDEST_VALUE
+    return int(column.nbytes)
+
+
+def _variable(type_: pa.DataType) -> bool:
+    t = pa.types
+    return bool(
+        t.is_string(type_) or t.is_large_string(type_) or t.is_binary(type_)
+        or t.is_large_binary(type_) or t.is_string_view(type_) or t.is_binary_view(type_)
+    )  # fmt: skip
+
+
+def _width(type_: pa.DataType) -> int:
+    return max(int(type_.bit_width) // 8, 1)
 
 
 def check_table(table: pa.Table) -> None:

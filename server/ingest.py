@@ -33,10 +33,11 @@ class Received:
     target: str
     database: str | None
     stream: bytearray
+    max_bytes: int  # what the rows may take once decoded (--max-write-bytes)
 
     def table(self) -> pa.Table:
         """The Arrow table the stream holds, fully validated (a worker thread's job)."""
-        return arrow_check.decode(self.stream)
+        return arrow_check.decode(self.stream, self.max_bytes)
 
 
 async def receive(frames: AsyncIterator[pb.WriteRequest], max_bytes: int) -> Received:
@@ -61,7 +62,7 @@ async def receive(frames: AsyncIterator[pb.WriteRequest], max_bytes: int) -> Rec
         framing.feed(frame.arrow_ipc)
     if not target:
         raise InvalidValueError("Write: the first frame must name the target table")
-    return Received(target, database, framing.finish())
+    return Received(target, database, framing.finish(), max_bytes)
 
 
 def _names(frame: pb.WriteRequest) -> tuple[str, str | None]:

@@ -84,9 +84,9 @@ def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
     sandbox's allow list (QueryNotAllowed names what it refuses)."""
     tree = stmt.tree.copy()
     relations: dict[str, pa.Table] = {}
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    ctes = {sandbox.fold(cte.alias_or_name) for cte in tree.find_all(exp.CTE)}
     for table in list(tree.find_all(exp.Table)):
-        if not table.name or (not table.args.get("db") and table.name.lower() in ctes):
+        if not table.name or (not table.args.get("db") and sandbox.fold(table.name) in ctes):
             continue
         name, rel, visible = _resolved(state, session, stmt, table)
         relations[name] = rel

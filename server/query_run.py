@@ -231,8 +231,11 @@ class QueryRun:
 
     def _failure(self, exc: Exception) -> Exception:
         text = str(exc)
-        if isinstance(exc, duckdb.InterruptException) or _INTERRUPTED in text:
-            return self._stopped(self._stop or "closed")
+        stop = self._stop
+        interrupted = isinstance(exc, duckdb.InterruptException) or _INTERRUPTED in text
+        # only a stop this run asked for: a query's own error() can say "INTERRUPT Error"
+        if interrupted and stop is not None:
+            return self._stopped(stop)
         if isinstance(exc, _NO_MEMORY) or _OUT_OF_MEMORY in text:
             mem = size(self._limits.query_memory_bytes)
             return TooLarge(

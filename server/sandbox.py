@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import string
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,16 @@ _QUALIFIED = (
 )
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold(name: str) -> str:
+    """`name` as DuckDB compares table and CTE names: case-folded in ASCII only (Python's
+    `lower` folds more, e.g. the Kelvin sign to `k`, so a CTE named with it would seem to
+    cover a system view that DuckDB then binds instead)."""
+    return name.translate(_ASCII_LOWER)
+
+
 class Refused(Exception):
     """`name`, as DuckDB reads it, may not be used: `why`."""
 
@@ -143,7 +154,7 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, tables: Collection[str]) -> 
     statements = tree.get("statements") or []
     if len(statements) != 1:
         raise Refused("the statement", _NOT_SELECT, function=False)
-    walker = _Walker(allowed(), frozenset(t.lower() for t in tables))
+    walker = _Walker(allowed(), frozenset(fold(t) for t in tables))
     walker.walk(statements[0].get("node"), frozenset())
 
 
@@ -198,7 +209,7 @@ class _Walker:
         as DuckDB does: a plain CTE naming itself reads the catalog's object); the names
         of them all for the query that owns them."""
         for entry in cte_map.get("map") or []:
-            name = str(entry["key"]).lower()
+            name = fold(str(entry["key"]))
             body = entry.get("value") or {}
             recursive = (body.get("query_node") or {}).get("type") == "RECURSIVE_CTE_NODE"
             self.walk(body, scope | {name} if recursive else scope)
@@ -244,7 +255,7 @@ class _Walker:
         parts = [str(node.get(k) or "") for k in ("catalog_name", "schema_name")]
         if any(parts):
             raise Refused(".".join([*filter(None, parts), name]), _NOT_A_TABLE, function=False)
-        if name.lower() not in self._tables and name.lower() not in scope:
+        if fold(name) not in self._tables and fold(name) not in scope:
             raise Refused(name, _NOT_A_TABLE, function=False)
         self._children(node, scope)
 

@@ -146,8 +146,9 @@ def _target(
     if existing is None and part.using is None:
         raise NotFoundError(f"table {db.name}.{name} does not exist; create it or use USING")
     if existing is not None:
-        if part.using is not None and existing.stable != part.using.name:
-            raise SqlError(f"table {name} exists and is not a child table of {part.using.name}")
+        using = part.using
+        if using is not None and (existing.stable != using.name or using.db not in (None, db.name)):
+            raise SqlError(f"table {name} exists and is not a child table of {using}")
         if (db.name, name) not in plan.created:  # those passed check_create
             plan.check_write(db, existing)
         return existing  # as in TDengine, the TAGS of an existing child are not applied
@@ -156,6 +157,11 @@ def _target(
         raise AlreadyExistsError(f"{db.name}.{name} is a super table; name the child table")
     check_name("table", name)
     stb = state.catalog.stable(state.db_of(session, part.using).name, part.using.name)
+    if stb.db != db.name:
+        raise SqlError(
+            f"table {db.name}.{name} cannot use super table {stb.db}.{stb.name}: a child "
+            "table is in the database of its super table"
+        )
     tags = tag_values(stb, part.tag_names, part.tag_values, db.precision, now)
     plan.check_create(db, stb, name, tags)
     table = Table(
@@ -328,13 +334,13 @@ def _check_arrow(
     """Columns cast to their types and checked (lengths, no NULL in the `key` timestamp);
     unknown columns are errors, naming the column."""
     arrays, names = [], []
-    for name in table.column_names:
+    for i, name in enumerate(table.column_names):
         col = fields.get(name.lower())
         if col is None:
-            raise NotFoundError(f"{target} has no column {name}")
+            raise NotFoundError(f"{target} has no column {excerpt(name)}")
         if col.name in names:
             raise SqlError(f"column {col.name} is given twice in the write to {target}")
-        arrays.append(_cast_column(table.column(name), col, target, db, key=col.name == key))
+        arrays.append(_cast_column(table.column(i), col, target, db, key=col.name == key))
         names.append(col.name)
     return pa.Table.from_arrays(arrays, names=names)
 

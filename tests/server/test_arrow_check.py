@@ -10,9 +10,12 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from sqltopic.errors import InvalidValueError
+from sqltopic.errors import InvalidValueError, TooLarge
 from sqltopic.server import arrow_check
 from tests.support import ipc_stream
+
+# A decoded-size bound no test data comes near.
+LIMIT = 1 << 30
 
 ACCEPTED = [
     pa.array([None, None], pa.null()),
@@ -35,7 +38,7 @@ ACCEPTED = [
 @pytest.mark.parametrize("values", ACCEPTED, ids=lambda v: str(v.type))
 def test_every_type_a_column_takes_passes(values: pa.Array) -> None:
     table = pa.table({"c": values})
-    assert arrow_check.decode(ipc_stream(table)).equals(table)
+    assert arrow_check.decode(ipc_stream(table), LIMIT).equals(table)
 
 
 REFUSED = [
@@ -51,7 +54,9 @@ REFUSED = [
 @pytest.mark.parametrize("values", REFUSED, ids=lambda v: str(v.type))
 def test_other_types_are_refused_naming_the_column(values: pa.Array) -> None:
     with pytest.raises(InvalidValueError, match="column 'odd' has Arrow type"):
-        arrow_check.decode(ipc_stream(pa.table({"ts": pa.array([1] * len(values)), "odd": values})))
+        arrow_check.decode(
+            ipc_stream(pa.table({"ts": pa.array([1] * len(values)), "odd": values})), LIMIT
+        )
 
 
 def damaged(offsets: tuple[int, ...], data: bytes = b"abcdef") -> bytes:
@@ -81,7 +86,7 @@ def test_damaged_offsets_and_strings_are_refused(
     offsets: tuple[int, ...], data: bytes, says: str
 ) -> None:
     with pytest.raises(InvalidValueError, match=says):
-        arrow_check.decode(damaged(offsets, data))
+        arrow_check.decode(damaged(offsets, data), LIMIT)
 
 
 def test_an_embedded_table_is_checked_too() -> None:
@@ -94,4 +99,24 @@ def test_an_embedded_table_is_checked_too() -> None:
 def test_too_many_columns_are_refused() -> None:
     wide = pa.table({f"c{i}": [1] for i in range(arrow_check.MAX_WRITE_COLUMNS + 1)})
     with pytest.raises(InvalidValueError, match="columns; a write carries at most"):
-        arrow_check.decode(ipc_stream(wide))
+        arrow_check.decode(ipc_stream(wide), LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("column", "decoded"),
+    [
+        # one 60,000-byte string, indexed by 4,000 one-byte indices: 240 MB written out
+        (pa.DictionaryArray.from_arrays(pa.array([0] * 4000, pa.int8()), ["x" * 60_000]), 240e6),
+        (pa.nulls(4000, pa.null()), 4000 * 8),
+        (pa.DictionaryArray.from_arrays(pa.array([0, 1] * 2000, pa.int8()), [1, 2]), 4000 * 8),
+    ],
+    ids=["dictionary strings", "nulls", "dictionary integers"],
+)
+def test_expanding_columns_count_as_written_out(column: pa.Array, decoded: float) -> None:
+    batch = pa.record_batch({"c": column})
+    assert arrow_check.decoded_bytes(batch) >= decoded
+    data = ipc_stream(pa.Table.from_batches([batch]))
+    assert len(data) < 100_000
+    with pytest.raises(TooLarge, match="the rows decode to more than 1000 bytes"):
+        arrow_check.decode(data, 1000)
+    assert arrow_check.decode(data, int(decoded) * 2).num_rows == 4000
