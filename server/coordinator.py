@@ -623,12 +623,18 @@ def _deadline(member: Member) -> float:
 
 
 def _check_group(group: str, client_id: str) -> None:
+    check_group_id(group)
+    check_text("client.id", client_id, MAX_CLIENT_ID)
+
+
+def check_group_id(group: str) -> None:
+    """ConfigError unless `group` is a consumer group's name: 1..192 characters, no ':'
+    (TDengine's key separator), no control characters."""
     if not group:
         raise ConfigError("group.id: required; give the consumer group's name")
     if ":" in group:
         raise ConfigError(f"group.id: {excerpt(group)} may not contain ':'")
     check_text("group.id", group, MAX_GROUP_ID)
-    check_text("client.id", client_id, MAX_CLIENT_ID)
 
 
 def check_text(key: str, value: str, max_length: int) -> None:

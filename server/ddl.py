@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
+from sqltopic.errors import (
+    AlreadyExistsError,
+    NoPermission,
+    NotFoundError,
+    SchemaInUseError,
+    SqlError,
+)
 from sqltopic.server.privileges import Rights, tags_in_use
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
@@ -169,7 +175,12 @@ def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result
             raise SqlError("a child table must be in the database of its super table")
         tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
         if not rights.may_create("write", db, stb, name, tags):
-            rights.require_schema(db, f"CREATE TABLE {name} USING {stb.name}")
+            action = f"CREATE TABLE {name} USING {stb.name}"
+            rights.require("write", db, stb.name, action)
+            raise NoPermission(
+                f"{action}: user {session.user}'s WRITE on {db.name}.{stb.name} covers only "
+                "child tables whose tags meet its condition, and these tags do not"
+            )
         table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags, uid=new_uid())
     state.commit_events({vgroup: [events.create_table(table)]})
     return Result()
@@ -302,10 +313,12 @@ def _topics_on(state: State, db: str, name: str) -> list[Any]:
 
 def set_tag(state: State, session: Session, stmt: st.SetTag) -> Result:
     db = state.db_of(session, stmt.table)
-    Rights(state, session.user).require_schema(db, "ALTER TABLE ... SET TAG")
+    rights = Rights(state, session.user)
+    rights.require_schema(db, "ALTER TABLE ... SET TAG")
     table = state.catalog.table(db.name, stmt.table.name)
     if table.stable is None:
         raise SqlError(f"{table.name} is a normal table; only child tables have tags")
+    rights.require_unconditioned(db, table.stable, f"ALTER TABLE {table.name} SET TAG")
     stb = state.catalog.stable(db.name, table.stable)
     value = tag_values(stb, [stmt.tag], [stmt.value], db.precision, state.now_us())[stmt.tag]
     state.commit_events({table.vgroup: [events.set_tag(table, stmt.tag, value)]})

@@ -19,7 +19,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sqltopic.errors import InvalidValueError, NoPermission, NotFoundError, SqlError
+from sqltopic.errors import (
+    InvalidValueError,
+    NoPermission,
+    NotFoundError,
+    SqlError,
+    TopicNotFound,
+    excerpt,
+)
 from sqltopic.server import access
 from sqltopic.server.access import Scope
 from sqltopic.server.auth import ROOT_USER
@@ -111,6 +118,21 @@ class Rights:
         )
         return bool(self._evaluate(found.condition, row))
 
+    def require_unconditioned(self, db: Database, stable: str, action: str) -> None:
+        """NoPermission when the user's rights on `db.stable` depend on its child tables'
+        tags (a grant WITH a condition): changing tags could then widen them."""
+        if self.superuser or access.owns(self.catalog, self.user, db):
+            return
+        if any(
+            p.db == db.name and p.table == stable and p.filter_sql is not None
+            for p in access.privileges(self.catalog, self.user)
+        ):
+            raise NoPermission(
+                f"{action}: user {self.user}'s rights on {db.name}.{stable} depend on its "
+                "child tables' tags (a grant WITH a condition), which this would change; "
+                "ask root or the database's creator"
+            )
+
     def children(self, right: Right, db: Database, stb: SuperTable) -> list[Table]:
         """The child tables of `stb` that `right` covers (all of them, or those whose tags
         meet a condition), in catalog order."""
@@ -176,7 +198,26 @@ class Rights:
             and (topic.create_us >= record.create_us)
         )
 
-    def require_topic_owner(self, topic: Topic, action: str) -> None:
+    def reads_topic_source(self, topic: Topic) -> bool:
+        """Whether the user may read what `topic` reads (its table, or its database)."""
+        db = self.catalog.databases.get(topic.db)
+        if db is None or not self.visible(db):
+            return False
+        if topic.target is None:
+            return self.superuser or access.database_wide(self.catalog, self.user, "read", db)
+        child = self.catalog.tables.get((db.name, topic.target))
+        if child is not None:
+            return self.may("read", db, child)
+        return self.scope("read", db, topic.target) is not None
+
+    def sees_topic(self, topic: Topic, consumes: bool) -> bool:
+        """Whether the topic exists for the user: it may consume it (`consumes`), or read
+        what it reads. Otherwise it answers as a missing topic, so names do not leak."""
+        return consumes or self.reads_topic_source(topic)
+
+    def require_topic_owner(self, topic: Topic, action: str, consumes: bool) -> None:
+        if not self.owns_topic(topic) and not self.sees_topic(topic, consumes):
+            raise TopicNotFound(f"topic {excerpt(topic.name)} does not exist")
         if not self.owns_topic(topic):
             raise NoPermission(
                 f"{action} needs root or the creator of topic {topic.name} ({topic.owner}); "

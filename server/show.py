@@ -12,10 +12,10 @@ from sqltopic.server import show_groups
 from sqltopic.server.privileges import Rights, privilege_rows
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
-from sqltopic.server.users import may_subscribe
+from sqltopic.server.users import may_consume, may_subscribe
 from sqltopic.server.vnode import wal_options
 from sqltopic.sql import statements as st
-from sqltopic.sql.model import Catalog, Database
+from sqltopic.sql.model import Catalog, Database, Table
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -74,7 +74,7 @@ def _databases(state: State, session: Session, stmt: st.Show) -> Result:
         if not rights.visible(db):
             continue
         opts = wal_options(db.wal)
-        ntables = sum(1 for (d, _) in cat.tables if d == db.name)
+        ntables = sum(1 for t in cat.tables.values() if t.db == db.name and _sees(rights, db, t))
         rows.append((
             db.name, db.create_us, len(db.vgroups), ntables, db.precision, opts.level,
             opts.fsync_period_ms, opts.retention_period_s, opts.retention_size_kb,
@@ -99,7 +99,7 @@ def _tables(state: State, session: Session, stmt: st.Show) -> Result:
     rights = Rights(state, session.user)
     rows = []
     for t in sorted((t for t in cat.tables.values() if t.db == db.name), key=lambda t: t.name):
-        if not (rights.may("read", db, t) or rights.may("write", db, t)):
+        if not _sees(rights, db, t):
             continue
         ncols = len(cat.columns_of(db.name, t.name))
         kind = "CHILD_TABLE" if t.stable else "NORMAL_TABLE"
@@ -108,12 +108,12 @@ def _tables(state: State, session: Session, stmt: st.Show) -> Result:
 
 
 def _topics(state: State, session: Session, stmt: st.Show) -> Result:
-    """Topics the user may consume, or whose database it may see."""
+    """Topics the user may consume, or whose source (table or database) it may read."""
     rights = Rights(state, session.user)
-    dbs = state.catalog.databases
+    catalog = state.catalog
     topics = sorted(
-        (t for t in state.catalog.topics.values()
-         if may_subscribe(state, session.user, t.name) or rights.visible(dbs[t.db])),
+        (t for t in catalog.topics.values()
+         if rights.sees_topic(t, may_consume(catalog, session.user, t))),
         key=lambda t: t.name,
     )  # fmt: skip
     rows = [(t.name, t.db, t.create_us, t.sql, t.kind, t.meta, t.owner) for t in topics]
@@ -148,6 +148,10 @@ def _of_topics_consumed(state: State, session: Session, result: Result, column: 
 
 def _user_privileges(state: State, session: Session, stmt: st.Show) -> Result:
     return Result.of_rows(USER_PRIVILEGES, privilege_rows(state, session))
+
+
+def _sees(rights: Rights, db: Database, table: Table) -> bool:
+    return rights.superuser or rights.may("read", db, table) or rights.may("write", db, table)
 
 
 def _sees_stable(rights: Rights, db: Database, name: str) -> bool:

@@ -10,6 +10,7 @@ from sqltopic.server.coordinator import Member
 from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
+from sqltopic.server.users import may_consume
 from sqltopic.sql import statements as st
 from sqltopic.sql.model import Topic
 from sqltopic.sql.names import check_name
@@ -75,7 +76,9 @@ def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.name} does not exist")
-    Rights(state, session.user).require_topic_owner(state.catalog.topics[stmt.name], "DROP TOPIC")
+    topic = state.catalog.topics[stmt.name]
+    consumes = may_consume(state.catalog, session.user, topic)
+    Rights(state, session.user).require_topic_owner(topic, "DROP TOPIC", consumes)
     live = state.coordinator.subscribers(stmt.name) if state.coordinator else []
     if live and not stmt.force:
         raise SchemaInUseError(
@@ -98,7 +101,8 @@ def drop_consumer_group(state: State, session: Session, stmt: st.DropConsumerGro
         if stmt.if_exists:
             return Result()
         raise TopicNotFound(f"topic {stmt.topic} does not exist")
-    Rights(state, session.user).require_topic_owner(topic, "DROP CONSUMER GROUP")
+    consumes = may_consume(state.catalog, session.user, topic)
+    Rights(state, session.user).require_topic_owner(topic, "DROP CONSUMER GROUP", consumes)
     live = state.coordinator.subscribers(topic.name, stmt.group) if state.coordinator else []
     if live and not stmt.force:
         raise SchemaInUseError(

@@ -21,10 +21,13 @@ from sqltopic.errors import (
     InvalidValueError,
     NoPermission,
     NotFoundError,
+    TopicNotFound,
+    excerpt,
 )
 from sqltopic.server.auth import ROOT_USER
 from sqltopic.server.coordinator import Member
 from sqltopic.server.passwords import check_password, hash_password, new_salt
+from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
@@ -100,10 +103,13 @@ def grant(state: State, session: Session, stmt: st.Grant) -> Result:
 
 
 def check_subscribe(state: State, user: str, topic: str) -> None:
-    """TopicNotFound or NoPermission unless `user` may consume `topic`."""
+    """TopicNotFound or NoPermission unless `user` may consume `topic`: TopicNotFound
+    too when it may not even read what the topic reads (names do not leak)."""
     catalog = state.catalog  # read once: a failed commit replaces the whole catalog
     found = catalog.topic(topic)
     if not may_consume(catalog, user, found):
+        if not Rights(state, user).reads_topic_source(found):
+            raise TopicNotFound(f"topic {excerpt(topic)} does not exist")
         raise NoPermission(
             f"user {user} may not consume topic {topic}: only root, its creator "
             f"({found.owner}) and users granted SUBSCRIBE on it may (as root: GRANT "

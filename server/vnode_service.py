@@ -30,7 +30,7 @@ from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
-from sqltopic.server.coordinator import Coordinator
+from sqltopic.server.coordinator import Coordinator, check_group_id
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import (
     DEFAULT_MAX_BYTES,
@@ -232,6 +232,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         """Check every offset, then store them (one transaction per vnode); with `evict`,
         remove the group's consumers first, with no join possible until they are stored."""
         group = request.group_id
+        check_group_id(group)
         if request.evict and request.consumer_id:
             raise ConfigError("evict: only a standalone commit (consumer_id 0) may evict")
         stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
@@ -295,6 +296,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         return pb.CommittedResponse(offsets=offsets)
 
     def _committed(self, request: pb.CommittedRequest, user: str) -> list[pb.CommittedOffset]:
+        check_group_id(request.group_id)
         found = []
         for item in request.vgroups:
             check_subscribe(self._engine.state, user, item.topic)

@@ -118,10 +118,16 @@ def test_a_standalone_evict_needs_the_user_of_every_live_member(
 
 
 def test_committed_and_offset_range_need_the_right_to_consume(
-    alice: UserWire, server: ServerProcess
+    alice: UserWire, server: ServerProcess, users: Connection
 ) -> None:
     with UserWire(server.address, "carol", PASSWORD) as carol:
-        for call in (lambda: carol.committed("g", "t1", 1), lambda: carol.offset_range("t1", 1)):
+        calls = (lambda: carol.committed("g", "t1", 1), lambda: carol.offset_range("t1", 1))
+        for call in calls:  # carol may not even read what t1 reads: t1 does not exist for her
+            code, error, message = refusal(call)
+            assert (code, error) == (grpc.StatusCode.NOT_FOUND, "TopicNotFound")
+            assert message == "topic 't1' does not exist"
+        users.execute("GRANT READ ON power.* TO carol")
+        for call in calls:
             code, error, message = refusal(call)
             assert (code, error) == DENIED
             assert "user carol may not consume topic t1" in message
@@ -193,3 +199,16 @@ def test_negative_progress_is_refused_and_changes_nothing(
         assert (code, error) == BAD
         assert "must not be negative" in message
     assert users.execute("SHOW SUBSCRIPTIONS").rows == before
+
+
+@pytest.mark.parametrize("group", ["g" * 193, "a:b", "x\n\x1b[31m"])
+def test_commit_and_committed_check_the_group_id(
+    alice: UserWire, users: Connection, group: str
+) -> None:
+    commit = pb.CommitRequest(
+        group_id=group, offsets=[pb.TopicVgroupOffset(topic="t1", vgroup=1, offset=1)]
+    )
+    for call in (lambda: alice.commit(commit), lambda: alice.committed(group, "t1", 1)):
+        code, error, _ = refusal(call)
+        assert (code, error) == BAD
+    assert users.execute("SHOW SUBSCRIPTIONS").rows == []

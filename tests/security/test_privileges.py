@@ -18,7 +18,7 @@ import pytest
 
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
-from sqltopic.errors import Error, NoPermission, NotFoundError, SchemaInUseError
+from sqltopic.errors import Error, NoPermission, NotFoundError, SchemaInUseError, TopicNotFound
 from tests.client.support import config, drain
 from tests.live_server import ServerProcess, free_port
 
@@ -51,6 +51,7 @@ GRANTS: dict[str, list[str]] = {
 OK = "ok"
 DENIED = NoPermission
 HIDDEN = NotFoundError
+NO_TOPIC = TopicNotFound
 _names = itertools.count()
 
 
@@ -101,7 +102,8 @@ CASES = [
     Case("CREATE TABLE power.n# (ts TIMESTAMP, v INT)",
          {"none": HIDDEN, "write": OK, "all": OK, "everything": OK}, DENIED),
     Case("CREATE TABLE power.c# USING power.meters TAGS ('y', 1)",
-         {"none": HIDDEN, "write": OK, "all": OK, "everything": OK, "write_g1": OK}, DENIED),
+         {"none": HIDDEN, "write": OK, "all": OK, "everything": OK, "write_g1": OK,
+          "read_notes": HIDDEN}, DENIED),
     Case("ALTER STABLE power.meters ADD COLUMN c# INT",
          {"none": HIDDEN, "write": OK, "all": OK, "everything": OK}, DENIED),
     Case("ALTER TABLE power.d1 SET TAG location = 'moved'",
@@ -122,8 +124,13 @@ CASES = [
     Case("ALTER DATABASE power WAL_LEVEL 1", {"none": HIDDEN}, DENIED),
     Case("DROP DATABASE other", {"everything": DENIED}, HIDDEN),
     Case("USE power", {"none": HIDDEN}, OK),
-    Case("DROP TOPIC root_topic", {}, DENIED),
-    Case("DROP CONSUMER GROUP g ON root_topic", {}, DENIED),
+    # a topic over what the user may not read does not exist for it
+    Case("DROP TOPIC root_topic",
+         {"none": NO_TOPIC, "write": NO_TOPIC, "write_g1": NO_TOPIC, "read_notes": NO_TOPIC},
+         DENIED),
+    Case("DROP CONSUMER GROUP g ON root_topic",
+         {"none": NO_TOPIC, "write": NO_TOPIC, "write_g1": NO_TOPIC, "read_notes": NO_TOPIC},
+         DENIED),
     Case("GRANT READ ON power.* TO root_friend", {}, DENIED),
     Case("SHOW power.TABLES",
          {"none": HIDDEN, "read_g1": ["d1"], "write_g1": ["d1"], "read_notes": ["notes"],
@@ -352,3 +359,41 @@ def test_databases_of_an_older_data_directory_belong_to_root(tmp_path: Any) -> N
             engine.execute("SELECT * FROM legacy.t", alice)
         engine.execute("GRANT READ ON legacy.* TO alice")
         assert engine.execute("SELECT count(*) FROM legacy.t", alice).rows == [(0,)]
+
+
+def test_tags_cannot_be_changed_to_widen_a_conditioned_grant(root: Connection) -> None:
+    """WRITE on the database allows SET TAG, but not for a user whose rights on the super
+    table depend on the tags: moving d2 into `groupid = 1` would open d2 to it."""
+    name = user_with(root, "write")
+    root.execute(f"GRANT READ ON power.meters WITH groupid = 1 TO {name}")
+    with connect(root.address, user=name, password=PASSWORD) as conn:
+        with pytest.raises(NoPermission, match=r"depend on its child tables. tags"):
+            conn.execute("ALTER TABLE power.d2 SET TAG groupid = 1")
+        with pytest.raises(NoPermission):
+            conn.execute("SELECT * FROM power.d2")
+    assert root.execute("SELECT groupid FROM power.meters WHERE tbname = 'd2' LIMIT 1").rows == [
+        (2,)
+    ]
+
+
+def test_a_topic_is_hidden_from_who_may_neither_consume_nor_read_it(
+    server: ServerProcess, root: Connection
+) -> None:
+    root.execute("CREATE DATABASE vault; CREATE TABLE vault.t (ts TIMESTAMP, v INT)")
+    root.execute("CREATE TOPIC vault_topic AS SELECT ts, v FROM vault.t")
+    name = user_with(root, "read")
+    with connect(server.address, user=name, password=PASSWORD) as conn:
+        for sql in ("DROP TOPIC vault_topic", "DROP CONSUMER GROUP g ON vault_topic"):
+            with pytest.raises(NotFoundError, match="topic 'vault_topic' does not exist"):
+                conn.execute(sql)
+        assert "vault_topic" not in [r[0] for r in conn.execute("SHOW TOPICS").rows]
+        assert "root_topic" in [r[0] for r in conn.execute("SHOW TOPICS").rows]
+        with pytest.raises(NoPermission, match="DROP TOPIC needs root or the creator"):
+            conn.execute("DROP TOPIC root_topic")  # it may read what root_topic reads
+    hidden = config(server.address, "hidden", user=name, password=PASSWORD)
+    with (
+        Consumer(hidden) as consumer,
+        pytest.raises(NotFoundError, match="topic 'vault_topic' does not exist"),
+    ):
+        consumer.subscribe(["vault_topic"])
+    root.execute("DROP TOPIC vault_topic; DROP DATABASE vault")
