@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ AUTH_HEADER = "authorization"
 BEARER = "Bearer "
 # 32 random bytes: unguessable, and short enough for a header.
 TOKEN_BYTES = 32
+# Sessions one user may hold open (see Limits.max_sessions_per_user).
+DEFAULT_MAX_SESSIONS = 1024
 
 # The catalog's record of a user other than root, None when there is none.
 UserLookup = Callable[[str], User | None]
@@ -57,13 +60,17 @@ class Sessions:
 
     def __init__(
         self, root_password: str, users: UserLookup = _no_users,
-        throttle: LoginThrottle | None = None,
+        throttle: LoginThrottle | None = None, max_per_user: int = DEFAULT_MAX_SESSIONS,
     ) -> None:  # fmt: skip
         self._root_salt = new_salt()
         self._root_hash = hash_password(root_password, self._root_salt)
         self._users = users
         self._throttle = throttle or LoginThrottle()
+        self._max_per_user = max_per_user
         self._by_token: dict[str, _Login] = {}
+        # each user's tokens, least recently used first: a login beyond the limit ends
+        # the session its user used least recently
+        self._by_user: dict[str, OrderedDict[str, None]] = {}
         self._lock = threading.Lock()
 
     def login(self, user: str, password: str, peer: str = "") -> tuple[str, Session]:
@@ -81,6 +88,11 @@ class Sessions:
         session = Session(user=name)
         with self._lock:
             self._by_token[token] = _Login(session, salt)
+            tokens = self._by_user.setdefault(name, OrderedDict())
+            tokens[token] = None
+            while len(tokens) > self._max_per_user:
+                oldest, _ = tokens.popitem(last=False)
+                self._by_token.pop(oldest, None)
         return token, session
 
     def _check(self, name: str, password: str) -> str:
@@ -110,19 +122,39 @@ class Sessions:
         token = token_of(metadata)
         self._lookup(token)
         with self._lock:
-            self._by_token.pop(token, None)
+            self._end(token)
+
+    def open(self, user: str) -> int:
+        """Sessions `user` has open."""
+        with self._lock:
+            return len(self._by_user.get(user, ()))
+
+    def _end(self, token: str) -> None:
+        login = self._by_token.pop(token, None)
+        if login is not None:
+            tokens = self._by_user.get(login.session.user)
+            if tokens is not None:
+                tokens.pop(token, None)
+                if not tokens:
+                    del self._by_user[login.session.user]
 
     def _lookup(self, token: str) -> Session:
         with self._lock:
             login = self._by_token.get(token)
+            if login is not None:
+                self._by_user[login.session.user].move_to_end(token)
         if login is None:
-            raise AuthenticationFailed("unknown or expired token: log in again")
+            raise AuthenticationFailed(
+                "unknown or expired token (logged out, a server restart, or ended as its "
+                "user's least recently used session beyond --max-sessions-per-user): log "
+                "in again"
+            )
         user = login.session.user
         if user != ROOT_USER:
             record = self._users(user)
             if record is None or record.salt != login.salt:
                 with self._lock:
-                    self._by_token.pop(token, None)
+                    self._end(token)
                 raise AuthenticationFailed(
                     f"the session of user {user} ended: its password was changed or the "
                     "user was dropped; log in again"

@@ -9,11 +9,13 @@ from typing import Any
 
 from sqltopic.errors import (
     AlreadyExistsError,
+    LimitExceeded,
     NoPermission,
     NotFoundError,
     SchemaInUseError,
     SqlError,
 )
+from sqltopic.server.auth import ROOT_USER
 from sqltopic.server.privileges import Rights, tags_in_use
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
@@ -52,6 +54,7 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
         raise AlreadyExistsError(f"database {name} already exists; use IF NOT EXISTS")
     check_name("database", name)
     vgroups, precision, wal = _database_options(stmt.options)
+    _check_vgroups_of(state, session.user, vgroups)
     first = state.catalog.next_vgroup
     db = Database(
         name, tuple(range(first, first + vgroups)), precision, wal, state.now_us(), session.user
@@ -68,6 +71,21 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
         discard_vnodes(state.data_dir, db.vgroups, opened)
         raise
     return Result(affected_rows=0)
+
+
+def _check_vgroups_of(state: State, user: str, more: int) -> None:
+    """LimitExceeded when a user other than root would own more vgroups than the
+    server's --max-vgroups-per-user."""
+    if user == ROOT_USER:
+        return
+    limit = state.limits.max_vgroups_per_user
+    owned = sum(len(db.vgroups) for db in state.catalog.databases.values() if db.owner == user)
+    if owned + more > limit:
+        raise LimitExceeded(
+            f"user {user}'s databases have {owned} vgroups; {more} more would pass the "
+            f"server's --max-vgroups-per-user ({limit}): use fewer vgroups, or drop a "
+            "database first"
+        )
 
 
 def _database_options(options: dict[str, Any]) -> tuple[int, Any, dict[str, int]]:

@@ -90,9 +90,14 @@ class Engine:
         """Run every statement in `sql` in order; returns the last one's result."""
         session = session or self.session
         result = Result()
-        for stmt in parse(sql):
+        for stmt in self.statements(sql):
             result = self.run(stmt, session)
         return result
+
+    def statements(self, sql: str) -> list[st.Statement]:
+        """The statements of `sql`, parsed; TooLarge over the limits' max_sql_bytes."""
+        self._state.limits.check_sql(sql)
+        return parse(sql)
 
     def run(self, stmt: st.Statement, session: Session | None = None) -> Result:
         """Run one parsed statement."""

@@ -83,7 +83,10 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
     server = aio.server(options=MESSAGE_OPTIONS)
-    sessions = Sessions(config.root_password, users.lookup(engine.state))
+    sessions = Sessions(
+        config.root_password, users.lookup(engine.state),
+        max_per_user=config.limits.max_sessions_per_user,
+    )  # fmt: skip
     coordinator = Coordinator(
         lambda topic: engine.topic_vgroups(topic)[1], store=CoordinatorStore(config.data)
     )

@@ -8,6 +8,8 @@ import argparse
 import re
 from dataclasses import dataclass, fields
 
+from sqltopic.errors import TooLarge
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
@@ -15,6 +17,9 @@ GIB = 1024 * MIB
 # Bytes of Arrow IPC one Write call may carry: a large batch from a gateway fits many
 # times over, while the server never holds more than this for one call.
 DEFAULT_MAX_WRITE_BYTES = 256 * MIB
+# Bytes of SQL text one call may carry (TDengine's maxSQLLength): parsing and checking
+# a statement costs microseconds a character; bulk data goes by Arrow writes.
+DEFAULT_MAX_SQL_BYTES = 1 * MIB
 # Bytes of Arrow one ad hoc query may answer with (streamed in frames, never held
 # whole): far beyond an interactive result, short of exhausting a server's memory.
 DEFAULT_MAX_RESULT_BYTES = 1 * GIB
@@ -29,6 +34,13 @@ DEFAULT_MAX_STREAMS_PER_SESSION = 256
 # The same per user, over all its sessions: high enough for one service account to run
 # thousands of subscribers, low enough that one user cannot starve the server.
 DEFAULT_MAX_STREAMS_PER_USER = 65_536
+# Sessions (logins) one user holds at once; a login beyond ends the user's least
+# recently used one. Each costs some memory until logout, and nothing expires them.
+DEFAULT_MAX_SESSIONS_PER_USER = 1_024
+# Vgroups of the databases one user other than root created, together: each keeps a
+# few files open and some memory (docs/security.md, "Open files"); 1,024 is one
+# database of TDengine's largest size.
+DEFAULT_MAX_VGROUPS_PER_USER = 1_024
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
 _UNITS = {"": 1, "b": 1, "k": KIB, "kb": KIB, "kib": KIB, "m": MIB, "mb": MIB, "mib": MIB}
@@ -39,12 +51,25 @@ _UNITS |= {"g": GIB, "gb": GIB, "gib": GIB}
 class Limits:
     """Every named limit, with its default."""
 
+    def check_sql(self, sql: str) -> None:
+        """TooLarge when `sql` is longer than max_sql_bytes."""
+        size = len(sql.encode())
+        if size > self.max_sql_bytes:
+            raise TooLarge(
+                f"the SQL text is {size} bytes, over the server's --max-sql-bytes "
+                f"({self.max_sql_bytes}): send fewer statements a call, and many rows by "
+                "Arrow writes (Connection.write)"
+            )
+
     max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES
+    max_sql_bytes: int = DEFAULT_MAX_SQL_BYTES
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     query_timeout_ms: int = DEFAULT_QUERY_TIMEOUT_MS
     query_memory_bytes: int = DEFAULT_QUERY_MEMORY_BYTES
     max_streams_per_session: int = DEFAULT_MAX_STREAMS_PER_SESSION
     max_streams_per_user: int = DEFAULT_MAX_STREAMS_PER_USER
+    max_sessions_per_user: int = DEFAULT_MAX_SESSIONS_PER_USER
+    max_vgroups_per_user: int = DEFAULT_MAX_VGROUPS_PER_USER
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Limits:
@@ -56,11 +81,14 @@ class Limits:
 # value is written, and what it bounds; the default comes from `Limits`.
 _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("max_write_bytes", "SIZE", "Arrow bytes one Write call may carry"),
+    ("max_sql_bytes", "SIZE", "bytes of SQL text one Execute or Run call may carry"),
     ("max_result_bytes", "SIZE", "Arrow bytes one ad hoc query may answer with"),
     ("query_timeout_ms", "MS", "longest an ad hoc query may run"),
     ("query_memory_bytes", "SIZE", "memory DuckDB may use for ad hoc queries"),
     ("max_streams_per_session", "N", "open streams and waiting polls per session"),
     ("max_streams_per_user", "N", "open streams and waiting polls per user"),
+    ("max_sessions_per_user", "N", "sessions (logins) per user; more ends the oldest"),
+    ("max_vgroups_per_user", "N", "vgroups of the databases a user (not root) creates"),
 )
 
 

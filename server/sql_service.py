@@ -34,7 +34,6 @@ from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.slots import Slots
 from sqltopic.server.throttle import peer_address
 from sqltopic.sql import statements as st
-from sqltopic.sql.parse import parse
 
 # The installed distribution's version, as Login reports it.
 SERVER_VERSION = version("sqltopic")
@@ -179,7 +178,7 @@ class SqlService(pb_grpc.SqlServicer):
         """Every statement in order, as Engine.execute runs them, but a last SELECT
         started in `run` rather than read whole."""
         call = _for_call(session, database)
-        statements = parse(sql)
+        statements = self._engine.statements(sql)
         for stmt in statements[:-1]:
             self._engine.run(stmt, call)
         last = statements[-1] if statements else None

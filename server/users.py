@@ -102,13 +102,14 @@ def grant(state: State, session: Session, stmt: st.Grant) -> Result:
     return Result()
 
 
-def check_subscribe(state: State, user: str, topic: str) -> None:
+def check_subscribe(state: State, user: str, topic: str, *, hide: bool = True) -> None:
     """TopicNotFound or NoPermission unless `user` may consume `topic`: TopicNotFound
-    too when it may not even read what the topic reads (names do not leak)."""
+    too, with `hide`, when it may not even read what the topic reads (names do not
+    leak; a consumer already subscribed to it is told NoPermission)."""
     catalog = state.catalog  # read once: a failed commit replaces the whole catalog
     found = catalog.topic(topic)
     if not may_consume(catalog, user, found):
-        if not Rights(state, user).reads_topic_source(found):
+        if hide and not Rights(state, user).reads_topic_source(found):
             raise TopicNotFound(f"topic {excerpt(topic)} does not exist")
         raise NoPermission(
             f"user {user} may not consume topic {topic}: only root, its creator "

@@ -210,7 +210,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if member is None:
             raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
         check_consumer_user(member, user)
-        check_subscribe(self._engine.state, member.user, topic)
+        check_subscribe(self._engine.state, member.user, topic, hide=False)
 
     def _read(
         self, vnode: Vnode, request: pb.PollRequest, limits: PollLimits, position: int,

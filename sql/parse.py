@@ -41,6 +41,19 @@ MAX_NESTING = 32
 # Characters of one number literal: a double written out in full has at most 309
 # integral digits; longer is a mistake (and Python refuses ints over 4,300 digits).
 MAX_NUMBER_CHARS = 400
+# Tokens of one statement other than INSERT: a super table of 4,096 columns takes about
+# 12,300, and the analyses after parsing cost tens of microseconds a token, so this
+# keeps any one statement to about a second of work.
+MAX_STATEMENT_TOKENS = 20_000
+# Statements of one text (one Execute or Run call): a script's worth; a client with more
+# sends them in several calls (the CLI sends one statement a call).
+MAX_STATEMENTS = 1_000
+# A token as the bound above counts them: quoted text and comments whole, a word, or
+# one other character.
+_TOKEN = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`[^`]*`|--[^\n]*|/\*.*?\*/|\w+|[^\w\s]",
+    re.S,
+)
 _INSERT = re.compile(r"insert\b", re.I)
 
 # sqlglot logs a warning before falling back to an unparsed Command; sqltopic refuses
@@ -76,7 +89,15 @@ def position(text: str, offset: int) -> s.Pos:
 
 def parse(text: str) -> list[s.Statement]:
     """Every statement in `text`, in order. Raises `SqlError` at the first bad one."""
-    return [parse_one(sql, pos) for sql, pos in split_statements(text)]
+    parts = split_statements(text)
+    if len(parts) > MAX_STATEMENTS:
+        at = parts[MAX_STATEMENTS][1]
+        line, column = at.line, at.column
+        raise SqlSyntaxError(
+            f"{len(parts)} statements in one call; at most {MAX_STATEMENTS}: send them in "
+            "several calls", line=line, column=column,
+        )  # fmt: skip
+    return [parse_one(sql, pos) for sql, pos in parts]
 
 
 def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
@@ -87,6 +108,7 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
             from sqltopic.sql.insert import parse_insert  # noqa: PLC0415  (its own fast parser)
 
             return parse_insert(sql, pos)  # (not recursive: any nesting is fine)
+        _check_size(sql, pos)
         _check_nesting(sql, pos)
         tree = _parse_tree(sql, pos)
         build = _BUILDERS.get(type(tree))
@@ -106,6 +128,20 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
             "signs or operators",
             sql=sql, line=pos.line, column=pos.column,
         ) from None  # fmt: skip
+
+
+def _check_size(sql: str, pos: s.Pos) -> None:
+    """SqlSyntaxError when the statement has more than MAX_STATEMENT_TOKENS tokens."""
+    for count, m in enumerate(_TOKEN.finditer(sql), 1):
+        if count > MAX_STATEMENT_TOKENS:
+            at = position(sql, m.start())
+            line, column = _shift(pos, at.line, at.column)
+            raise SqlSyntaxError(
+                f"the statement has more than {MAX_STATEMENT_TOKENS} tokens: split it, or "
+                "for long IN lists and many rows use several statements (INSERT is not "
+                "bounded this way)",
+                sql=sql, line=line, column=column,
+            )  # fmt: skip
 
 
 def _check_nesting(sql: str, pos: s.Pos) -> None:

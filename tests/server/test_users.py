@@ -191,7 +191,13 @@ def test_root_owner_and_granted_users_may_consume(topics: Engine) -> None:
 
 def test_check_subscribe_names_the_topic_and_the_fix(topics: Engine) -> None:
     users.check_subscribe(topics.state, "root", "t1")
+    # alice may not read power: t1 does not exist for her, unless she subscribed to it
+    with pytest.raises(TopicNotFound, match="topic 't1' does not exist"):
+        users.check_subscribe(topics.state, "alice", "t1")
     fix = r"user alice may not consume topic t1: .*GRANT SUBSCRIBE ON t1 TO alice"
+    with pytest.raises(NoPermission, match=fix):
+        users.check_subscribe(topics.state, "alice", "t1", hide=False)
+    topics.execute("GRANT READ ON power.* TO alice")
     with pytest.raises(NoPermission, match=fix):
         users.check_subscribe(topics.state, "alice", "t1")
     with pytest.raises(TopicNotFound):
