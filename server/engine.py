@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import NotFoundError, SqlError, TopicNotFound, UnsupportedStatement
+from sqltopic.errors import NotFoundError, SqlError, UnsupportedStatement
 from sqltopic.server import arrow_check, ddl, privileges, query, show, topics, users, writes
 from sqltopic.server.limits import Limits
 from sqltopic.server.result import Result, Session
@@ -25,6 +25,7 @@ from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
+from sqltopic.sql.model import no_topic
 from sqltopic.sql.parse import parse
 from sqltopic.wal import EntryType, Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
@@ -148,7 +149,7 @@ class Engine:
         with self._state.lock.shared():
             found = self._state.catalog.topics.get(topic)
             if found is None:
-                raise TopicNotFound(f"topic {topic} does not exist")
+                raise no_topic(topic)
             return found.db, list(self._state.catalog.database(found.db).vgroups)
 
     def vnode_of(self, topic: str, vgroup: int) -> Vnode:

@@ -24,8 +24,6 @@ from sqltopic.errors import (
     NoPermission,
     NotFoundError,
     SqlError,
-    TopicNotFound,
-    excerpt,
 )
 from sqltopic.server import access
 from sqltopic.server.access import Scope
@@ -44,6 +42,7 @@ from sqltopic.sql.model import (
     Table,
     Topic,
     User,
+    no_topic,
 )
 from sqltopic.sql.topic import compile_tag_condition, tables_matching
 
@@ -217,7 +216,7 @@ class Rights:
 
     def require_topic_owner(self, topic: Topic, action: str, consumes: bool) -> None:
         if not self.owns_topic(topic) and not self.sees_topic(topic, consumes):
-            raise TopicNotFound(f"topic {excerpt(topic.name)} does not exist")
+            raise no_topic(topic.name)
         if not self.owns_topic(topic):
             raise NoPermission(
                 f"{action} needs root or the creator of topic {topic.name} ({topic.owner}); "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqltopic.errors import AlreadyExistsError, NoPermission, SchemaInUseError, TopicNotFound
+from sqltopic.errors import AlreadyExistsError, NoPermission, SchemaInUseError
 from sqltopic.server.access import ALL
 from sqltopic.server.coordinator import Member
 from sqltopic.server.privileges import Rights
@@ -12,7 +12,7 @@ from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.server.users import may_consume
 from sqltopic.sql import statements as st
-from sqltopic.sql.model import Topic
+from sqltopic.sql.model import Topic, no_topic
 from sqltopic.sql.names import check_name
 from sqltopic.sql.topic import compile_topic
 
@@ -75,7 +75,7 @@ def drop_topic(state: State, session: Session, stmt: st.DropTopic) -> Result:
     if stmt.name not in state.catalog.topics:
         if stmt.if_exists:
             return Result()
-        raise TopicNotFound(f"topic {stmt.name} does not exist")
+        raise no_topic(stmt.name)
     topic = state.catalog.topics[stmt.name]
     consumes = may_consume(state.catalog, session.user, topic)
     Rights(state, session.user).require_topic_owner(topic, "DROP TOPIC", consumes)
@@ -100,7 +100,7 @@ def drop_consumer_group(state: State, session: Session, stmt: st.DropConsumerGro
     if topic is None:
         if stmt.if_exists:
             return Result()
-        raise TopicNotFound(f"topic {stmt.topic} does not exist")
+        raise no_topic(stmt.topic)
     consumes = may_consume(state.catalog, session.user, topic)
     Rights(state, session.user).require_topic_owner(topic, "DROP CONSUMER GROUP", consumes)
     live = state.coordinator.subscribers(topic.name, stmt.group) if state.coordinator else []

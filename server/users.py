@@ -21,8 +21,6 @@ from sqltopic.errors import (
     InvalidValueError,
     NoPermission,
     NotFoundError,
-    TopicNotFound,
-    excerpt,
 )
 from sqltopic.server.auth import ROOT_USER
 from sqltopic.server.coordinator import Member
@@ -31,7 +29,7 @@ from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
-from sqltopic.sql.model import Catalog, Topic, User
+from sqltopic.sql.model import Catalog, Topic, User, no_topic
 from sqltopic.sql.names import check_name
 
 
@@ -110,7 +108,7 @@ def check_subscribe(state: State, user: str, topic: str, *, hide: bool = True) -
     found = catalog.topic(topic)
     if not may_consume(catalog, user, found):
         if hide and not Rights(state, user).reads_topic_source(found):
-            raise TopicNotFound(f"topic {excerpt(topic)} does not exist")
+            raise no_topic(topic)
         raise NoPermission(
             f"user {user} may not consume topic {topic}: only root, its creator "
             f"({found.owner}) and users granted SUBSCRIBE on it may (as root: GRANT "

@@ -183,7 +183,7 @@ class Catalog:
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicNotFound(f"topic {excerpt(name)} does not exist")
+            raise no_topic(name)
         return topic
 
     def columns_of(self, db: str, name: str) -> tuple[Column, ...]:
@@ -206,6 +206,12 @@ def no_database(name: str) -> NotFoundError:
     """The error for a database that does not exist (or that the user may not see: the
     same words, so that names do not leak)."""
     return NotFoundError(f"database {excerpt(name)} does not exist; create it first")
+
+
+def no_topic(name: str) -> TopicNotFound:
+    """The error for a topic that does not exist (or that the user may not see: the
+    same words, so that names do not leak)."""
+    return TopicNotFound(f"topic {excerpt(name)} does not exist")
 
 
 def _find(columns: tuple[Column, ...], name: str) -> Column | None:

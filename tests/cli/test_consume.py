@@ -143,4 +143,4 @@ def test_ctrl_c_closes_the_consumer_and_exits_0(topic: Connection, server: Serve
 
 def test_unknown_topic_is_one_line(live_power: Connection, server: ServerProcess) -> None:
     done = run_on(server, "consume", "nosuch", "--timeout", "1")
-    assert (done.returncode, done.stderr) == (1, "sqltopic: topic nosuch does not exist\n")
+    assert (done.returncode, done.stderr) == (1, "sqltopic: topic 'nosuch' does not exist\n")

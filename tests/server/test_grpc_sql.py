@@ -214,7 +214,7 @@ def test_sql_errors_keep_their_class_and_position(live_power: Connection) -> Non
         live_power.execute("SELECT FROM WHERE")
     assert syntax.value.line == 1
     assert syntax.value.column is not None
-    with pytest.raises(TopicNotFound, match="topic t does not exist") as missing:
+    with pytest.raises(TopicNotFound, match="topic 't' does not exist") as missing:
         live_power.execute("DROP TOPIC t")
     assert (missing.value.line, missing.value.column) == (1, 1)
     with pytest.raises(InvalidTopicQuery) as invalid:
