@@ -42,6 +42,7 @@ from sqltopic.sql.model import (
     Table,
     Topic,
     User,
+    no_table,
     no_topic,
 )
 from sqltopic.sql.topic import compile_tag_condition, tables_matching
@@ -157,7 +158,7 @@ class Rights:
         if allowed:
             return
         if not seen:
-            raise NotFoundError(f"table {db.name}.{name} does not exist")
+            raise no_table(db.name, name)
         raise self.refused(right, db, name, action)
 
     def refused(self, right: Right, db: Database, name: str, action: str) -> NoPermission:
@@ -277,7 +278,7 @@ def _table_privileges(catalog: Catalog, db: Database, stmt: st.GrantRights) -> l
     stb = catalog.stables.get((db.name, name))
     table = catalog.tables.get((db.name, name))
     if stb is None and table is None:
-        raise NotFoundError(f"table {db.name}.{name} does not exist")
+        raise no_table(db.name, name)
     if table is not None and table.stable is not None:
         raise SqlError(
             f"{db.name}.{name} is a child table: grant on its super table {table.stable}, "

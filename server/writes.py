@@ -34,7 +34,7 @@ from sqltopic.server.vnode import tag_batch
 from sqltopic.sql import events
 from sqltopic.sql.insert import Insert, InsertPart
 from sqltopic.sql.layout import data_schema
-from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid
+from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid, no_table
 from sqltopic.sql.names import check_name
 from sqltopic.sql.statements import TableRef
 from sqltopic.sql.types import ColumnType
@@ -144,7 +144,7 @@ def _target(
     name = part.table.name
     existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
     if existing is None and part.using is None:
-        raise NotFoundError(f"table {db.name}.{name} does not exist; create it or use USING")
+        raise no_table(db.name, name)  # (the words of a hidden one: names do not leak)
     if existing is not None:
         using = part.using
         if using is not None and (existing.stable != using.name or using.db not in (None, db.name)):

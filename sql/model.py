@@ -177,7 +177,7 @@ class Catalog:
         self.database(db)
         tb = self.tables.get((db, name))
         if tb is None:
-            raise NotFoundError(f"table {db}.{shorten(name)} does not exist")
+            raise no_table(db, name)
         return tb
 
     def topic(self, name: str) -> Topic:
@@ -206,6 +206,11 @@ def no_database(name: str) -> NotFoundError:
     """The error for a database that does not exist (or that the user may not see: the
     same words, so that names do not leak)."""
     return NotFoundError(f"database {excerpt(name)} does not exist; create it first")
+
+
+def no_table(db: str, name: str) -> NotFoundError:
+    """The error for a table that does not exist, or that the user may not see."""
+    return NotFoundError(f"table {db}.{shorten(name)} does not exist")
 
 
 def no_topic(name: str) -> TopicNotFound:
