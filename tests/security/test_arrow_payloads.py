@@ -296,3 +296,14 @@ def test_a_sigkill_during_a_refused_write_leaves_the_wal_as_it_was(tmp_path: Pat
             ]  # fmt: skip
     finally:
         proc.kill()
+
+
+def test_a_duplicate_column_name_is_a_clear_error(writer: Writer, power: Connection) -> None:
+    twice = pa.table(
+        [pa.array([1], pa.timestamp("ms")), pa.array(["a"]), pa.array(["b"])],
+        names=["ts", "msg", "msg"],
+    )
+    code, _, message = refusal(lambda: writer.write("power.notes", ipc_stream(twice)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "column msg is given twice" in message
+    assert count(power, "power.notes") == 0

@@ -397,3 +397,31 @@ def test_a_topic_is_hidden_from_who_may_neither_consume_nor_read_it(
     ):
         consumer.subscribe(["vault_topic"])
     root.execute("DROP TOPIC vault_topic; DROP DATABASE vault")
+
+
+def test_a_child_table_is_in_the_database_of_its_super_table(root: Connection) -> None:
+    """INSERT ... USING a super table of another database is refused (it once stored
+    tags of the wrong types, and every read of the table then failed)."""
+    name = user_with(root, "write_g1")
+    with connect(root.address, user=name, password=PASSWORD) as conn:
+        conn.execute(f"CREATE DATABASE db_{name}")
+        conn.execute(f"CREATE STABLE db_{name}.sm (ts TIMESTAMP, v INT) TAGS (g VARCHAR(8))")
+        for sql in (
+            f"INSERT INTO power.x_{name} USING db_{name}.sm TAGS ('1') VALUES (NOW, 1)",
+            f"INSERT INTO db_{name}.y USING power.meters TAGS ('a', 1) VALUES (NOW, 1, 2)",
+        ):
+            with pytest.raises(Error, match="a child table is in the database of its super"):
+                conn.execute(sql)
+    assert root.execute("SELECT count(*) FROM power.meters WHERE voltage < 230").rows == [(2,)]
+    root.execute(f"DROP DATABASE db_{name}")
+
+
+def test_a_hidden_table_and_a_missing_one_answer_alike(root: Connection) -> None:
+    name = user_with(root, "read_g1")
+    with connect(root.address, user=name, password=PASSWORD) as conn:
+        answers = []
+        for table in ("d2", "no_such_table"):
+            with pytest.raises(NotFoundError) as info:
+                conn.execute(f"INSERT INTO power.{table} VALUES (NOW, 1.0, 1)")
+            answers.append(str(info.value).replace(table, "T"))
+        assert answers[0] == answers[1]

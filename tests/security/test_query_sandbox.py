@@ -232,3 +232,20 @@ def test_every_denied_function_is_refused(power: Connection) -> None:
                 power.execute(f"SELECT {call}")
             errors.append(info.value)
         assert any(type(err) is e.QueryNotAllowed and name in err.message for err in errors), name
+
+
+def test_a_cte_folded_outside_ascii_does_not_uncover_system_views(power: Connection) -> None:
+    """DuckDB folds names in ASCII only: a CTE named with the Kelvin sign (K) does not
+    cover `duckdb_views`, which would then be DuckDB's own view."""
+    for view in ("duckdb_views", "duckdb_tables", "duckdb_databases"):
+        kelvin = view.replace("k", "\u212a")
+        with pytest.raises(e.QueryNotAllowed, match=view):
+            power.execute(f"WITH `{kelvin}` AS (SELECT 1 AS x) SELECT * FROM {view}")
+
+
+def test_a_query_cannot_pass_for_an_interrupted_one(power: Connection) -> None:
+    """error() with the words of DuckDB's interrupt is the query's own error, not a
+    stopped query (which once answered INTERNAL)."""
+    with pytest.raises(e.SqlError, match=r"query failed: .*INTERRUPT Error"):
+        power.execute("SELECT * FROM meters WHERE error('INTERRUPT Error') IS NULL")
+    assert power.execute("SELECT count(*) FROM meters").rows == [(4,)]
