@@ -16,7 +16,7 @@ from sqltopic.errors import (
     SqlError,
 )
 from sqltopic.server.auth import ROOT_USER
-from sqltopic.server.privileges import Rights, tags_in_use
+from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
 from sqltopic.server.routing import vgroup_for
 from sqltopic.server.state import State
@@ -173,35 +173,63 @@ def create_stable(state: State, session: Session, stmt: st.CreateStable) -> Resu
 def create_table(state: State, session: Session, stmt: st.CreateTable) -> Result:
     """A normal table needs WRITE on the database; a child table that too, or WRITE on
     its super table covering the new tags."""
-    db = state.db_of(session, stmt.table)
+    table = _new_table(state, session, stmt, Rights(state, session.user), set())
+    if table is not None:
+        state.commit_events({table.vgroup: [events.create_table(table)]})
+    return Result()
+
+
+def create_tables(state: State, session: Session, stmt: st.CreateTables) -> Result:
+    """Several child tables: all are checked before any is created, so an error creates
+    none (TDengine's batch form; IF NOT EXISTS applies to each table on its own)."""
     rights = Rights(state, session.user)
+    named: set[tuple[str, str]] = set()
+    by_vgroup: dict[int, list[events.Event]] = {}
+    for one in stmt.tables:
+        table = _new_table(state, session, one, rights, named)
+        if table is not None:
+            by_vgroup.setdefault(table.vgroup, []).append(events.create_table(table))
+    if by_vgroup:
+        state.commit_events(by_vgroup)
+    return Result()
+
+
+def _new_table(
+    state: State, session: Session, stmt: st.CreateTable, rights: Rights,
+    named: set[tuple[str, str]],
+) -> Table | None:  # fmt: skip
+    """The table `stmt` creates, checked, or None when it exists (IF NOT EXISTS) or is
+    named earlier in the same statement (`named`, updated)."""
+    db = state.db_of(session, stmt.table)
     if stmt.using is None:
         rights.require_schema(db, "CREATE TABLE")
     name = stmt.table.name
+    if (db.name, name) in named:
+        if stmt.if_not_exists:
+            return None
+        raise AlreadyExistsError(f"table {db.name}.{name} is named twice in one CREATE TABLE")
     if _exists(state, db.name, name, stmt.if_not_exists, "table"):
-        return Result()
+        return None
     check_name("table", name)
+    named.add((db.name, name))
     now = state.now_us()
     vgroup = vgroup_for(db, name)
     if stmt.using is None:
         columns = _columns(stmt.columns, "column")
         _check_schema(columns, ())
-        table = Table(db.name, name, vgroup, now, columns=columns, uid=new_uid())
-    else:
-        stb = state.catalog.stable(state.db_of(session, stmt.using).name, stmt.using.name)
-        if stb.db != db.name:
-            raise SqlError("a child table must be in the database of its super table")
-        tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
-        if not rights.may_create("write", db, stb, name, tags):
-            action = f"CREATE TABLE {name} USING {stb.name}"
-            rights.require("write", db, stb.name, action)
-            raise NoPermission(
-                f"{action}: user {session.user}'s WRITE on {db.name}.{stb.name} covers only "
-                "child tables whose tags meet its condition, and these tags do not"
-            )
-        table = Table(db.name, name, vgroup, now, stable=stb.name, tags=tags, uid=new_uid())
-    state.commit_events({vgroup: [events.create_table(table)]})
-    return Result()
+        return Table(db.name, name, vgroup, now, columns=columns, uid=new_uid())
+    stb = state.catalog.stable(state.db_of(session, stmt.using).name, stmt.using.name)
+    if stb.db != db.name:
+        raise SqlError("a child table must be in the database of its super table")
+    tags = tag_values(stb, stmt.tag_names, stmt.tag_values, db.precision, now)
+    if not rights.may_create("write", db, stb, name, tags):
+        action = f"CREATE TABLE {name} USING {stb.name}"
+        rights.require("write", db, stb.name, action)
+        raise NoPermission(
+            f"{action}: user {session.user}'s WRITE on {db.name}.{stb.name} covers only "
+            "child tables whose tags meet its condition, and these tags do not"
+        )
+    return Table(db.name, name, vgroup, now, stable=stb.name, tags=tags, uid=new_uid())
 
 
 def tag_values(
@@ -244,16 +272,16 @@ def _check_schema(columns: Sequence[Column], tags: Sequence[Column]) -> None:
         raise SqlError(f"at most {MAX_COLUMNS} columns and {MAX_TAGS} tags")
     seen: set[str] = set()
     for col in columns:
-        _check_name(col.name, "column")
+        check_column_name(col.name, "column")
     for col in tags:
-        _check_name(col.name, "tag")
+        check_column_name(col.name, "tag")
     for col in (*columns, *tags):
         if col.name in seen:
             raise SqlError(f"duplicate column or tag name {col.name}")
         seen.add(col.name)
 
 
-def _check_name(name: str, kind: NameKind) -> None:
+def check_column_name(name: str, kind: NameKind) -> None:
     check_name(kind, name)
     if name == TBNAME or name in RESERVED or name.startswith("__"):
         raise SqlError(f"{name} is a reserved name; choose another")
@@ -262,65 +290,7 @@ def _check_name(name: str, kind: NameKind) -> None:
 # --- ALTER and DROP --------------------------------------------------------------------
 
 
-def alter_stable(state: State, session: Session, stmt: st.AlterStable) -> Result:
-    db = state.db_of(session, stmt.table)
-    Rights(state, session.user).require_schema(db, "ALTER STABLE")
-    stb = state.catalog.stable(db.name, stmt.table.name)
-    _check_alter(state, stb, stmt)
-    cid = new_uid() if stmt.action == "add_column" else 0
-    event = events.alter_stable(
-        db.name, stb.name, stmt.action, stmt.name, type_=stmt.type, new_name=stmt.new_name,
-        cid=cid,
-    )  # fmt: skip
-    state.commit_events({v: [event] for v in db.vgroups})
-    return Result()
-
-
-def _check_alter(state: State, stb: SuperTable, stmt: st.AlterStable) -> None:
-    action, name = stmt.action, stmt.name
-    existing = stb.column(name) or stb.tag(name)
-    if action in ("add_column", "add_tag"):
-        _check_name(name, "column" if action == "add_column" else "tag")
-        if existing is not None:
-            raise AlreadyExistsError(f"{stb.name} already has a column or tag {name}")
-        if action == "add_column" and len(stb.columns) >= MAX_COLUMNS:
-            raise SqlError(f"{stb.name} has {MAX_COLUMNS} columns, the most a table may have")
-        if action == "add_tag" and len(stb.tags) >= MAX_TAGS:
-            raise SqlError(f"{stb.name} has {MAX_TAGS} tags, the most a super table may have")
-        return
-    kind = "column" if action == "drop_column" else "tag"
-    found = stb.column(name) if kind == "column" else stb.tag(name)
-    if found is None:
-        raise NotFoundError(f"super table {stb.name} has no {kind} {name}")
-    if action == "drop_column" and stb.columns[0].name == name:
-        raise SqlError("the first (timestamp) column cannot be dropped")
-    if action == "drop_tag" and len(stb.tags) == 1:
-        raise SqlError("a super table keeps at least one tag")
-    if action == "rename_tag":
-        assert stmt.new_name is not None
-        _check_name(stmt.new_name, "tag")
-        if stb.column(stmt.new_name) or stb.tag(stmt.new_name):
-            raise AlreadyExistsError(f"{stb.name} already has a column or tag {stmt.new_name}")
-    _refuse_if_topic_uses(state, stb.db, stb.name, name)
-
-
-def _refuse_if_topic_uses(state: State, db: str, stable: str, name: str) -> None:
-    """A topic on the super table or one of its children may use its columns and tags,
-    and a privilege's tag condition its tags."""
-    for topic in _topics_on(state, db, stable):
-        if name in topic.uses:
-            raise SchemaInUseError(
-                f"topic {topic.name} uses {name} of {stable}; drop the topic first"
-            )
-    user = tags_in_use(state.catalog, db, stable, name)
-    if user is not None:
-        raise SchemaInUseError(
-            f"a privilege of user {user} on {db}.{stable} has a condition on {name}; "
-            "REVOKE it first"
-        )
-
-
-def _topics_on(state: State, db: str, name: str) -> list[Any]:
+def topics_on(state: State, db: str, name: str) -> list[Any]:
     """Topics reading `name`: on it, or (for a super table) on one of its children."""
     cat = state.catalog
     children = {t.name for t in cat.children(db, name)}
@@ -354,7 +324,7 @@ def drop_table(state: State, session: Session, stmt: st.DropTable) -> Result:
             return Result()
         what = "super table" if stmt.stable else "table"
         raise NotFoundError(f"{what} {db.name}.{name} does not exist")
-    users = sorted(t.name for t in _topics_on(state, db.name, name))
+    users = sorted(t.name for t in topics_on(state, db.name, name))
     if users:
         raise SchemaInUseError(f"{name} is used by topics {', '.join(users)}; drop them first")
     if isinstance(target, SuperTable):

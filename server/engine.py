@@ -15,7 +15,17 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import NotFoundError, SqlError, UnsupportedStatement
-from sqltopic.server import arrow_check, ddl, privileges, query, show, topics, users, writes
+from sqltopic.server import (
+    arrow_check,
+    ddl,
+    ddl_alter,
+    privileges,
+    query,
+    show,
+    topics,
+    users,
+    writes,
+)
 from sqltopic.server.limits import Limits
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
@@ -42,7 +52,8 @@ _DDL: dict[type[st.Statement], Handler] = {
     st.DropDatabase: ddl.drop_database,
     st.CreateStable: ddl.create_stable,
     st.CreateTable: ddl.create_table,
-    st.AlterStable: ddl.alter_stable,
+    st.CreateTables: ddl.create_tables,
+    st.AlterStable: ddl_alter.alter_stable,
     st.SetTag: ddl.set_tag,
     st.DropTable: ddl.drop_table,
     st.CreateTopic: topics.create_topic,

@@ -43,6 +43,16 @@ SHOW_KINDS = (
 )  # fmt: skip
 # Database privileges GRANT and REVOKE name (TDengine's priv_type, and ALL).
 RIGHTS = ("READ", "WRITE", "ALL")
+# TDengine's table_options: storage and rollup settings sqltopic accepts and ignores, so
+# that TDengine scripts (`CREATE TABLE ... TTL 10 COMMENT 'x'`) run.
+IGNORED_TABLE_OPTIONS = (
+    "COMMENT", "TTL", "SMA", "WATERMARK", "MAX_DELAY", "ROLLUP", "DELETE_MARK", "KEEP",
+)  # fmt: skip
+# ALTER STABLE / ALTER TABLE actions, as written.
+ALTER_ACTIONS = (
+    "ADD COLUMN", "DROP COLUMN", "MODIFY COLUMN", "RENAME COLUMN", "ADD TAG", "DROP TAG",
+    "MODIFY TAG", "RENAME TAG",
+)  # fmt: skip
 
 
 # --- expressions -----------------------------------------------------------------------
@@ -89,10 +99,20 @@ class TdCreateTable(exp.Expression):
     }  # fmt: skip
 
 
-class TdAlterStable(exp.Expression):
-    """`action` is ADD COLUMN, DROP COLUMN, ADD TAG, DROP TAG or RENAME TAG."""
+class TdCreateTables(exp.Expression):
+    """Several child tables in one CREATE TABLE (`expressions`: `TdCreateTable`s)."""
 
-    arg_types = {"this": True, "action": True, "name": True, "kind": False, "new_name": False}
+    arg_types = {"expressions": True}
+
+
+class TdAlterStable(exp.Expression):
+    """`action` is one of `ALTER_ACTIONS`; `table` is set when written ALTER TABLE (a super
+    or normal table, told apart when it runs)."""
+
+    arg_types = {
+        "this": True, "action": True, "name": True, "kind": False, "new_name": False,
+        "table": False,
+    }  # fmt: skip
 
 
 class TdSetTag(exp.Expression):
@@ -239,24 +259,54 @@ class TDengineParser(DuckDBParser):
         table = self._td_table("super table")
         columns = self._td_column_defs()
         self._td_expect("TAGS")
-        return TdCreateStable(
-            this=table, exists=exists, columns=columns, tags=self._td_column_defs()
-        )
+        tags = self._td_column_defs()
+        self._td_table_options()
+        return TdCreateStable(this=table, exists=exists, columns=columns, tags=tags)
 
     def _td_create_table(self) -> exp.Expression:
+        """A normal table; a super table (TDengine's `CREATE TABLE s (...) TAGS (...)`); or
+        one or more child tables (`a USING s TAGS (...) [IF NOT EXISTS] b USING s ...`)."""
         exists = self._td_exists(not_=True)
         table = self._td_table()
         if not self._match_text_seq("USING"):
-            return TdCreateTable(this=table, exists=exists, columns=self._td_column_defs())
+            columns = self._td_column_defs()
+            if self._match_text_seq("TAGS"):
+                tags = self._td_column_defs()
+                self._td_table_options()
+                return TdCreateStable(this=table, exists=exists, columns=columns, tags=tags)
+            self._td_table_options()
+            return TdCreateTable(this=table, exists=exists, columns=columns)
+        children = [self._td_child_table(table, exists)]
+        while self._curr and self._curr.token_type != TokenType.SEMICOLON:
+            exists = self._td_exists(not_=True)
+            table = self._td_table()
+            self._td_expect("USING")
+            children.append(self._td_child_table(table, exists))
+        return children[0] if len(children) == 1 else TdCreateTables(expressions=children)
+
+    def _td_child_table(self, table: exp.Table, exists: bool) -> TdCreateTable:
+        """`... USING stb [(tag, ...)] TAGS (value, ...) [options]`, after USING."""
         using = self._td_table("super table")
         names = None
         if self._curr and self._curr.token_type == TokenType.L_PAREN:
             names = self._parse_wrapped_csv(lambda: self._td_name("tag"))
         self._td_expect("TAGS")
         values = self._parse_wrapped_csv(self._td_value)
+        self._td_table_options()
         return TdCreateTable(
             this=table, exists=exists, using=using, tag_names=names, tag_values=values
         )
+
+    def _td_table_options(self) -> None:
+        """Skip TDengine's table options (see `IGNORED_TABLE_OPTIONS`)."""
+        while self._curr and self._curr.text.upper() in IGNORED_TABLE_OPTIONS:
+            self._advance()
+            if self._curr and self._curr.token_type == TokenType.L_PAREN:
+                self._parse_wrapped_csv(self._td_value)  # SMA(c1, c2), ROLLUP(avg)
+            elif self._match(TokenType.STRING) or self._match(TokenType.VAR):
+                pass  # COMMENT 'text'; an option spelled as a word
+            else:
+                self._td_option_value()  # TTL 10, WATERMARK 5s, MAX_DELAY 1m,2m
 
     def _td_value(self) -> exp.Expression | None:
         """A constant up to the next `,` or `)` (or the end): see `TdValue`."""
@@ -383,6 +433,9 @@ class TDengineParser(DuckDBParser):
             return self._td_alter_stable()
         if self._match(TokenType.TABLE):
             table = self._td_table()
+            altered = self._td_alter_action(table, via_table=True)
+            if altered is not None:
+                return altered
             self._td_expect("SET", "TAG")
             tag = self._td_name("tag")
             if not self._match(TokenType.EQ):
@@ -395,19 +448,24 @@ class TDengineParser(DuckDBParser):
 
     def _td_alter_stable(self) -> exp.Expression:
         table = self._td_table("super table")
-        for action in ("ADD COLUMN", "DROP COLUMN", "ADD TAG", "DROP TAG", "RENAME TAG"):
+        altered = self._td_alter_action(table, via_table=False)
+        if altered is None:
+            self.raise_error(f"unsupported ALTER STABLE; use {', '.join(ALTER_ACTIONS)}")
+            return exp.Command(this="ALTER")
+        return altered
+
+    def _td_alter_action(self, table: exp.Table, *, via_table: bool) -> TdAlterStable | None:
+        """`ADD COLUMN c type`, `RENAME TAG a b`, ... (`ALTER_ACTIONS`), or None."""
+        for action in ALTER_ACTIONS:
             if self._match_text_seq(*action.split()):
                 name = self._td_name(action.split()[1].lower())
                 args: dict[str, Any] = {"this": table, "action": action, "name": name}
-                if action.startswith("ADD"):
+                if action.startswith(("ADD", "MODIFY")):
                     args["kind"] = self._td_column_type()
-                elif action == "RENAME TAG":
-                    args["new_name"] = self._td_name("tag")
-                return TdAlterStable(**args)
-        self.raise_error(
-            "unsupported ALTER STABLE; use ADD COLUMN, DROP COLUMN, ADD TAG, DROP TAG or RENAME TAG"
-        )
-        return exp.Command(this="ALTER")
+                elif action.startswith("RENAME"):
+                    args["new_name"] = self._td_name(action.split()[1].lower())
+                return TdAlterStable(table=via_table, **args)
+        return None
 
     def _td_column_type(self) -> exp.Expression:
         start = self._curr
@@ -549,7 +607,8 @@ def _alter_stable_sql(gen: Any, e: TdAlterStable) -> str:
     tail = e.args["kind"].name if e.args.get("kind") else ""
     if e.args.get("new_name"):
         tail = gen.sql(e, "new_name")
-    text = f"ALTER STABLE {gen.sql(e, 'this')} {e.args['action']} {gen.sql(e, 'name')}"
+    what = "TABLE" if e.args.get("table") else "STABLE"
+    text = f"ALTER {what} {gen.sql(e, 'this')} {e.args['action']} {gen.sql(e, 'name')}"
     return f"{text} {tail}" if tail else text
 
 
@@ -595,6 +654,10 @@ class TDengineGenerator(DuckDBGenerator):
             f"{_defs(e.args['columns'])} TAGS {_defs(e.args['tags'])}"
         ),
         TdCreateTable: _create_table_sql,
+        TdCreateTables: lambda g, e: (
+            "CREATE TABLE "
+            + " ".join(_create_table_sql(g, t).removeprefix("CREATE TABLE ") for t in e.expressions)
+        ),
         TdAlterStable: _alter_stable_sql,
         TdSetTag: lambda g, e: (
             f"ALTER TABLE {g.sql(e, 'this')} SET TAG {g.sql(e, 'tag')} = {g.sql(e, 'expression')}"

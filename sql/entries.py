@@ -76,7 +76,9 @@ def entry_table(batch: pa.RecordBatch) -> EntryTable:
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """`batch` with exactly the columns of `schema` (a `data_schema`), in its order and
-    types. Columns match by id: one dropped and added again under its name is NULL."""
+    types. Columns match by id: one dropped and added again under its name is NULL, one
+    renamed (a normal table's RENAME COLUMN) keeps its values. Without ids (0, entries
+    older than ids) they match by name."""
     have = _ids(batch.schema)
     want = _ids(schema)
     if have == want and batch.schema.equals(schema, check_metadata=False):
@@ -85,7 +87,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     arrays = []
     for field, cid in zip(schema, want, strict=True):
         i = positions.get(cid, -1)
-        if i < 0 or batch.schema.field(i).name != field.name:
+        if i < 0 or (cid == b"0" and batch.schema.field(i).name != field.name):
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         col = batch.column(i)

@@ -9,6 +9,7 @@ shaped like TDengine's `tmq_get_json_meta` (type, tableType, tableName, ...).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from sqltopic.sql.model import Catalog, Column, SuperTable, Table
@@ -55,9 +56,12 @@ def create_table(tb: Table) -> Event:
 def alter_stable(
     db: str, name: str, action: str, column: str, *, type_: ColumnType | None = None,
     new_name: str | None = None, cid: int = 0,
+    table_type: Literal["super", "normal"] = "super",
 ) -> Event:  # fmt: skip
+    """A super table's (or a normal table's) column or tag change: `action` is an
+    `AlterAction` (add_column, modify_tag, rename_column, ...)."""
     event: Event = {
-        "type": "alter", "tableType": "super", "db": db, "tableName": name,
+        "type": "alter", "tableType": table_type, "db": db, "tableName": name,
         "alterType": action, "colName": column,
     }  # fmt: skip
     if type_ is not None:
@@ -121,19 +125,27 @@ def _apply_alter_stable(catalog: Catalog, e: Event) -> list[Key]:
     stb = catalog.stables.get((db, name))
     if stb is None:
         return []
-    action, col = e["alterType"], e["colName"]
+    action = e["alterType"]
     columns, tags = list(stb.columns), list(stb.tags)
-    if action in ("add_column", "add_tag"):
-        target = columns if action == "add_column" else tags
+    _change(columns if action.endswith("_column") else tags, e)
+    catalog.stables[(db, name)] = SuperTable(db, name, tuple(columns), tuple(tags), stb.create_us)
+    return [("stable", db, name), *_retag_children(catalog, db, name, action, e["colName"], e)]
+
+
+def _change(target: list[Column], e: Event) -> None:
+    """Apply one ADD, DROP, MODIFY or RENAME of a column or tag to `target` (in place).
+    A modified or renamed column keeps its id, so stored rows keep following it."""
+    verb, col = e["alterType"].split("_")[0], e["colName"]
+    if verb == "add":
         if all(c.name != col for c in target):
             target.append(Column(col, ColumnType.parse(e["colType"]), e.get("colId", 0)))
-    elif action in ("drop_column", "drop_tag"):
-        target = columns if action == "drop_column" else tags
+    elif verb == "drop":
         target[:] = [c for c in target if c.name != col]
-    elif action == "rename_tag":
-        tags = [Column(e["colNewName"], c.type) if c.name == col else c for c in tags]
-    catalog.stables[(db, name)] = SuperTable(db, name, tuple(columns), tuple(tags), stb.create_us)
-    return [("stable", db, name), *_retag_children(catalog, db, name, action, col, e)]
+    elif verb == "modify":
+        new_type = ColumnType.parse(e["colType"])
+        target[:] = [Column(c.name, new_type, c.cid) if c.name == col else c for c in target]
+    elif verb == "rename":
+        target[:] = [Column(e["colNewName"], c.type, c.cid) if c.name == col else c for c in target]
 
 
 def _retag_children(
@@ -165,7 +177,12 @@ def _apply_alter_table(catalog: Catalog, e: Event) -> list[Key]:
     tb = catalog.tables.get((db, name))
     if tb is None:
         return []
-    catalog.tables[(db, name)] = _with_tags(tb, {**tb.tags, e["colName"]: e["colValue"]})
+    if e["alterType"] == "set_tag":
+        catalog.tables[(db, name)] = _with_tags(tb, {**tb.tags, e["colName"]: e["colValue"]})
+    else:
+        columns = list(tb.columns)
+        _change(columns, e)
+        catalog.tables[(db, name)] = replace(tb, columns=tuple(columns))
     return [("table", db, name)]
 
 

@@ -274,7 +274,7 @@ MAX_OPTION_DIGITS = 19
 Builder = Callable[[Any, str, s.Pos], s.Statement]
 
 
-def _create_table(e: d.TdCreateTable, sql: str, pos: s.Pos) -> s.Statement:
+def _create_table(e: d.TdCreateTable, sql: str, pos: s.Pos) -> s.CreateTable:
     common: dict[str, Any] = {"sql": sql, "pos": pos, "table": table_ref(e.this)}
     common["if_not_exists"] = bool(e.args.get("exists"))
     if not e.args.get("using"):
@@ -286,6 +286,11 @@ def _create_table(e: d.TdCreateTable, sql: str, pos: s.Pos) -> s.Statement:
         tag_values=tuple(value(v, sql, pos) for v in e.args["tag_values"]),
         **common,
     )
+
+
+def _create_tables(e: d.TdCreateTables, sql: str, pos: s.Pos) -> s.Statement:
+    tables = tuple(_create_table(t, sql, pos) for t in e.expressions)
+    return s.CreateTables(sql=sql, pos=pos, tables=tables)
 
 
 def _create_topic(e: d.TdCreateTopic, sql: str, pos: s.Pos) -> s.Statement:
@@ -335,6 +340,7 @@ def _alter_stable(e: d.TdAlterStable, sql: str, pos: s.Pos) -> s.Statement:
         name=name(e.args["name"]),
         type=ColumnType.parse(kind.name) if kind is not None else None,
         new_name=name(new) if new is not None else None,
+        via_table=bool(e.args.get("table")),
     )
 
 
@@ -399,6 +405,7 @@ _BUILDERS: dict[type[exp.Expression], Builder] = {
         tags=_defs(e.args["tags"]), if_not_exists=bool(e.args.get("exists")),
     ),
     d.TdCreateTable: _create_table,
+    d.TdCreateTables: _create_tables,
     d.TdAlterStable: _alter_stable,
     d.TdSetTag: lambda e, sql, pos: s.SetTag(
         sql=sql, pos=pos, table=table_ref(e.this), tag=name(e.args["tag"]),

@@ -121,16 +121,30 @@ class CreateTable(Statement):
     tag_values: tuple[Value, ...] = ()
 
 
-AlterAction = Literal["add_column", "drop_column", "add_tag", "drop_tag", "rename_tag"]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTables(Statement):
+    """Several child tables in one statement: created all or none."""
+
+    tables: tuple[CreateTable, ...]
+
+
+AlterAction = Literal[
+    "add_column", "drop_column", "modify_column", "rename_column", "add_tag", "drop_tag",
+    "modify_tag", "rename_tag",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterStable(Statement):
+    """ALTER STABLE, or ALTER TABLE with a column or tag action (`via_table`): a super
+    table's or a normal table's schema, told apart when it runs."""
+
     table: TableRef
     action: AlterAction
     name: str
-    type: ColumnType | None = None  # ADD COLUMN / ADD TAG
-    new_name: str | None = None  # RENAME TAG
+    type: ColumnType | None = None  # ADD / MODIFY
+    new_name: str | None = None  # RENAME
+    via_table: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
