@@ -10,6 +10,7 @@ task. Unlike the sync Consumer it logs in on first use (a constructor cannot awa
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
@@ -30,7 +31,13 @@ from sqltopic.client.connection import (
     _write_frames,
     writes_only,
 )
-from sqltopic.client.consumer import ITERATION_POLL_S, STUBS
+from sqltopic.client.consumer import (
+    ITERATION_POLL_S,
+    STUBS,
+    Callbacks,
+    RebalanceCallback,
+    callbacks,
+)
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.client.state import LOGOUT_TIMEOUT_S
@@ -158,8 +165,18 @@ class Consumer:
         self._heartbeat: asyncio.Task[None] | None = None
         self._commits = asyncio.Lock()  # commit_async stores in call order
         self._logged_in = False
+        self._callbacks: Callbacks = {}
 
-    async def subscribe(self, topics: Sequence[str]) -> None:
+    async def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """As `sqltopic.Consumer.subscribe`; a callback may be a function or a coroutine
+        function (awaited)."""
+        self._callbacks = callbacks(on_assign, on_revoke, on_lost)
         await self._run(self._core.subscribe(topics))
         if self._heartbeat is None and self._core.consumer_id:
             self._heartbeat = asyncio.create_task(self._heartbeats())
@@ -194,6 +211,15 @@ class Consumer:
 
     def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
         return self._core.position(parts)
+
+    def pause(self, parts: Sequence[TopicPartition]) -> None:
+        self._core.pause(parts)
+
+    def resume(self, parts: Sequence[TopicPartition]) -> None:
+        self._core.resume(parts)
+
+    def paused(self) -> list[TopicPartition]:
+        return self._core.paused_parts()
 
     async def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
         return await self._run(self._core.committed(parts))
@@ -287,6 +313,20 @@ class Consumer:
             await asyncio.sleep(effect.seconds)
         elif isinstance(effect, fx.Wake):
             self._results.put_nowait(None)
+        elif isinstance(effect, fx.Notify):
+            return await self._notify(effect)
+        return None
+
+    async def _notify(self, notify: fx.Notify) -> Exception | None:
+        """Call the rebalance callback (awaiting a coroutine); its error is the answer."""
+        callback = self._callbacks.get(notify.kind)
+        try:
+            if callback is not None:
+                result = callback(self, list(notify.parts))
+                if inspect.isawaitable(result):
+                    await result
+        except Exception as exc:  # raised by the core once its state is whole
+            return exc
         return None
 
     async def _fetch(self, fetch: fx.Fetch) -> None:

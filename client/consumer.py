@@ -34,6 +34,10 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqltopic.consumer")
 T = TypeVar("T")
+C = TypeVar("C")
+# A rebalance callback: (consumer, [TopicPartition]); its value is ignored.
+RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
+Callbacks = dict[fx.RebalanceKind, Any]
 
 # Threads for concurrent vgroup polls (created as needed); more vgroups than this wait
 # their turn, at most fetch.max.wait.ms each.
@@ -62,6 +66,7 @@ class Consumer:
         self._committer: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._callbacks: Callbacks = {}
         try:
             self._run(self._core.login())
         except BaseException:
@@ -70,9 +75,19 @@ class Consumer:
 
     # --- the consumer API (SPEC §4) ---------------------------------------------------
 
-    def subscribe(self, topics: Sequence[str]) -> None:
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
         """Join the group for `topics` (replacing any earlier list; [] = unsubscribe).
-        Raises TopicNotFound, NoPermission."""
+        Raises TopicNotFound, NoPermission. The callbacks, as confluent-kafka's, get
+        `(consumer, [TopicPartition])`: `on_assign` from poll before new vgroups are
+        fetched, `on_revoke` before vgroups are let go (commit them there), `on_lost`
+        when they were taken away (`on_revoke` if not given). See docs/client.md."""
+        self._callbacks = callbacks(on_assign, on_revoke, on_lost)
         self._run(self._core.subscribe(topics))
         self._start_heartbeat()
 
@@ -115,6 +130,21 @@ class Consumer:
     def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
         with self._lock:
             return self._core.position(parts)
+
+    def pause(self, parts: Sequence[TopicPartition]) -> None:
+        """Stop fetching these assigned vgroups (positions kept) until `resume`, or until
+        they are let go."""
+        with self._lock:
+            self._core.pause(parts)
+
+    def resume(self, parts: Sequence[TopicPartition]) -> None:
+        with self._lock:
+            self._core.resume(parts)
+
+    def paused(self) -> list[TopicPartition]:
+        """The paused vgroups, with their positions."""
+        with self._lock:
+            return self._core.paused_parts()
 
     def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
         return self._run(self._core.committed(parts))
@@ -188,6 +218,19 @@ class Consumer:
             time.sleep(effect.seconds)
         elif isinstance(effect, fx.Wake):
             self._results.put(None)
+        elif isinstance(effect, fx.Notify):
+            return self._notify(effect)
+        return None
+
+    def _notify(self, notify: fx.Notify) -> Exception | None:
+        """Call the rebalance callback (on this thread, no lock held: it may call the
+        consumer); its error is the answer."""
+        callback = self._callbacks.get(notify.kind)
+        try:
+            if callback is not None:
+                callback(self, list(notify.parts))
+        except Exception as exc:  # raised by the core once its state is whole
+            return exc
         return None
 
     def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
@@ -276,3 +319,19 @@ class Consumer:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()
+
+
+def callbacks(
+    on_assign: C | None, on_revoke: C | None, on_lost: C | None
+) -> dict[fx.RebalanceKind, C]:
+    """The callbacks of `subscribe` by kind; as confluent-kafka, `on_revoke` stands in
+    for a missing `on_lost`."""
+    given: dict[fx.RebalanceKind, C | None] = {
+        "assign": on_assign,
+        "revoke": on_revoke,
+        "lost": on_lost if on_lost is not None else on_revoke,
+    }
+    for kind, callback in given.items():
+        if callback is not None and not callable(callback):
+            raise TypeError(f"subscribe: on_{kind} must be callable, not {callback!r}")
+    return {kind: callback for kind, callback in given.items() if callback is not None}

@@ -46,12 +46,15 @@ class ConsumerCore(Membership):
         """The next message from any assigned vgroup, or None once `timeout` seconds
         passed (None: wait as long as it takes)."""
         self.check_open()
+        self.check_not_in_callback("poll")
         if timeout is not None and timeout < 0:
             raise ConfigError(f"poll: timeout {timeout} is negative; give seconds >= 0 or None")
         self.polled = True
         deadline = None if timeout is None else self.clock() + timeout
         while True:
             yield from self._maintain()
+            yield from self._announce()
+            self.raise_callback_error()
             message = self._take_ready()
             if message is not None:
                 return message
@@ -80,7 +83,7 @@ class ConsumerCore(Membership):
     def _launch(self) -> Flow[None]:
         now = self.clock()
         for key, held in list(self.held.items()):
-            busy = held.ticket is not None or held.ready is not None
+            busy = held.ticket is not None or held.ready is not None or key in self.paused
             if busy or held.retry_at > now or held.topic in self.topic_errors:
                 continue
             held.ticket, held.retry_at = next(self._tickets), 0.0
@@ -124,6 +127,7 @@ class ConsumerCore(Membership):
     def _on_poll_error(self, held: Held, error: Error) -> None:
         if isinstance(error, (ConsumerFenced, *TRANSIENT)):
             # Fenced: the assignment moved on (refresh it); else a vnode or server away.
+            # (a poll is also refused on a vgroup being revoked, which is still committable)
             self.need_refresh = self.need_refresh or isinstance(error, ConsumerFenced)
             held.retry_at = self.clock() + REBALANCE_RETRY_S
             return
@@ -141,6 +145,8 @@ class ConsumerCore(Membership):
         keys = list(self.held)
         for step in range(len(keys)):
             index = (self._turn + step) % len(keys)
+            if keys[index] in self.paused:
+                continue  # kept until resumed
             held = self.held[keys[index]]
             message, held.ready = held.ready, None
             if message is not None:

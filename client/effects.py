@@ -13,7 +13,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from sqltopic.client.message import Empty, Message, message_from_frames
+from sqltopic.client.message import Empty, Message, TopicPartition, message_from_frames
 from sqltopic.errors import Error
 from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -88,6 +88,20 @@ class Wake:
     """Make a pending `Wait` answer None now (the heartbeat changed what a poll must do)."""
 
 
+RebalanceKind = Literal["assign", "revoke", "lost"]
+
+
+@dataclass(frozen=True)
+class Notify:
+    """Tell the application that vgroups were assigned, are being revoked (still held:
+    it may commit them) or were lost (already gone). The front end calls the matching
+    `subscribe(on_assign=, on_revoke=, on_lost=)` callback, if any, and answers None, or
+    the exception the callback raised (the core raises it once its state is whole)."""
+
+    kind: RebalanceKind
+    parts: tuple[TopicPartition, ...]
+
+
 @dataclass(frozen=True)
 class Fetched:
     """What a background poll brought: a message, an empty answer, or its error."""
@@ -98,7 +112,7 @@ class Fetched:
     epoch: int = 0
 
 
-Effect = Rpc | Fetch | Cancel | Wait | Sleep | Wake
+Effect = Rpc | Fetch | Cancel | Wait | Sleep | Wake | Notify
 Flow = Generator[Effect, Any, T]
 
 

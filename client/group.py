@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from sqltopic.client.effects import Flow, Rpc, Wake
 from sqltopic.client.message import TopicPartition
-from sqltopic.client.offsets import Offsets
+from sqltopic.client.rebalance import Rebalancing
 from sqltopic.client.state import (
     ASSIGNMENT_RECHECK_S,
     LOGOUT_TIMEOUT_S,
@@ -23,20 +23,24 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 log = logging.getLogger("sqltopic.consumer")
 
 
-class Membership(Offsets):
+class Membership(Rebalancing):
     """Flows of the group membership."""
 
     def subscribe(self, topics: Sequence[str]) -> Flow[None]:
         self.check_open()
+        self.check_not_in_callback("subscribe")
         names = topic_names(topics)
         if not names:
             yield from self.unsubscribe()
             return
         yield from self._auto_commit(changed_only=False)
         yield from self._join(names)
+        self.raise_callback_error()
 
     def unsubscribe(self) -> Flow[None]:
         self.check_open()
+        self.check_not_in_callback("unsubscribe")
+        yield from self._let_go("revoke", list(self.held))
         if self.consumer_id and self.topics:
             yield from self._auto_commit(changed_only=False)
             request = pb.UnsubscribeRequest(consumer_id=self.consumer_id, progress=self.progress())
@@ -45,12 +49,15 @@ class Membership(Offsets):
         yield from self._drop(list(self.held))
         self.topics = []
         self.topic_errors.clear()
+        self.raise_callback_error()
 
     def close(self) -> Flow[None]:
         """Commit (with auto-commit), leave the group, log out; errors are only logged, so
         close always finishes."""
         if self.closed:
             return
+        self.check_not_in_callback("close")
+        yield from self._let_go("revoke", list(self.held))
         if self.consumer_id:
             yield from self._auto_commit(changed_only=False)
             request = pb.CloseRequest(consumer_id=self.consumer_id, progress=self.progress())
@@ -59,6 +66,7 @@ class Membership(Offsets):
         yield from self._drop(list(self.held))
         logout = Rpc("session", "Logout", pb.LogoutRequest(), "", self.metadata, LOGOUT_TIMEOUT_S)
         yield from self._quietly("logging out", one(logout))
+        self.raise_callback_error()
 
     def heartbeat(self) -> Flow[None]:
         """One Heartbeat; wakes a waiting poll when the answer changes what it must do."""
@@ -75,6 +83,11 @@ class Membership(Offsets):
         )
         try:
             answer: pb.HeartbeatResponse = yield from self._rpc("mnode", "Heartbeat", request)
+        except ConsumerFenced:
+            # our epoch is stale or we are gone: the refresh tells which (rejoin if gone)
+            self.polled = self.polled or polled
+            self.need_refresh = True
+            return True
         except Error:
             self.polled = self.polled or polled  # report the poll with the next heartbeat
             raise
@@ -127,6 +140,7 @@ class Membership(Offsets):
     def _rejoin(self) -> Flow[None]:
         """The mnode forgot us: drop every position and resume from committed offsets."""
         log.info("consumer %s was removed by the server; joining again", self.consumer_id)
+        yield from self._let_go("lost", list(self.held))
         yield from self._drop(list(self.held))
         yield from self._join(self.topics)
 
@@ -165,24 +179,30 @@ class Membership(Offsets):
         # a vgroup granted again after the assignment we knew went through other hands:
         # our position there is stale (someone else may have committed beyond it)
         regained = [k for k, a in new.items() if k in self.held and a.granted_epoch > self.epoch]
-        if regained:
-            yield from self._drop(regained)
-        lost = [key for key in self.held if key not in new]
+        gone = [key for key in self.held if key not in new]
+        # fenced there: the vnode already refused us, so there is nothing to commit
+        lost = regained + [key for key in gone if self.held[key].fenced]
+        revoked = [key for key in gone if not self.held[key].fenced]
         if lost:
-            # best effort: the vnode may already fence us on a vgroup that moved on
-            yield from self._auto_commit(changed_only=False, keys=lost, level=logging.INFO)
+            yield from self._let_go("lost", lost)
             yield from self._drop(lost)
+        if revoked:
+            yield from self._let_go("revoke", revoked)
+            # best effort: the vnode may already fence us on a vgroup that moved on
+            yield from self._auto_commit(changed_only=False, keys=revoked, level=logging.INFO)
+            yield from self._drop([key for key in revoked if key in self.held])
         for key, a in new.items():
             held = self.held.setdefault(key, Held(a.topic, a.database, a.vgroup, a.endpoint))
-            held.endpoint = a.endpoint
-        return bool(lost)
+            held.endpoint, held.fenced = a.endpoint, False
+        return bool(gone)
 
     def assignment(self) -> Flow[list[TopicPartition]]:
         """The assigned vgroups (fresh from the mnode) with their positions and the
         vnodes' current retained ranges."""
         self.check_open()
-        if self.consumer_id:
+        if self.consumer_id and not self.in_callback:  # a callback sees what it was told
             yield from self._membership(refresh=True)
+            self.raise_callback_error()
         keys = sorted(self.held)
         ranges = yield from self._ranges(keys)
         return [

@@ -15,6 +15,10 @@ from sqltopic.client.state import CoreState, Key, offset_of
 from sqltopic.errors import ConfigError, ConsumerFenced, Error, OffsetOutOfRange
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
+# TDengine's examples rewind with seek(offset 0): its versions start at 0, ours at 1, so
+# 0 means "the first retained version" here.
+REWIND = 0
+
 
 class Offsets(CoreState):
     """Flows on positions and committed offsets."""
@@ -31,10 +35,14 @@ class Offsets(CoreState):
             return [offset_of(message.topic, message.vgroup, message.end_offset)]
         if offsets is None:
             return self.positions(self.held)
-        for part in offsets:
-            if part.offset is None:
-                raise ConfigError(f"commit: {part} has no offset to commit")
-        return [offset_of(p.topic, p.vgroup, p.offset) for p in offsets if p.offset is not None]
+        # As TDengine: a vgroup with no position yet (offset None or negative, e.g. from
+        # assignment() before the first poll) is skipped, so commit(offsets=assignment())
+        # stores what there is to store.
+        return [
+            offset_of(p.topic, p.vgroup, p.offset)
+            for p in offsets
+            if p.offset is not None and p.offset >= 0
+        ]
 
     def commit(self, offsets: list[pb.TopicVgroupOffset]) -> Flow[None]:
         """Store `offsets` on their vnodes; ConsumerFenced (vgroup no longer ours) also
@@ -50,6 +58,9 @@ class Offsets(CoreState):
                 yield from self._retrying(partial(self._rpc, "vnode", "Commit", request, endpoint))
             except ConsumerFenced:
                 self.need_refresh = True
+                for o in items:
+                    if (o.topic, o.vgroup) in self.held:
+                        self.held[(o.topic, o.vgroup)].fenced = True
                 raise
             self._committed.update({(o.topic, o.vgroup): o.offset for o in items})
 
@@ -86,7 +97,8 @@ class Offsets(CoreState):
 
     def seek(self, part: TopicPartition) -> Flow[None]:
         """Move the position of an assigned vgroup (never its committed offset) to a
-        version in the vnode's [begin, end]; what was fetched from the old one is dropped."""
+        version in the vnode's [begin, end], or to `begin` for offset 0 (REWIND); what was
+        fetched from the old one is dropped."""
         self.check_open()
         key = (part.topic, part.vgroup)
         if part.offset is None:
@@ -97,7 +109,8 @@ class Offsets(CoreState):
                 f"consumer (assigned: {sorted(self.held) or 'none'}); see assignment()"
             )
         begin, end = (yield from self._ranges([key]))[key]
-        if not begin <= part.offset <= end:
+        target = begin if part.offset == REWIND else part.offset
+        if not begin <= target <= end:
             raise OffsetOutOfRange(
                 f"seek: offset {part.offset} of topic {part.topic} vgroup {part.vgroup} is "
                 f"outside the retained range {begin}..{end}",
@@ -107,7 +120,7 @@ class Offsets(CoreState):
         held = self.held.get(key)
         if held is not None:
             stale, held.ticket = held.ticket, None
-            held.position, held.ready, held.retry_at = part.offset, None, 0.0
+            held.position, held.ready, held.retry_at = target, None, 0.0
             if stale is not None:
                 self._in_flight.pop(stale, None)
                 yield Cancel((stale,))

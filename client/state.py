@@ -72,6 +72,7 @@ class Held:
     ticket: int | None = None  # the poll in flight
     ready: Message | None = None  # fetched, not yet handed out
     retry_at: float = 0.0  # no poll before this (after RebalanceInProgress/ConsumerFenced)
+    fenced: bool = False  # a vnode refused us here: if it moves on, it is lost, not revoked
 
 
 class CoreState:
@@ -91,6 +92,10 @@ class CoreState:
         self.topic_errors: dict[str, Error] = {}
         self.polled = False
         self.closed = False
+        self.paused: set[Key] = set()  # not fetched until resumed (positions kept)
+        self.announced: set[Key] = set()  # told to the application by an "assign" Notify
+        self.in_callback = False  # a rebalance callback runs (from within a flow)
+        self.callback_error: Exception | None = None  # what a callback raised, to re-raise
         self._tickets = itertools.count(1)
         self._in_flight: dict[int, Key] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
@@ -135,6 +140,8 @@ class CoreState:
         for key in keys:
             held = self.held.pop(key)
             self._committed.pop(key, None)
+            self.paused.discard(key)
+            self.announced.discard(key)
             if held.ticket is not None:
                 tickets.append(held.ticket)
                 self._in_flight.pop(held.ticket, None)

@@ -124,8 +124,9 @@ def test_commit_of_one_message_and_of_explicit_offsets(power: Connection, make: 
     assert consumer.committed([part])[0].offset == message.end_offset
     with pytest.raises(ConfigError, match="give a message or offsets, not both"):
         consumer.commit(message, offsets=[part])
-    with pytest.raises(ConfigError, match="has no offset to commit"):
-        consumer.commit(offsets=[part])
+    # as TDengine, a vgroup without an offset (None, negative) is skipped, the rest stored
+    consumer.commit(offsets=[part, TopicPartition("overvoltage", message.vgroup, -1)])
+    assert consumer.committed([part])[0].offset == message.end_offset
 
 
 def test_seek_moves_the_position_not_the_committed_offset(power: Connection, make: Make) -> None:
@@ -152,6 +153,10 @@ def test_seek_outside_the_retained_range_is_refused(power: Connection, make: Mak
     assert (info.value.begin, info.value.end) == (part.begin, part.end)
     assert f"outside the retained range {part.begin}..{part.end}" in str(info.value)
     consumer.seek(TopicPartition(part.topic, part.vgroup, part.end))  # end itself is valid
+    consumer.seek(TopicPartition(part.topic, part.vgroup, 0))  # 0 rewinds (TDengine examples)
+    assert consumer.position([part])[0].offset == part.begin
+    with pytest.raises(OffsetOutOfRange):
+        consumer.seek(TopicPartition(part.topic, part.vgroup, -1))
     with pytest.raises(ConfigError, match="has no offset"):
         consumer.seek(TopicPartition(part.topic, part.vgroup))
     with pytest.raises(Error, match="vgroup 999 is not assigned to this consumer"):

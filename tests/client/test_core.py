@@ -1,0 +1,258 @@
+"""The sans-IO consumer core without a server: a scripted mnode/vnode answers its effects,
+so the order of rebalance callbacks, pause/resume, commit skipping and seek(0) are
+checked exactly (no threads, no timing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+import sqltopic.client.effects as fx
+from sqltopic.client.config import parse_config
+from sqltopic.client.core import ConsumerCore
+from sqltopic.client.message import Empty, Message, TopicPartition
+from sqltopic.errors import ConsumerFenced, Error, OffsetOutOfRange
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+T = TypeVar("T")
+READY = pb.CONSUMER_STATUS_READY
+BEGIN, END = 5, 50  # every vnode's retained range here
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeServer:
+    """Answers the core's effects: the assignment in `vgroups` (epoch `epoch`), a data
+    message of one row for every fetch, commits recorded in `commits`."""
+
+    def __init__(self, core: ConsumerCore, vgroups: list[int]) -> None:
+        self.core = core
+        self.vgroups = vgroups
+        self.epoch = 1
+        self.granted: dict[int, int] = {}
+        self.commits: list[tuple[str, int, int]] = []
+        self.events: list[tuple[str, list[tuple[int, int | None]]]] = []
+        self.fetched: list[fx.Fetch] = []
+        self.pending: list[fx.Fetched] = []
+        self.on_event: Callable[[str, list[TopicPartition]], None] = lambda kind, parts: None
+        self.fence_assignment = False
+
+    def run(self, flow: fx.Flow[T]) -> T:
+        stepper = fx.Stepper(flow)
+        while (effect := stepper.next()) is not None:
+            try:
+                stepper.answer(self.perform(effect))
+            except Error as err:
+                stepper.fail(err)
+        return stepper.value
+
+    def perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Rpc):
+            return getattr(self, effect.method)(effect.request)
+        if isinstance(effect, fx.Fetch):
+            self.fetched.append(effect)
+            position = effect.request.position if effect.request.HasField("position") else BEGIN
+            message = Message("t", "db", effect.vgroup, position, position + 1, "data")
+            self.pending.append(fx.Fetched(effect.ticket, message, self.epoch))
+        elif isinstance(effect, fx.Wait):
+            return self.pending.pop(0) if self.pending else None
+        elif isinstance(effect, fx.Notify):
+            self.events.append((effect.kind, [(p.vgroup, p.offset) for p in effect.parts]))
+            try:
+                self.on_event(effect.kind, list(effect.parts))
+            except Exception as exc:
+                return exc
+        return None
+
+    # --- the RPCs the core makes ---
+
+    def Login(self, request: Any) -> pb.LoginResponse:
+        return pb.LoginResponse(token="token")
+
+    def Subscribe(self, request: Any) -> pb.SubscribeResponse:
+        return pb.SubscribeResponse(consumer_id=7, epoch=self.epoch, status=READY)
+
+    def GetAssignment(self, request: Any) -> pb.GetAssignmentResponse:
+        if self.fence_assignment:
+            self.fence_assignment = False
+            raise ConsumerFenced("consumer 7 is not a member: subscribe again")
+        assignments = [
+            pb.Assignment(topic="t", database="db", vgroup=v, granted_epoch=self.granted.get(v, 1))
+            for v in self.vgroups
+        ]
+        return pb.GetAssignmentResponse(epoch=self.epoch, assignments=assignments, status=READY)
+
+    def Heartbeat(self, request: Any) -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse(epoch=self.epoch, status=READY)
+
+    def OffsetRange(self, request: pb.OffsetRangeRequest) -> pb.OffsetRangeResponse:
+        ranges = [
+            pb.VgroupRange(topic=v.topic, vgroup=v.vgroup, begin=BEGIN, end=END)
+            for v in request.vgroups
+        ]
+        return pb.OffsetRangeResponse(ranges=ranges)
+
+    def Commit(self, request: pb.CommitRequest) -> pb.CommitResponse:
+        self.commits += [(o.topic, o.vgroup, o.offset) for o in request.offsets]
+        return pb.CommitResponse()
+
+    def Unsubscribe(self, request: Any) -> pb.UnsubscribeResponse:
+        return pb.UnsubscribeResponse(epoch=self.epoch)
+
+    def Close(self, request: Any) -> pb.CloseResponse:
+        return pb.CloseResponse()
+
+    def Logout(self, request: Any) -> pb.LogoutResponse:
+        return pb.LogoutResponse()
+
+
+def make(vgroups: list[int], **extra: str) -> tuple[ConsumerCore, FakeServer]:
+    config = {"group.id": "g", "enable.auto.commit": "false", **extra}
+    core = ConsumerCore(parse_config(config), clock=Clock())
+    server = FakeServer(core, vgroups)
+    server.run(core.login())
+    server.run(core.subscribe(["t"]))
+    return core, server
+
+
+def test_commit_of_offsets_skips_vgroups_without_a_position() -> None:
+    core, server = make([1, 2])
+    parts = server.run(core.assignment())
+    assert [p.offset for p in parts] == [None, None]
+    server.run(core.commit(core.offsets_to_commit(None, parts)))
+    assert server.commits == []  # nothing to store, no error (TDengine skips them)
+    skipped = [TopicPartition("t", 1, -1), TopicPartition("t", 2, 9)]
+    server.run(core.commit(core.offsets_to_commit(None, skipped)))
+    assert server.commits == [("t", 2, 9)]
+
+
+def test_seek_to_0_rewinds_to_the_first_retained_version() -> None:
+    core, server = make([1])
+    server.run(core.seek(TopicPartition("t", 1, 0)))
+    assert core.position([TopicPartition("t", 1)])[0].offset == BEGIN
+    server.run(core.seek(TopicPartition("t", 1, END)))  # the end itself is valid
+    for outside in (-1, 1, BEGIN - 1, END + 1):
+        with pytest.raises(OffsetOutOfRange, match=f"outside the retained range {BEGIN}..{END}"):
+            server.run(core.seek(TopicPartition("t", 1, outside)))
+
+
+def test_a_paused_vgroup_is_not_fetched_and_keeps_its_position() -> None:
+    core, server = make([1, 2])
+    server.run(core.seek(TopicPartition("t", 1, 10)))
+    core.pause([TopicPartition("t", 1)])
+    assert core.paused_parts() == [TopicPartition("t", 1, 10)]
+    got = [server.run(core.poll(0)) for _ in range(3)]
+    assert {m.vgroup for m in got if m is not None} == {2}
+    assert {f.vgroup for f in server.fetched} == {2}
+    core.resume([TopicPartition("t", 1)])
+    assert core.paused_parts() == []
+    message = server.run(core.poll(0))
+    assert message is not None
+    assert (message.vgroup, message.offset) == (1, 10)
+    with pytest.raises(Error, match="topic t vgroup 9 not assigned to this consumer"):
+        core.pause([TopicPartition("t", 9)])
+
+
+def test_a_message_fetched_before_pause_waits_for_resume() -> None:
+    core, server = make([1])
+    server.run(core._launch())  # the fetch is out when the application pauses
+    core.pause([TopicPartition("t", 1)])
+    assert server.run(core.poll(0)) is None
+    core.resume([TopicPartition("t", 1)])
+    message = server.run(core.poll(0))
+    assert message is not None
+    assert message.offset == BEGIN
+
+
+def test_pause_ends_when_the_vgroup_is_let_go() -> None:
+    core, server = make([1, 2])
+    core.pause([TopicPartition("t", 1), TopicPartition("t", 2)])
+    server.vgroups, server.epoch = [2], 2
+    core.need_refresh = True
+    server.run(core.poll(0))
+    assert core.paused_parts() == [TopicPartition("t", 2, None)]
+
+
+def test_callbacks_assign_from_poll_revoke_before_let_go_lost_when_fenced() -> None:
+    core, server = make([1, 2])
+    assert server.events == []  # subscribe tells nothing: assignment comes from poll
+    server.run(core.poll(0))
+    assert server.events == [("assign", [(1, None), (2, None)])]
+    server.run(core.poll(0))  # both vgroups have a position now
+
+    def commit_on_revoke(kind: str, parts: list[TopicPartition]) -> None:
+        if kind == "revoke":  # still held: the application commits its position
+            assert ("t", 2) in core.held
+            server.run(core.commit(core.offsets_to_commit(None, parts)))
+
+    server.on_event = commit_on_revoke
+    server.vgroups, server.epoch = [1], 2
+    core.need_refresh = True
+    server.run(core.poll(0))
+    position = server.events[-1][1][0][1]
+    assert position == BEGIN + 1
+    assert server.events[-1] == ("revoke", [(2, position)])
+    assert server.commits == [("t", 2, position)]
+    assert ("t", 2) not in core.held
+
+    server.fence_assignment = True  # the mnode forgot us: everything is lost
+    core.need_refresh = True
+    server.run(core.poll(0))
+    assert [kind for kind, _ in server.events[-2:]] == ["lost", "assign"]
+    assert server.events[-2][1][0][0] == 1
+
+
+def test_a_vgroup_granted_anew_is_lost_then_assigned() -> None:
+    core, server = make([1])
+    server.run(core.poll(0))
+    server.granted, server.epoch = {1: 3}, 3
+    core.need_refresh = True
+    server.run(core.poll(0))
+    assert [kind for kind, _ in server.events] == ["assign", "lost", "assign"]
+
+
+def test_unsubscribe_and_close_revoke_first() -> None:
+    core, server = make([1])
+    server.run(core.poll(0))
+    server.run(core.unsubscribe())
+    assert [kind for kind, _ in server.events] == ["assign", "revoke"]
+    server.run(core.subscribe(["t"]))
+    server.run(core.poll(0))
+    server.run(core.close())
+    assert [kind for kind, _ in server.events] == ["assign", "revoke", "assign", "revoke"]
+
+
+def test_a_callback_may_seek_but_not_poll_and_its_error_comes_out_of_poll() -> None:
+    core, server = make([1])
+
+    def rewind(kind: str, parts: list[TopicPartition]) -> None:
+        for part in parts:
+            server.run(core.seek(TopicPartition(part.topic, part.vgroup, 0)))
+        server.run(core.poll(0))  # refused: a callback cannot poll
+
+    server.on_event = rewind
+    with pytest.raises(Error, match="poll cannot be called from a rebalance callback"):
+        server.run(core.poll(0))
+    assert core.position([TopicPartition("t", 1)])[0].offset == BEGIN  # the seek stood
+    assert not core.in_callback
+    message = server.run(core.poll(0))  # the consumer goes on
+    assert message is not None
+    assert message.offset == BEGIN
+
+
+def test_an_empty_answer_of_a_paused_vgroup_still_moves_its_position() -> None:
+    core, server = make([1])
+    server.run(core._launch())
+    ticket = server.fetched[-1].ticket
+    server.pending = [fx.Fetched(ticket, Empty(BEGIN, BEGIN + 3), 1)]
+    core.pause([TopicPartition("t", 1)])
+    assert server.run(core.poll(0)) is None
+    assert core.paused_parts() == [TopicPartition("t", 1, BEGIN + 3)]
