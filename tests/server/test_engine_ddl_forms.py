@@ -12,8 +12,7 @@ import pytest
 
 from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
 from sqltopic.server.engine import Engine
-from tests.server.conftest import EngineFactory
-from tests.server.support import table_names, vgroups_of
+from tests.server.support import EngineFactory, table_names, vgroups_of
 
 # tmqCommon.py's create_stable schema.
 STB = (
