@@ -4,11 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Node.js client test's modules (tests/proto/test_node_client.py), pinned by
+# tests/node/package-lock.json; reinstalled when the lock file changes.
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
 .PHONY: run test lint typecheck pytest setup clean bench bench-server bench-rebalance bench-backfill proto
 
-setup: $(STAMP)
+setup: $(STAMP) $(NODE_STAMP)
 
 # The repository root is the `sqltopic` package. An editable install gives the console
 # script; the link in $(VENV)/pkgroot gives the package one path that the interpreter,
@@ -22,6 +26,15 @@ $(STAMP): pyproject.toml .ci/constraints.txt
 	$(BIN)/python -c "import site, os; open(os.path.join(site.getsitepackages()[0], 'sqltopic-root.pth'), 'w').write(os.path.abspath('$(VENV)/pkgroot') + '\n')"
 	touch $(STAMP)
 
+# Without npm (no Node.js) nothing is installed, and the Node client test skips itself
+# when `node` is missing too.
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+		echo "make: npm not found: tests/node's modules are not installed"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/sqltopic server --data $(DATA)
 
@@ -34,7 +47,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p sqltopic
 	$(BIN)/mypy tests bench
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(NODE_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
@@ -70,4 +83,4 @@ bench-backfill: $(STAMP)
 	$(BIN)/python bench/backfill_bench.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(NODE_DIR)/node_modules

@@ -35,7 +35,8 @@ __all__ = ["DEFAULT_ROOT_PASSWORD", "ROOT_USER", "Sessions", "UserLookup", "toke
 
 ROOT_USER = "root"
 AUTH_HEADER = "authorization"
-BEARER = "Bearer "
+# The auth scheme; matched case-insensitively (RFC 7235 §2.1), so `bearer` works too.
+BEARER = "bearer"
 # 32 random bytes: unguessable, and short enough for a header.
 TOKEN_BYTES = 32
 # Sessions one user may hold open (see Limits.max_sessions_per_user).
@@ -167,8 +168,9 @@ def token_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
     for key, value in metadata or ():
         if key.lower() != AUTH_HEADER:
             continue
-        text = value.decode() if isinstance(value, bytes) else value
-        if text.startswith(BEARER) and text[len(BEARER) :].strip():
-            return text[len(BEARER) :].strip()
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        scheme, _, token = text.strip().partition(" ")
+        if scheme.lower() == BEARER and token.strip():
+            return token.strip()
         raise AuthenticationFailed("malformed authorization header: expected 'Bearer <token>'")
     raise AuthenticationFailed("missing authorization metadata: log in and send the token")

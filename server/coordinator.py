@@ -23,7 +23,6 @@ from sqltopic.errors import (
     ConfigError,
     ConsumerFenced,
     NotFoundError,
-    RebalanceInProgress,
     excerpt,
 )
 from sqltopic.server.assign import assign
@@ -133,6 +132,9 @@ class Owner:
     epoch: int
     revoking: bool = False
     since: float = 0.0  # when the revocation started (coordinator clock)
+    # the holder's epoch that announced the revocation (0 until set): only a commit at
+    # that epoch or later is its final commit; an older one was sent before it knew
+    revoked_at: int = 0
 
 
 @dataclass
@@ -197,8 +199,9 @@ class Coordinator:
         for doc in snap.members:
             member = _member_of(doc, now)
             self.members[member.id] = member
-        for topic, group, vgroup, consumer, epoch, revoking in snap.owners:
-            owner = Owner(consumer, epoch, revoking=revoking, since=now)
+        for topic, group, vgroup, consumer, epoch, revoking, *rest in snap.owners:
+            revoked_at = int(rest[0]) if rest else 0  # files before revoked_at: any commit
+            owner = Owner(consumer, epoch, revoking=revoking, since=now, revoked_at=revoked_at)
             self.owners.setdefault((topic, group), {})[vgroup] = owner
         for topic, group, vgroup, planned in snap.plans:
             self.plans.setdefault((topic, group), {})[vgroup] = planned
@@ -212,7 +215,7 @@ class Coordinator:
         return Snapshot(
             next_id=self._next_id,
             members=[_member_doc(m) for m in self.members.values()],
-            owners=[[t, g, v, o.consumer, o.epoch, o.revoking]
+            owners=[[t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
                     for (t, g), owners in self.owners.items() for v, o in owners.items()],
             plans=[[t, g, v, c] for (t, g), plan in self.plans.items() for v, c in plan.items()],
             rows_before=[[t, g, v, n] for (t, g, v), n in self.rows_before.items()],
@@ -244,6 +247,7 @@ class Coordinator:
                 )  # fmt: skip
                 self.members[member.id] = member
             member.last_heartbeat = member.last_poll = now
+            held, epoch = member.assignment, member.epoch
             for topic in set(member.topics) - set(wanted):
                 self._let_go(member, topic)  # the client committed before it asked
             touched = set(member.topics) | set(wanted)
@@ -251,6 +255,14 @@ class Coordinator:
             member.subscribed_us = self.wall_us()
             for topic in touched:
                 self._rebalance(topic, group)
+            if member.assignment != held and member.epoch == epoch:
+                # vgroups let go here left the rebalance nothing to compare: the
+                # assignment changed all the same, so the epoch rises (GetAssignment
+                # with the old epoch must not answer `unchanged`)
+                member.epoch += 1
+                member.rebalanced_us = self.wall_us()
+                for listener in self.listeners:
+                    listener()
             return member
 
     def unsubscribe(
@@ -444,9 +456,11 @@ class Coordinator:
             owner = self.owners.get((topic, group), {}).get(vgroup)
             member = self.members.get(consumer_id)
             if member is not None and member.group == group and epoch > member.epoch:
-                raise RebalanceInProgress(
-                    f"consumer {consumer_id} sent epoch {epoch}, the mnode is at "
-                    f"{member.epoch}: retry shortly"
+                # the vnodes share the mnode's state, so no epoch is newer than they
+                # know: this one was never given out, and retrying it cannot succeed
+                raise ConsumerFenced(
+                    f"consumer {consumer_id} sent epoch {epoch}, above its current epoch "
+                    f"{member.epoch}: refresh the assignment and use its epoch"
                 )
             if owner is None or owner.consumer != consumer_id or epoch < owner.epoch:
                 holder = "nobody" if owner is None else f"consumer {owner.consumer}"
@@ -502,9 +516,10 @@ class Coordinator:
             if old is not None and old.consumer in self.members:
                 if old.consumer == target:
                     after[vgroup] = Owner(old.consumer, old.epoch)
+                elif old.revoking:  # still letting go
+                    after[vgroup] = old
                 else:  # a live holder lets go first
-                    since = old.since if old.revoking else now
-                    after[vgroup] = Owner(old.consumer, old.epoch, revoking=True, since=since)
+                    after[vgroup] = Owner(old.consumer, old.epoch, revoking=True, since=now)
                 continue
             self._fold_rows((topic, group, vgroup))
             if target is not None:
@@ -539,6 +554,9 @@ class Coordinator:
         for vgroup, owner in after.items():
             if owner.epoch == 0:
                 after[vgroup] = Owner(owner.consumer, self.members[owner.consumer].epoch)
+            elif owner.revoking and not owner.revoked_at:
+                holder = self.members[owner.consumer].epoch  # raised above: it lost one
+                after[vgroup] = replace(owner, revoked_at=holder)
         if after:
             self.owners[topic, group] = after
         else:
@@ -572,6 +590,16 @@ class Coordinator:
         done = self.progress.pop(sub, None)
         if done is not None:
             self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
+
+    def committed(self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int) -> None:
+        """The holder committed the vgroup at `epoch`: if the vgroup is being revoked
+        and the commit was sent knowing it (at the revoking epoch or later), that was
+        its final commit and it lets go. An older commit (auto-commit racing the
+        revocation) is stored but lets nothing go, so the final commit is still taken."""
+        with self._lock:
+            owner = self.owners.get((topic, group), {}).get(vgroup)
+            if owner is not None and owner.revoking and epoch >= owner.revoked_at:
+                self.release(consumer_id, group, topic, vgroup)
 
     def release(self, consumer_id: int, group: str, topic: str, vgroup: int) -> None:
         """The holder let go of a vgroup being revoked: it goes to its next owner."""

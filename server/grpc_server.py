@@ -19,8 +19,6 @@ from pathlib import Path
 
 import grpc
 from grpc import aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
-from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
 from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -29,9 +27,12 @@ from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.coordinator_store import CoordinatorStore
 from sqltopic.server.engine import Engine
+from sqltopic.server.health import SERVICE_NAME as HEALTH_SERVICE
+from sqltopic.server.health import add_health
 from sqltopic.server.limits import Limits
 from sqltopic.server.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
+from sqltopic.server.reflection import enable_reflection
 from sqltopic.server.resources import raise_open_files_limit
 from sqltopic.server.rpc import add_service
 from sqltopic.server.slots import Slots
@@ -101,10 +102,8 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     add_service(server, MnodeService(engine, sessions, coordinator), "Mnode")
     vnodes = VnodeService(engine, sessions, coordinator, executor, stopping, slots)
     add_service(server, vnodes, "Vnode")
-    health_servicer = await _add_health(server)
-    reflection.enable_server_reflection(
-        (*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    health = add_health(server, SERVICES)
+    enable_reflection(server, (*SERVICES, HEALTH_SERVICE))
     address = f"{config.host}:{config.port}"
     if config.tls is None:
         port = server.add_insecure_port(address)
@@ -119,7 +118,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     await stop.wait()
     log.info("shutting down")
     stopping.set()
-    await health_servicer.enter_graceful_shutdown()
+    await health.shut_down()  # open Watch streams end now, not at the grace's end
     await server.stop(SHUTDOWN_GRACE_S)
     await timer
     coordinator.persist(progress=True)
@@ -131,14 +130,6 @@ def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
         root_certificates=tls.client_ca,
         require_client_auth=tls.mutual,
     )
-
-
-async def _add_health(server: aio.Server) -> health.aio.HealthServicer:
-    servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    for name in ("", *SERVICES):
-        await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return servicer
 
 
 def _stop_on_signals() -> asyncio.Event:

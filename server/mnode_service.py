@@ -1,5 +1,6 @@
-"""The `Mnode` gRPC service: Subscribe, Heartbeat, GetAssignment, Unsubscribe, Close,
-answered from the coordinator; plus the rebalance timer that removes silent consumers."""
+"""The `Mnode` gRPC service: Subscribe, Heartbeat, GetAssignment, Unsubscribe,
+CloseConsumer (and Close, its deprecated first name), answered from the coordinator;
+plus the rebalance timer that removes silent consumers."""
 
 from __future__ import annotations
 
@@ -168,7 +169,15 @@ class MnodeService(pb_grpc.MnodeServicer):
         return pb.UnsubscribeResponse(epoch=member.epoch)
 
     @unary
+    async def CloseConsumer(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
+        return await self._close(request, context)
+
+    @unary
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
+        """CloseConsumer's deprecated first name, served for clients that still use it."""
+        return await self._close(request, context)
+
+    async def _close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         session = self._sessions.session(context.invocation_metadata())
         progress = _progress(request.progress)
         self._check_user(request.consumer_id, session.user)

@@ -24,6 +24,8 @@ from sqltopic.server.vnode import Vnode
 Reset = Literal["earliest", "latest", "none"]
 Kind = Literal["data", "meta", "data_lost", "empty"]
 
+# The version a vnode gives its first WAL entry: no position is below it.
+FIRST_VERSION = 1
 # TDengine's min.poll.rows default: a message gathers at least this many rows when the
 # backlog has them.
 DEFAULT_MIN_ROWS = 4096
@@ -85,10 +87,20 @@ def start_position(vnode: Vnode, topic: str, group: str, reset: Reset) -> int:
     )
 
 
+def requested_position(vnode: Vnode, position: int) -> int:
+    """The position a poll names, as read: 0 (before version 1, the first any vnode
+    writes) reads as 1, so that below the first retained version it is `data_lost`
+    like any other position there, and on a vnode that lost nothing it is the start. A
+    negative one is no version at all: OffsetOutOfRange."""
+    if position < 0:
+        check_position(vnode, position)
+    return max(position, FIRST_VERSION)
+
+
 def check_position(vnode: Vnode, position: int) -> None:
     """OffsetOutOfRange for a position past the vnode's next version to write."""
     end = vnode.wal.next_version
-    if position > end or position < 1:
+    if position > end or position < FIRST_VERSION:
         begin = vnode.wal.first_version
         raise OffsetOutOfRange(
             f"position {position} is outside vgroup {vnode.vgroup}'s versions [{begin}, {end}]",

@@ -3,11 +3,10 @@ frames (each under the frame limit)."""
 
 from __future__ import annotations
 
-import json
-
 from sqltopic.errors import ConfigError
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.meta_json import event_json
 from sqltopic.server.poll import DEFAULT_MAX_BYTES, DEFAULT_MIN_ROWS, Message, PollLimits
 from sqltopic.server.rpc import Context
 
@@ -54,7 +53,7 @@ def frames_of(message: Message, with_names: bool) -> list[pb.PollResponse]:
         return [pb.PollResponse(data_lost=pb.DataLostMessage(**offsets))]
     if message.kind == "meta":
         assert message.meta is not None
-        event = json.dumps(message.meta.event, separators=(",", ":"))
+        event = event_json(message.meta.event)
         meta = pb.MetaMessage(**offsets, version=message.meta.version, event_json=event)
         return [pb.PollResponse(meta=meta)]
     data = pb.DataMessage(**offsets, block_count=len(message.blocks), row_count=message.rows)

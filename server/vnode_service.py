@@ -37,6 +37,7 @@ from sqltopic.server.poll import (
     Message,
     PollLimits,
     read_message,
+    requested_position,
     start_position,
 )
 from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
@@ -101,11 +102,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         with self._slots.hold(token, session.user, "Fetch"):
             frames = await self._poll(request, context, session.user, FETCH_MAX_BYTES)
         if len(frames) > 1:
-            raise TooLarge(
-                f"Fetch: the message from version {request.position} of topic "
-                f"{request.topic} vgroup {request.vgroup} needs {len(frames)} frames; "
-                "a unary answer holds one: poll it with Poll"
-            )
+            raise fetch_too_large(request, frames)
         return frames[0]
 
     async def _poll(
@@ -196,7 +193,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         self._check_right(request.consumer_id, topic, user)
         limits = limits_of(request)
         if request.HasField("position"):
-            return vnode, request.position, limits
+            return vnode, requested_position(vnode, request.position), limits
         reset = RESETS.get(request.auto_offset_reset)
         if reset is None:
             raise ConfigError(f"auto_offset_reset: unknown value {request.auto_offset_reset}")
@@ -262,9 +259,11 @@ class VnodeService(pb_grpc.VnodeServicer):
                 self._coordinator.persist()
             return
         store()
-        if request.consumer_id:  # a commit of a vgroup being revoked lets go of it
+        if request.consumer_id:  # the final commit of a vgroup being revoked lets go
             for item in request.offsets:
-                self._coordinator.release(request.consumer_id, group, item.topic, item.vgroup)
+                self._coordinator.committed(
+                    request.consumer_id, group, item.topic, item.vgroup, request.epoch
+                )
             self._coordinator.persist()
 
     def _check_commit_right(self, consumer_id: int, topic: str, user: str) -> None:
@@ -328,3 +327,16 @@ class VnodeService(pb_grpc.VnodeServicer):
                 )
             )  # fmt: skip
         return ranges
+
+
+def fetch_too_large(request: pb.PollRequest, frames: list[pb.PollResponse]) -> TooLarge:
+    """Fetch's refusal of a message of several frames, naming the version the message
+    starts at: a poll without a position read from the committed offset (or the reset
+    policy), which `request.position` (0 then) does not say."""
+    kind = frames[0].WhichOneof("message")
+    start = getattr(frames[0], kind).offset if kind else request.position
+    return TooLarge(
+        f"Fetch: the message from version {start} of topic {request.topic} vgroup "
+        f"{request.vgroup} needs {len(frames)} frames; a unary answer holds one: poll it "
+        "with Poll"
+    )

@@ -34,7 +34,8 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Heartbeat": (False, False),
         "GetAssignment": (False, False),
         "Unsubscribe": (False, False),
-        "Close": (False, False),
+        "CloseConsumer": (False, False),
+        "Close": (False, False),  # CloseConsumer's deprecated first name, still served
     },
     "Vnode": {
         "Poll": (False, True),

@@ -11,7 +11,8 @@ Conventions used throughout:
 
 * Authentication. Session.Login returns a token. Every other call (except the
   standard grpc.health.v1 and server reflection services) carries it in the request
-  metadata as `authorization: Bearer <token>`. A missing, unknown or expired token
+  metadata as `authorization: Bearer <token>`; the scheme is case-insensitive
+  (RFC 7235), so `bearer <token>` works too. A missing, unknown or expired token
   fails with UNAUTHENTICATED.
 * Errors. A failed call ends with a gRPC status code and a plain-text message. When
   the failure is one of sqltopic's error classes, the trailing metadata also holds
@@ -96,9 +97,11 @@ class _ConsumerStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Consum
     """
     CONSUMER_STATUS_REMOVED: _ConsumerStatus.ValueType  # 3
     """The mnode no longer knows this consumer (session.timeout.ms without heartbeat,
-    max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`; a server
-    restart keeps members). Its vgroups have moved. It must stop polling, drop its positions and
-    call Mnode.Subscribe again; it resumes from the group's committed offsets.
+    max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`, or it
+    closed; a server restart keeps members). Its vgroups have moved. It must stop
+    polling, drop its positions and call Mnode.Subscribe again; it resumes from the
+    group's committed offsets. Answers carrying this status have epoch 0 and nothing
+    else.
     """
 
 class ConsumerStatus(_ConsumerStatus, metaclass=_ConsumerStatusEnumTypeWrapper):
@@ -114,9 +117,11 @@ current assignment; a new epoch follows.
 """
 CONSUMER_STATUS_REMOVED: ConsumerStatus.ValueType  # 3
 """The mnode no longer knows this consumer (session.timeout.ms without heartbeat,
-max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`; a server
-restart keeps members). Its vgroups have moved. It must stop polling, drop its positions and
-call Mnode.Subscribe again; it resumes from the group's committed offsets.
+max.poll.interval.ms without a poll, `DROP CONSUMER GROUP ... FORCE`, or it
+closed; a server restart keeps members). Its vgroups have moved. It must stop
+polling, drop its positions and call Mnode.Subscribe again; it resumes from the
+group's committed offsets. Answers carrying this status have epoch 0 and nothing
+else.
 """
 Global___ConsumerStatus: _TypeAlias = ConsumerStatus  # noqa: Y015
 
@@ -130,7 +135,9 @@ class LoginRequest(_message.Message):
     PASSWORD_FIELD_NUMBER: _builtins.int
     CLIENT_NAME_FIELD_NUMBER: _builtins.int
     user: _builtins.str
-    """User name; `root` is the superuser. Case-sensitive."""
+    """User name; `root` is the superuser. Matched case-insensitively, as every
+    identifier (`ROOT` logs in as `root`); LoginResponse.user is the stored name.
+    """
     password: _builtins.str
     """The user's password, in clear text (use TLS on untrusted networks)."""
     client_name: _builtins.str
@@ -313,8 +320,8 @@ class ResultHeader(_message.Message):
     of the Arrow stream.
     """
     affected_rows: _builtins.int
-    """Rows written by an INSERT, or objects created/changed/dropped by DDL; 0 for
-    queries and SHOW.
+    """Rows written by an INSERT; 0 for every other statement: DDL (as TDengine's
+    taos_affected_rows), queries and SHOW.
     """
     database: _builtins.str
     """The session's current database after the call (changed by `USE`); empty if none."""
@@ -825,7 +832,10 @@ class GetAssignmentResponse(_message.Message):
     unchanged: _builtins.bool
     """True when `epoch` equals the request's known_epoch: keep the current assignment."""
     status: Global___ConsumerStatus.ValueType
-    """READY or REBALANCING (the assignment is the current one either way)."""
+    """READY or REBALANCING (the assignment is the current one either way); REMOVED,
+    with epoch 0, `unchanged` false and no assignments, when the mnode no longer knows
+    the consumer: Subscribe again.
+    """
     @_builtins.property
     def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
         """Every vgroup assigned at `epoch`, over all subscribed topics (empty when
@@ -885,7 +895,7 @@ class UnsubscribeResponse(_message.Message):
 
     EPOCH_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
-    """The consumer's new epoch (its assignment is now empty)."""
+    """The consumer's epoch, raised when it held vgroups (its assignment is now empty)."""
     def __init__(
         self,
         *,
@@ -974,14 +984,19 @@ class PollRequest(_message.Message):
     """The consumer's epoch (from GetAssignment)."""
     position: _builtins.int
     """Version to read from: the consumer's position. Absent: the group's committed
-    offset for (topic, vgroup), or, without one, `auto_offset_reset`. A position below
-    the vnode's first retained version yields a data_lost message; one above its next
-    version to write fails with OUT_OF_RANGE (OffsetOutOfRange).
+    offset for (topic, vgroup), or, without one, `auto_offset_reset`. 0 reads as 1, the
+    first version a vnode writes. A position below the vnode's first retained version
+    yields a data_lost message (offset = the position, end_offset = the first retained
+    version, where the next poll continues); a negative one, or one above the next
+    version to write, fails with OUT_OF_RANGE (OffsetOutOfRange).
     """
     auto_offset_reset: Global___OffsetReset.ValueType
     """Applied when `position` is absent and the group has no committed offset."""
     max_rows: _builtins.int
-    """`max.poll.rows`: most rows in the message; 0 = no limit."""
+    """`max.poll.rows`: most rows in the message, 0 = no limit. A soft bound, as
+    max_bytes: the rows of one WAL entry are never split, so the read stops after the
+    entry that reaches it and one large write can exceed it.
+    """
     max_bytes: _builtins.int
     """Most Arrow IPC bytes in the message (a soft bound: rows of one WAL entry are never
     split); 0 = the server's default (64 MiB).
@@ -1187,8 +1202,11 @@ class MetaMessage(_message.Message):
     """The version of the DDL entry."""
     event_json: _builtins.str
     """The event as a JSON object (UTF-8), e.g. {"type": "create", "tableType": "child",
-    "db": "power", "tableName": "d1001", "using": "meters", "tags": [...]};
-    `type` is create | alter | drop, `tableType` super | child | normal.
+    "db": "power", "tableName": "d1001", "using": "meters", "tags": [...],
+    "uid": "2842497392157126913"}; `type` is create | alter | drop, `tableType`
+    super | child | normal. Ids (`uid`) are decimal strings, and so is any other
+    integer beyond 2^53 - 1 in magnitude (a BIGINT tag value): JSON parsers that hold
+    numbers as doubles (JavaScript's) would round them.
     """
     def __init__(
         self,

@@ -199,8 +199,10 @@ class SqlServicer:
         """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
         answer holds the header and the whole Arrow IPC stream. A unary call costs less
         than a stream (~0.6 ms against ~1 ms a round trip), which matters for one-row
-        INSERTs. A result over 4 MiB fails the call with RESOURCE_EXHAUSTED after the
-        statements ran: use Execute for queries.
+        INSERTs. A result whose Arrow IPC stream is over 4,128,768 bytes (4 MiB - 64 KiB,
+        LoginResponse.max_chunk_bytes: the answer's frame must stay within 4 MiB) fails the
+        call with RESOURCE_EXHAUSTED (TooLarge) after the statements ran: use Execute for
+        queries.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -332,8 +334,9 @@ class Sql:
 class MnodeStub:
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     def __init__(self, channel):
@@ -362,6 +365,11 @@ class MnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.UnsubscribeRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.UnsubscribeResponse.FromString,
                 _registered_method=True)
+        self.CloseConsumer = channel.unary_unary(
+                '/sqltopic.v1.Mnode/CloseConsumer',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.FromString,
+                _registered_method=True)
         self.Close = channel.unary_unary(
                 '/sqltopic.v1.Mnode/Close',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
@@ -372,8 +380,9 @@ class MnodeStub:
 class MnodeServicer:
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     def Subscribe(self, request, context):
@@ -404,16 +413,26 @@ class MnodeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Unsubscribe(self, request, context):
-        """Drops all topics of the consumer; it stays a (topic-less) member until Close or
-        its session timeout. Its vgroups are released at once.
+        """Drops all topics of the consumer; it stays a (topic-less) member until
+        CloseConsumer or its session timeout. Its vgroups are released at once and its
+        epoch rises (when it held any).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseConsumer(self, request, context):
+        """Leaves the group for good: the consumer id stops working and its vgroups move at
+        once. Commit before closing; CloseConsumer does not commit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Close(self, request, context):
-        """Leaves the group for good: the consumer id stops working and its vgroups move at
-        once. Commit before closing; Close does not commit.
+        """CloseConsumer under its first name, still served for existing clients. Deprecated:
+        generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
+        channel) hide a method named Close.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -442,6 +461,11 @@ def add_MnodeServicer_to_server(servicer, server):
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.UnsubscribeRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.UnsubscribeResponse.SerializeToString,
             ),
+            'CloseConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseConsumer,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.SerializeToString,
+            ),
             'Close': grpc.unary_unary_rpc_method_handler(
                     servicer.Close,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.FromString,
@@ -458,8 +482,9 @@ def add_MnodeServicer_to_server(servicer, server):
 class Mnode:
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     @staticmethod
@@ -571,6 +596,33 @@ class Mnode:
             _registered_method=True)
 
     @staticmethod
+    def CloseConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Mnode/CloseConsumer',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Close(request,
             target,
             options=(),
@@ -602,9 +654,10 @@ class VnodeStub:
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     def __init__(self, channel):
@@ -644,9 +697,10 @@ class VnodeServicer:
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     def Poll(self, request, context):
@@ -730,9 +784,10 @@ class Vnode:
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     @staticmethod

@@ -11,7 +11,8 @@ Conventions used throughout:
 
 * Authentication. Session.Login returns a token. Every other call (except the
   standard grpc.health.v1 and server reflection services) carries it in the request
-  metadata as `authorization: Bearer <token>`. A missing, unknown or expired token
+  metadata as `authorization: Bearer <token>`; the scheme is case-insensitive
+  (RFC 7235), so `bearer <token>` works too. A missing, unknown or expired token
   fails with UNAUTHENTICATED.
 * Errors. A failed call ends with a gRPC status code and a plain-text message. When
   the failure is one of sqltopic's error classes, the trailing metadata also holds
@@ -38,6 +39,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as _sqltopic_pb2
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -46,6 +48,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -134,8 +141,10 @@ class SqlStub:
     """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
     answer holds the header and the whole Arrow IPC stream. A unary call costs less
     than a stream (~0.6 ms against ~1 ms a round trip), which matters for one-row
-    INSERTs. A result over 4 MiB fails the call with RESOURCE_EXHAUSTED after the
-    statements ran: use Execute for queries.
+    INSERTs. A result whose Arrow IPC stream is over 4,128,768 bytes (4 MiB - 64 KiB,
+    LoginResponse.max_chunk_bytes: the answer's frame must stay within 4 MiB) fails the
+    call with RESOURCE_EXHAUSTED (TooLarge) after the statements ran: use Execute for
+    queries.
     """
     Write: _grpc.StreamUnaryMultiCallable[_sqltopic_pb2.WriteRequest, _sqltopic_pb2.WriteResponse]
     """Appends Arrow rows to one table or super table. The client streams frames: the
@@ -165,8 +174,10 @@ class SqlAsyncStub(SqlStub):
     """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
     answer holds the header and the whole Arrow IPC stream. A unary call costs less
     than a stream (~0.6 ms against ~1 ms a round trip), which matters for one-row
-    INSERTs. A result over 4 MiB fails the call with RESOURCE_EXHAUSTED after the
-    statements ran: use Execute for queries.
+    INSERTs. A result whose Arrow IPC stream is over 4,128,768 bytes (4 MiB - 64 KiB,
+    LoginResponse.max_chunk_bytes: the answer's frame must stay within 4 MiB) fails the
+    call with RESOURCE_EXHAUSTED (TooLarge) after the statements ran: use Execute for
+    queries.
     """
     Write: _aio.StreamUnaryMultiCallable[_sqltopic_pb2.WriteRequest, _sqltopic_pb2.WriteResponse]  # type: ignore[assignment]
     """Appends Arrow rows to one table or super table. The client streams frames: the
@@ -205,8 +216,10 @@ class SqlServicer(metaclass=_abc_1.ABCMeta):
         """Execute as one unary call, for statements whose result is small (INSERT, DDL): the
         answer holds the header and the whole Arrow IPC stream. A unary call costs less
         than a stream (~0.6 ms against ~1 ms a round trip), which matters for one-row
-        INSERTs. A result over 4 MiB fails the call with RESOURCE_EXHAUSTED after the
-        statements ran: use Execute for queries.
+        INSERTs. A result whose Arrow IPC stream is over 4,128,768 bytes (4 MiB - 64 KiB,
+        LoginResponse.max_chunk_bytes: the answer's frame must stay within 4 MiB) fails the
+        call with RESOURCE_EXHAUSTED (TooLarge) after the statements ran: use Execute for
+        queries.
         """
 
     @_abc_1.abstractmethod
@@ -227,8 +240,9 @@ def add_SqlServicer_to_server(servicer: SqlServicer, server: _typing.Union[_grpc
 class MnodeStub:
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     @_typing.overload
@@ -251,20 +265,29 @@ class MnodeStub:
     the vnodes that serve them.
     """
     Unsubscribe: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.UnsubscribeRequest, _sqltopic_pb2.UnsubscribeResponse]
-    """Drops all topics of the consumer; it stays a (topic-less) member until Close or
-    its session timeout. Its vgroups are released at once.
+    """Drops all topics of the consumer; it stays a (topic-less) member until
+    CloseConsumer or its session timeout. Its vgroups are released at once and its
+    epoch rises (when it held any).
     """
-    Close: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]
+    CloseConsumer: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]
     """Leaves the group for good: the consumer id stops working and its vgroups move at
-    once. Commit before closing; Close does not commit.
+    once. Commit before closing; CloseConsumer does not commit.
     """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def Close(self) -> _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]:
+        """CloseConsumer under its first name, still served for existing clients. Deprecated:
+        generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
+        channel) hide a method named Close.
+        """
 
 @_typing.type_check_only
 class MnodeAsyncStub(MnodeStub):
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -284,19 +307,28 @@ class MnodeAsyncStub(MnodeStub):
     the vnodes that serve them.
     """
     Unsubscribe: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.UnsubscribeRequest, _sqltopic_pb2.UnsubscribeResponse]  # type: ignore[assignment]
-    """Drops all topics of the consumer; it stays a (topic-less) member until Close or
-    its session timeout. Its vgroups are released at once.
+    """Drops all topics of the consumer; it stays a (topic-less) member until
+    CloseConsumer or its session timeout. Its vgroups are released at once and its
+    epoch rises (when it held any).
     """
-    Close: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]  # type: ignore[assignment]
+    CloseConsumer: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]  # type: ignore[assignment]
     """Leaves the group for good: the consumer id stops working and its vgroups move at
-    once. Commit before closing; Close does not commit.
+    once. Commit before closing; CloseConsumer does not commit.
     """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def Close(self) -> _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CloseRequest, _sqltopic_pb2.CloseResponse]:  # type: ignore[override]
+        """CloseConsumer under its first name, still served for existing clients. Deprecated:
+        generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
+        channel) hide a method named Close.
+        """
 
 class MnodeServicer(metaclass=_abc_1.ABCMeta):
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
     group's assignment of vgroups to consumers; every change to a consumer's assignment
-    raises that consumer's epoch. Vnodes serve a (topic, group, vgroup) only to the
-    consumer the current assignment names (see Vnode).
+    raises that consumer's epoch: vgroups granted, revoked, or dropped by Subscribe (a
+    shorter or empty topic list) and Unsubscribe. Vnodes serve a (topic, group, vgroup)
+    only to the consumer the current assignment names (see Vnode).
     """
 
     @_abc_1.abstractmethod
@@ -338,18 +370,31 @@ class MnodeServicer(metaclass=_abc_1.ABCMeta):
         request: _sqltopic_pb2.UnsubscribeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_sqltopic_pb2.UnsubscribeResponse, _abc.Awaitable[_sqltopic_pb2.UnsubscribeResponse]]:
-        """Drops all topics of the consumer; it stays a (topic-less) member until Close or
-        its session timeout. Its vgroups are released at once.
+        """Drops all topics of the consumer; it stays a (topic-less) member until
+        CloseConsumer or its session timeout. Its vgroups are released at once and its
+        epoch rises (when it held any).
         """
 
+    @_abc_1.abstractmethod
+    def CloseConsumer(
+        self,
+        request: _sqltopic_pb2.CloseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.CloseResponse, _abc.Awaitable[_sqltopic_pb2.CloseResponse]]:
+        """Leaves the group for good: the consumer id stops working and its vgroups move at
+        once. Commit before closing; CloseConsumer does not commit.
+        """
+
+    @_deprecated("""CloseConsumer under its first name, still served for existing clients. Deprecated:\ngenerated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the\nchannel) hide a method named Close.""")
     @_abc_1.abstractmethod
     def Close(
         self,
         request: _sqltopic_pb2.CloseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_sqltopic_pb2.CloseResponse, _abc.Awaitable[_sqltopic_pb2.CloseResponse]]:
-        """Leaves the group for good: the consumer id stops working and its vgroups move at
-        once. Commit before closing; Close does not commit.
+        """CloseConsumer under its first name, still served for existing clients. Deprecated:
+        generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
+        channel) hide a method named Close.
         """
 
 def add_MnodeServicer_to_server(servicer: MnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
@@ -358,9 +403,10 @@ class VnodeStub:
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     @_typing.overload
@@ -391,9 +437,10 @@ class VnodeAsyncStub(VnodeStub):
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -420,9 +467,10 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
     vnode). Poll and Commit are fenced: the vnode serves a (topic, group, vgroup) only to
     the consumer that the current assignment names, with an epoch no older than the one
-    at which that assignment was made. Any other caller gets ABORTED (ConsumerFenced); a
-    request with an epoch newer than the vnode has learnt gets UNAVAILABLE
-    (RebalanceInProgress): retry shortly.
+    at which that assignment was made and no newer than the consumer's current epoch.
+    Any other caller gets ABORTED (ConsumerFenced): refresh the assignment (or rejoin).
+    An epoch above the consumer's current one was never given out, so it is fenced too
+    (retrying it would never succeed).
     """
 
     @_abc_1.abstractmethod
