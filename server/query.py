@@ -23,7 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
 
 from sqltopic.errors import NotFoundError, QueryNotAllowed, SqlError
-from sqltopic.server import sandbox
+from sqltopic.server import info_schema, sandbox
 from sqltopic.server.batches import conform, data_entries, with_context
 from sqltopic.server.privileges import Rights
 from sqltopic.server.query_run import QueryRun, brief
@@ -125,7 +125,11 @@ def _resolved(
         if offset is not None and stmt.sql[offset : offset + 1] == "'":
             raise _not_allowed(stmt, f"'{brief(full)}' {_FILE_TABLE}", offset) from None
         if any(p.name.lower() in sandbox.allowed().system_names for p in parts):
-            raise _not_allowed(stmt, f"{brief(full)} {_SYSTEM_TABLE}", offset) from None
+            views = ", ".join(sorted(info_schema.VIEWS))
+            why = _SYSTEM_TABLE
+            if _in_info_schema(table):
+                why = f"is not one of sqltopic's information_schema views ({views})"
+            raise _not_allowed(stmt, f"{brief(full)} {why}", offset) from None
         raise
 
 
@@ -178,8 +182,16 @@ def _alias(table: exp.Table) -> exp.TableAlias:
     return alias if alias is not None else exp.TableAlias(this=exp.to_identifier(table.name))
 
 
+def _in_info_schema(table: exp.Table) -> bool:
+    schema = table.args.get("db")
+    return schema is not None and schema.name.lower() == info_schema.SCHEMA
+
+
 def _relation(state: State, session: Session, table: exp.Table) -> tuple[str, pa.Table, list[str]]:
     """A registered name, the rows, and the columns `*` stands for."""
+    if _in_info_schema(table):
+        rel = info_schema.relation(state, session, table.name.lower())
+        return f"__q{next(_names)}", rel, list(rel.column_names)
     db = state.db_of(session, table.args["db"].name.lower() if table.args.get("db") else None)
     name = table.name.lower()
     cat = state.catalog

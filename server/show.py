@@ -190,8 +190,8 @@ def describe_rows(cat: Catalog, db: str, name: str) -> list[tuple[Any, ...]]:
         stb = cat.stables.get((db, table.stable)) if table.stable else None
     columns = cat.columns_of(db, name)
     tags = stb.tags if stb is not None else ()
-    rows = [(c.name, c.type.name, _length(c.type), "") for c in columns]
-    rows += [(t.name, t.type.name, _length(t.type), "TAG") for t in tags]
+    rows = [(c.name, c.type.name, length(c.type), "") for c in columns]
+    rows += [(t.name, t.type.name, length(t.type), "TAG") for t in tags]
     return rows
 
 
@@ -202,5 +202,6 @@ _FIXED_LENGTHS = {
 }  # fmt: skip
 
 
-def _length(t: Any) -> int:
+def length(t: Any) -> int:
+    """TDengine's `length` of a type: bytes of a fixed type, the declared length of a string."""
     return t.length if t.length is not None else _FIXED_LENGTHS[t.name]
