@@ -137,6 +137,7 @@ class LoginRequest(_message.Message):
     user: _builtins.str
     """User name; `root` is the superuser. Matched case-insensitively, as every
     identifier (`ROOT` logs in as `root`); LoginResponse.user is the stored name.
+    (TDengine keeps user names as written; sqltopic folds them like its other names.)
     """
     password: _builtins.str
     """The user's password, in clear text (use TLS on untrusted networks)."""
