@@ -3,8 +3,8 @@
 The repository root is this package: `wal/`, `sql/`, `server/`, `proto/` and
 `spark_jobs/` are its subpackages (see docs/architecture.md for the layers). Importing
 `sqltopic` itself stays light: it loads only the error classes; `sqltopic.connect`,
-`sqltopic.Consumer` and the message classes (the client, with grpc and pyarrow) and
-`sqltopic.aio` load on first use.
+`sqltopic.Consumer` and the message classes (the client, with grpc and pyarrow),
+`sqltopic.aio` and `sqltopic.taos` (taospy's TMQ API) load on first use.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from sqltopic.errors import (
 )
 
 if TYPE_CHECKING:
-    from sqltopic import aio
+    from sqltopic import aio, taos
     from sqltopic.client import connect
     from sqltopic.client.consumer import Consumer
     from sqltopic.client.message import Block, Message, TopicPartition
@@ -82,6 +82,7 @@ __all__ = [
     "__version__",
     "aio",
     "connect",
+    "taos",
 ]
 
 # Public names whose modules import grpc or pyarrow: loaded by __getattr__ on first use.
@@ -98,8 +99,8 @@ def __getattr__(name: str) -> object:
     """PEP 562: the client (grpc, pyarrow) is imported only when first used."""
     import importlib  # noqa: PLC0415
 
-    if name == "aio":
-        return importlib.import_module("sqltopic.aio")
+    if name in ("aio", "taos"):
+        return importlib.import_module(f"sqltopic.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'sqltopic' has no attribute {name!r}")

@@ -230,6 +230,7 @@ class Consumer:
     async def close(self) -> None:
         if self._core.closed:
             return
+        self._core.check_not_in_callback("close")  # before the heartbeat stops
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         try:

@@ -158,6 +158,7 @@ class Consumer:
         """Commit (with auto-commit), leave the group, log out. Idempotent."""
         if self._core.closed:
             return
+        self._core.check_not_in_callback("close")  # before the heartbeat stops
         self._stop.set()
         try:
             self._run(self._core.close())

@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "spark_jobs": {"errors", "wal", "sql"},
     "client": {"errors", "proto"},
     "aio": {"client"},  # the public name of client/aio.py
-    "__init__": {"errors", "client", "aio"},
+    "taos": {"client"},  # the public name of client/taos.py
+    "__init__": {"errors", "client", "aio", "taos"},
     "cli": {"errors", "wal", "sql", "proto", "server", "spark_jobs", "client"},
 }
 
@@ -47,7 +48,7 @@ def _our_imports(path: Path) -> set[str]:
 
 
 def _package_files() -> list[Path]:
-    files = [ROOT / "errors.py", ROOT / "__init__.py", ROOT / "aio.py"]
+    files = [ROOT / "errors.py", ROOT / "__init__.py", ROOT / "aio.py", ROOT / "taos.py"]
     for folder in ("wal", "sql", "proto", "server", "spark_jobs", "client", "cli"):
         files += sorted((ROOT / folder).rglob("*.py"))
     return files

@@ -1,0 +1,231 @@
+"""taospy's TMQ records over sqltopic's (see `sqltopic.taos`): `TmqError`, `Message`,
+`MessageBlock`, `TaosField` and `TopicPartition` with taospy's names, constructors and
+return types (`taos/tmq.py` of taosdata/taos-connector-python)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pyarrow as pa
+
+from sqltopic.client.message import Block
+from sqltopic.client.message import Message as SqlMessage
+from sqltopic.errors import Error, OffsetOutOfRange
+
+log = logging.getLogger("sqltopic.taos")
+
+# taospy's errno when the C library gave none.
+UNKNOWN_ERRNO = 0xFFFF
+# TDengine's codes for the errors a taospy program may test (clientTmq.c; its tests read
+# them from str(error) between "[" and "]", tests/system-test/7-tmq/tmqOffset.py).
+ERRNOS: dict[type[Error], int] = {
+    OffsetOutOfRange: 0x4007,  # TSDB_CODE_TMQ_VERSION_OUT_OF_RANGE
+}
+INVALID_VGID = 0x4008  # TSDB_CODE_TMQ_INVALID_VGID: seek of a vgroup not assigned
+INVALID_TOPIC = 0x4009  # TSDB_CODE_TMQ_INVALID_TOPIC: seek of a topic not subscribed
+# TDengine's field type codes (taos.constants.FieldType), by Arrow type.
+FIELD_TYPES: list[tuple[pa.DataType, int, int]] = [  # (Arrow type, TDengine type, bytes)
+    (pa.bool_(), 1, 1),
+    (pa.int8(), 2, 1),
+    (pa.int16(), 3, 2),
+    (pa.int32(), 4, 4),
+    (pa.int64(), 5, 8),
+    (pa.float32(), 6, 4),
+    (pa.float64(), 7, 8),
+    (pa.uint8(), 11, 1),
+    (pa.uint16(), 12, 2),
+    (pa.uint32(), 13, 4),
+    (pa.uint64(), 14, 8),
+]
+VARCHAR, TIMESTAMP, VARBINARY = 8, 9, 16
+
+
+class TmqError(Error):
+    """taospy's TMQ error: `msg`, `errno`, shown as `[0xNNNN]: msg`. An error of sqltopic
+    comes as a class that is both TmqError and the sqltopic.Error it was (for instance
+    `except OffsetOutOfRange` still catches it)."""
+
+    def __init__(self, msg: str | None = None, errno: int = UNKNOWN_ERRNO) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return f"[0x{self.errno & 0xFFFF:04x}]: {self.msg}"
+
+
+_COMBINED: dict[type[Error], type[TmqError]] = {}
+
+
+def tmq_error(err: Error, errno: int | None = None) -> TmqError:
+    """`err` as a TmqError that is still an instance of its own class."""
+    if isinstance(err, TmqError):
+        return err
+    kind = type(err)
+    combined = _COMBINED.get(kind)
+    if combined is None:
+        name = f"Tmq{kind.__name__}"
+        combined = cast("type[TmqError]", type(name, (TmqError, kind), {"__module__": __name__}))
+        _COMBINED[kind] = combined
+    new = Exception.__new__(combined)
+    new.__dict__.update(vars(err))
+    new.args = err.args
+    new.msg = str(err)
+    known = (code for cls, code in ERRNOS.items() if isinstance(err, cls))
+    new.errno = errno if errno is not None else next(known, UNKNOWN_ERRNO)
+    return new
+
+
+@dataclass(frozen=True)
+class TaosField:
+    """A column as taospy's TaosField: `name`, `type` (TDengine's type code), `bytes`
+    (for strings: the longest value of the block; sqltopic does not carry the declared
+    length); also readable as `field["name"]`."""
+
+    name: str
+    type: int
+    bytes: int
+
+    @property
+    def length(self) -> int:
+        return self.bytes
+
+    def __getitem__(self, item: str) -> Any:
+        return getattr(self, item)
+
+
+@dataclass
+class TopicPartition:
+    """taospy's TopicPartition: `partition` is the vgroup id; `begin`/`end` the vnode's
+    retained version range."""
+
+    topic: str
+    partition: int
+    offset: int
+    begin: int = 0
+    end: int = 0
+
+    def __str__(self) -> str:
+        where = f"topic={self.topic}, partition={self.partition}, offset={self.offset}"
+        return f"TopicPartition({where})"
+
+
+class MessageBlock:
+    """The rows of one table in a message (taospy's constructor: columns, fields, rows,
+    columns count, table name)."""
+
+    def __init__(
+        self,
+        block: list[list[Any]] | None = None,
+        fields: list[TaosField] | None = None,
+        row_count: int = 0,
+        col_count: int = 0,
+        table: str | None = "",
+    ) -> None:
+        self._block = block or []
+        self._fields = fields or []
+        self._rows = row_count
+        self._cols = col_count
+        self._table = table
+
+    def fields(self) -> list[TaosField]:
+        return self._fields
+
+    def nrows(self) -> int:
+        return self._rows
+
+    def ncols(self) -> int:
+        return self._cols
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        """Every row as a tuple, columns in the topic's order."""
+        return list(map(tuple, zip(*self._block, strict=True)))
+
+    def table(self) -> str | None:
+        """The table the rows come from (None when the server did not name it)."""
+        return self._table
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+
+def message_block(block: Block, decode_binary: bool = True) -> MessageBlock:
+    data = block.data
+    try:
+        rows = block.rows()
+    except Error as err:
+        raise tmq_error(err) from None
+    columns = [list(values) for values in zip(*rows, strict=True)] if rows else []
+    if not columns:
+        columns = [[] for _ in range(data.num_columns)]
+    fields = [_field(data.schema.field(i), columns[i]) for i in range(data.num_columns)]
+    if not decode_binary:  # taospy's decode_binary=False: VARCHAR values as bytes
+        for i, field in enumerate(fields):
+            if field.type == VARCHAR:
+                columns[i] = [v.encode() if isinstance(v, str) else v for v in columns[i]]
+    return MessageBlock(columns, fields, data.num_rows, data.num_columns, block.table_name)
+
+
+def _field(field: pa.Field, values: list[Any]) -> TaosField:
+    for arrow, code, size in FIELD_TYPES:
+        if field.type == arrow:
+            return TaosField(field.name, code, size)
+    if pa.types.is_timestamp(field.type):
+        return TaosField(field.name, TIMESTAMP, 8)
+    code = VARBINARY if pa.types.is_binary(field.type) else VARCHAR
+    longest = max((len(v.encode() if isinstance(v, str) else v) for v in values if v), default=0)
+    return TaosField(field.name, code, longest)
+
+
+class Message:
+    """One message of one vgroup of one topic, as taospy's: `error()`, `topic()`,
+    `database()`, `vgroup()`, `offset()` (the first version it covers), `value()` (the
+    blocks; None for a meta message), iteration over the blocks. `message` is
+    sqltopic's Message (kind, end_offset, meta, Arrow data)."""
+
+    def __init__(
+        self,
+        message: SqlMessage | None = None,
+        error: TmqError | None = None,
+        decode_binary: bool = True,
+    ) -> None:
+        self._error = error
+        self.message = message
+        self._decode_binary = decode_binary
+        self._blocks: list[MessageBlock] | None = None
+
+    def error(self) -> TmqError | None:
+        return self._error
+
+    def topic(self) -> str:
+        return self._message().topic
+
+    def database(self) -> str:
+        return self._message().database
+
+    def vgroup(self) -> int:
+        return self._message().vgroup
+
+    def offset(self) -> int:
+        return self._message().offset
+
+    def value(self) -> list[MessageBlock] | None:
+        """The data blocks; None for a meta message (TMQ_RES_TABLE_META), [] for a
+        data_lost one (retention removed versions before they were read)."""
+        message = self._message()
+        if message.kind == "meta":
+            return None
+        if self._blocks is None:
+            self._blocks = [message_block(b, self._decode_binary) for b in message.blocks]
+        return self._blocks
+
+    def __iter__(self) -> Iterator[MessageBlock]:
+        return iter(self.value() or [])
+
+    def _message(self) -> SqlMessage:
+        if self.message is None:
+            raise TmqError("this Message carries an error, not data: see error()")
+        return self.message
