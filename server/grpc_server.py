@@ -103,7 +103,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     vnodes = VnodeService(engine, sessions, coordinator, executor, stopping, slots)
     add_service(server, vnodes, "Vnode")
     health = add_health(server, SERVICES)
-    enable_reflection(server, (*SERVICES, HEALTH_SERVICE))
+    enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
     address = f"{config.host}:{config.port}"
     if config.tls is None:
         port = server.add_insecure_port(address)

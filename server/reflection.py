@@ -10,7 +10,9 @@ default pool the servicer reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -18,6 +20,7 @@ from grpc import aio
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection_pb2 as v1alpha
 
+T = TypeVar("T")
 V1ALPHA_SERVICE: str = reflection.SERVICE_NAME
 V1_PACKAGE = "grpc.reflection.v1"
 V1_SERVICE = f"{V1_PACKAGE}.ServerReflection"
@@ -31,20 +34,49 @@ V1_OPTIONS = {
 }
 
 
-def enable_reflection(server: aio.Server, services: Iterable[str]) -> None:
-    """Reflect `services` and both reflection services, under v1 and v1alpha."""
+def enable_reflection(server: aio.Server, services: Iterable[str], stopping: asyncio.Event) -> None:
+    """Reflect `services` and both reflection services, under v1 and v1alpha. A
+    reflection stream ends (OK) once `stopping` is set: a tool that keeps one open must
+    not hold the server's stop up for its whole grace period."""
     _add_v1_descriptor(descriptor_pool.Default())
     names = (*services, V1_SERVICE, V1ALPHA_SERVICE)
     servicer = reflection.aio.ReflectionServicer(names)
-    reflection.enable_server_reflection(names, server)  # v1alpha
+
+    async def info(
+        requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        async for answer in servicer.ServerReflectionInfo(_until(stopping, requests), context):
+            yield answer
+
     handler = grpc.stream_stream_rpc_method_handler(
-        servicer.ServerReflectionInfo,
+        info,
         request_deserializer=v1alpha.ServerReflectionRequest.FromString,
         response_serializer=v1alpha.ServerReflectionResponse.SerializeToString,
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(V1_SERVICE, {"ServerReflectionInfo": handler}),)
+        tuple(
+            grpc.method_handlers_generic_handler(name, {"ServerReflectionInfo": handler})
+            for name in (V1_SERVICE, V1ALPHA_SERVICE)
+        )
     )
+
+
+async def _until(stop: asyncio.Event, items: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`items` until they end or `stop` is set, whichever comes first."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            item = asyncio.ensure_future(anext(items))
+            await asyncio.wait((item, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not item.done():
+                item.cancel()
+                return
+            try:
+                yield item.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stopped.cancel()
 
 
 def _add_v1_descriptor(pool: descriptor_pool.DescriptorPool) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import threading
 from collections.abc import Iterator
@@ -269,7 +270,9 @@ def test_fetch_too_large_names_the_version_it_read_from() -> None:
     assert "version 0" not in message
 
 
-def test_sigterm_ends_open_watches_and_held_polls_cleanly(tmp_path: Path) -> None:
+def test_sigterm_ends_open_watches_reflection_streams_and_held_polls_cleanly(
+    tmp_path: Path,
+) -> None:
     proc = ServerProcess(tmp_path / "data")
     try:
         proc.wait_ready()
@@ -282,6 +285,19 @@ def test_sigterm_ends_open_watches_and_held_polls_cleanly(tmp_path: Path) -> Non
             health_pb2.HealthCheckRequest(service=""), timeout=STOP_DEADLINE_S
         )
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        # a reflection stream a tool keeps open (it never half-closes)
+        never: queue.Queue[None] = queue.Queue()
+
+        def requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+            yield reflection_pb2.ServerReflectionRequest(list_services="*")
+            never.get(timeout=STOP_DEADLINE_S)
+
+        reflect = channel.stream_stream(
+            REFLECTION_V1,
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )(requests(), timeout=STOP_DEADLINE_S)
+        assert next(reflect).WhichOneof("message_response") == "list_services_response"
         consumer, plan = _join(wire, "stop")
         held: list[object] = []
 
@@ -304,12 +320,14 @@ def test_sigterm_ends_open_watches_and_held_polls_cleanly(tmp_path: Path) -> Non
         proc.proc.send_signal(signal.SIGTERM)
         rest = [r.status for r in watch]  # ends (OK) once the shutdown starts
         assert rest[-1:] == [health_pb2.HealthCheckResponse.NOT_SERVING]
+        assert list(reflect) == []  # ended by the server (OK), not cancelled at the grace's end
         poller.join(STOP_DEADLINE_S)
         assert not poller.is_alive()
         assert proc.proc.wait(timeout=STOP_DEADLINE_S) == 0
         errors = proc.stderr()
         assert "Traceback" not in errors, errors
         assert "CancelledError" not in errors, errors
+        never.put(None)
         channel.close()
         wire.close()
     finally:
