@@ -29,7 +29,7 @@ class Snapshot:
 
     next_id: int = 1
     members: list[dict[str, Any]] = field(default_factory=list)
-    # [topic, group, vgroup, consumer, epoch, revoking]
+    # [topic, group, vgroup, consumer, epoch, revoking, revoked_at] (older files: no revoked_at)
     owners: list[list[Any]] = field(default_factory=list)
     # [topic, group, vgroup, planned consumer]
     plans: list[list[Any]] = field(default_factory=list)
