@@ -19,6 +19,7 @@ from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokenizer_core import Token, TokenType
 
 from sqltopic.errors import SqlError
+from sqltopic.sql.functions.ticks import UNIT_NS, Duration, duration_sql
 from sqltopic.sql.types import ColumnType
 
 # Database options: the ones sqltopic uses, and TDengine storage options it accepts and
@@ -186,6 +187,31 @@ class TDengineParser(DuckDBParser):
         TokenType.GRANT: lambda self: self._td_grant(revoke=False),
         TokenType.REVOKE: lambda self: self._td_grant(revoke=True),
     }
+
+    # durations ------------------------------------------------------------------------
+
+    PRIMARY_PARSERS = {
+        **DuckDBParser.PRIMARY_PARSERS,
+        TokenType.NUMBER: lambda self, token: self._td_number(token),
+    }
+
+    def _td_number(self, token: Token) -> exp.Expression:
+        """A number, or a TDengine duration, `36500d`: a whole number and a unit letter
+        with no space between (the tokenizer splits them), as a `Duration`."""
+        unit = self._curr
+        number: exp.Expression = DuckDBParser.PRIMARY_PARSERS[TokenType.NUMBER](self, token)  # type: ignore[no-untyped-call]
+        if (
+            unit is None
+            or unit.token_type != TokenType.VAR
+            or unit.start != token.end + 1
+            or unit.text.lower() not in UNIT_NS
+            or not token.text.isdigit()
+        ):
+            return number
+        self._advance()
+        node = Duration(this=exp.Literal.number(token.text), unit=unit.text.lower())
+        node.update_positions(token)
+        return node
 
     # words --------------------------------------------------------------------------
 
@@ -674,6 +700,7 @@ class TDengineGenerator(DuckDBGenerator):
         TdGrant: _grant_sql,
         TdGrantRights: _grant_rights_sql,
         TdValue: lambda g, e: e.name,
+        Duration: duration_sql,
     }
 
 

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from sqltopic.errors import InvalidTopicQuery, NotFoundError, SqlError
 from sqltopic.sql import layout
+from sqltopic.sql.functions import normalize_now
 from sqltopic.sql.model import TBNAME, Catalog, Column
 from sqltopic.sql.statements import CreateTopic
 from sqltopic.sql.topic.names import Scope, bind_columns, outputs
@@ -76,6 +77,7 @@ def _stable_topic(
 def tag_filter(cond: exp.Expr, target: Target, text: Text) -> tuple[str, tuple[str, ...]]:
     """A stable topic's (or a privilege's) condition as DuckDB SQL over the tags
     relation, and the tags used."""
+    normalize_now(cond)
     check_parts([cond], text)
     used = bind_columns(cond, Scope(target, frozenset({target.name}), tags_only=True), text)
     tree = exp.Select(expressions=[quoted(TBNAME)]).from_(relation(layout.TAGS)).where(cond)
@@ -96,6 +98,7 @@ def _query_topic(
     if stmt.query is None:
         raise text.error(InvalidTopicQuery, "a query topic needs AS SELECT ... FROM table", None)
     select = check_root(stmt.query.copy(), text)
+    normalize_now(select)
     table = check_from(select, text)
     check_parts(parts(select), text)
     db, name = table.text("db").lower() or None, table.name.lower()

@@ -9,6 +9,7 @@ from sqlglot import exp
 
 from sqltopic.errors import InvalidTopicQuery, SqlError, TopicNotStateless
 from sqltopic.sql.dialect import TDengine
+from sqltopic.sql.functions import FUNCTIONS, Duration
 from sqltopic.sql.topic.text import Text, func_name
 from sqltopic.sql.types import MAX_STRING_LENGTH
 
@@ -32,15 +33,12 @@ STATEFUL_FUNCTIONS = frozenset({
 # TDengine window clauses: sqlglot reads `FROM meters INTERVAL(10s)` as a table alias.
 WINDOW_CLAUSES = frozenset({"interval", "session", "state_window", "event_window", "count_window"})
 
-# The scalar functions a topic may call, by the name as written: TDengine functions that
-# DuckDB evaluates row by row with TDengine's meaning (some translated, see `translate`).
-SCALAR_FUNCTIONS = frozenset({
-    "abs", "acos", "asin", "atan", "ceil", "cos", "degrees", "exp", "floor", "ln", "log",
-    "mod", "pi", "pow", "power", "radians", "round", "sign", "sin", "sqrt", "tan",
-    "ascii", "char_length", "concat", "concat_ws", "length", "lower", "ltrim", "repeat",
-    "replace", "rtrim", "substr", "substring", "trim", "upper",
-    "case", "coalesce", "if", "ifnull", "nullif", "nvl", "cast",
-})  # fmt: skip
+# The scalar functions a topic may call, by the name as written: TDengine's, with its
+# meaning (`sql/functions`), less those refused everywhere or in topics.
+TOPIC_REFUSED = frozenset({"rand"})
+SCALAR_FUNCTIONS = frozenset(
+    name for name, spec in FUNCTIONS.items() if not spec.refused and name not in TOPIC_REFUSED
+)
 
 # Expression nodes (besides the functions above) a topic's SELECT list and WHERE may use.
 PLAIN_NODES: tuple[type[exp.Expr], ...] = (
@@ -49,7 +47,7 @@ PLAIN_NODES: tuple[type[exp.Expr], ...] = (
     exp.IntDiv, exp.Mod, exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor, exp.BitwiseNot,
     exp.BitwiseLeftShift, exp.BitwiseRightShift, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
     exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Like,
-    exp.ILike, exp.Escape, exp.DPipe, exp.DataType, exp.DataTypeParam,
+    exp.ILike, exp.Escape, exp.DPipe, exp.DataType, exp.DataTypeParam, Duration,
 )  # fmt: skip
 
 # SELECT clauses a topic refuses: argument -> (the clause as written, why, what to do).
@@ -106,10 +104,21 @@ def _supported_rule(node: exp.Expr, text: Text) -> str | None:
         name = func_name(node, text)
         if name in SCALAR_FUNCTIONS:
             return None
+        spec = FUNCTIONS.get(name)
+        if spec is not None and spec.refused:
+            return f"function {name.upper()} is not supported: {spec.refused}"
+        if spec is not None:
+            return f"function {name.upper()} is not allowed in a topic: " + _TOPIC_WHY[name]
         return f"function {name.upper()} is not supported in a topic; use one of " + ", ".join(
             sorted(SCALAR_FUNCTIONS)
         )
     return f"{node.sql(dialect=TDengine)} is not supported in a topic"
+
+
+_TOPIC_WHY = {
+    "rand": "a topic's rows must be a function of the rows written, and a random number is "
+    "not; compute it in the consumer",
+}
 
 
 # Checked in order: the first rule any node breaks decides the error (TDengine's order).

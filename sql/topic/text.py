@@ -128,10 +128,17 @@ def _lead_word(node: exp.Expr) -> str | None:
     return None
 
 
+# Calls sqlglot parses by a grammar of their own, leaving no position: their TDengine name.
+_UNPLACED: dict[type[exp.Expr], str] = {exp.Chr: "char", exp.StrPosition: "position"}
+
+
 def func_name(node: exp.Func, text: Text) -> str:
     """A function's name as the user wrote it, lower-case (`char_length`, not LENGTH)."""
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
+    unplaced = _UNPLACED.get(type(node))  # parsed apart, without a position of its own
+    if unplaced is not None and not isinstance(node.meta.get("start"), int):
+        return unplaced
     start, end = node.meta.get("start"), node.meta.get("end")
     if isinstance(start, int) and isinstance(end, int):
         return text.sql[start : end + 1].lower()

@@ -4,12 +4,15 @@ fail on a row wrapped to yield NULL there instead."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from typing import NoReturn
 
+import pyarrow as pa
 from sqlglot import exp
 
+from sqltopic.errors import InvalidTopicQuery
 from sqltopic.sql import layout
+from sqltopic.sql.functions import Ctx
+from sqltopic.sql.functions.expand import translate_tree
 from sqltopic.sql.topic.compare import COMPARISONS, coerce
 from sqltopic.sql.topic.names import Output
 from sqltopic.sql.topic.probe import Probe, relation
@@ -41,7 +44,7 @@ def batch_select(outputs: list[Output], where: exp.Expr | None) -> exp.Select:
 def translate(tree: exp.Select, probe: Probe, precision: Precision, text: Text) -> None:
     """Give `tree` TDengine's meaning in DuckDB (in place)."""
     _guard(tree)
-    _map_functions(tree, text)
+    _map_functions(tree, probe, precision, text)
     for node in reversed(list(tree.find_all(*COMPARISONS, exp.Between, exp.In))):
         coerce(node, probe, precision, text)
     _double_literals(tree)
@@ -73,77 +76,17 @@ def _try(tree: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this="TRY", expressions=[tree])
 
 
-def _map_functions(tree: exp.Expr, text: Text) -> None:
-    """TDengine functions whose DuckDB namesake means something else, innermost first."""
-    for node in reversed(list(tree.find_all(exp.Func))):
-        if isinstance(node, PLAIN_NODES):
-            continue
-        rewrite = _REWRITES.get(func_name(node, text))
-        if rewrite is not None:
-            new = rewrite(node)
-            if new is not node:
-                node.replace(new)
+def _map_functions(tree: exp.Select, probe: Probe, precision: Precision, text: Text) -> None:
+    """TDengine's functions, durations and timestamp arithmetic, innermost first."""
 
+    def type_of(node: exp.Expr) -> pa.DataType | None:
+        return probe.types([node], text, node)[0]
 
-def _log(node: exp.Func) -> exp.Expr:
-    """TDengine LOG(x) is ln(x) and LOG(x, b) the log base b; DuckDB's LOG(b, x)."""
-    base = node.args.get("expression")
-    return exp.Ln(this=node.this) if base is None else exp.Log(this=base, expression=node.this)
+    def refuse(message: str, at: exp.Expr | None) -> NoReturn:
+        raise text.error(InvalidTopicQuery, message, at)
 
-
-def _byte_length(node: exp.Func) -> exp.Expr:
-    """TDengine LENGTH counts bytes (DuckDB's LENGTH counts characters)."""
-    return exp.Anonymous(this="strlen", expressions=[node.this])
-
-
-def _char_length(node: exp.Func) -> exp.Expr:
-    return exp.Length(this=node.this)
-
-
-def _concat(node: exp.Func) -> exp.Expr:
-    """TDengine CONCAT is NULL when any argument is (DuckDB's skips NULLs); `||` is too."""
-    return _pipes([_operand(a) for a in node.expressions])
-
-
-def _concat_ws(node: exp.Func) -> exp.Expr:
-    """CONCAT_WS(sep, a, b) as `a || sep || b`: NULL when any argument is, as TDengine."""
-    sep, *args = (_operand(a) for a in node.expressions)
-    joined: list[exp.Expr] = []
-    for arg in args:
-        joined += [sep.copy(), arg] if joined else [arg]
-    return _pipes(joined)
-
-
-def _pipes(args: list[exp.Expr]) -> exp.Expr:
-    return functools.reduce(lambda a, b: exp.DPipe(this=a, expression=b), args)
-
-
-def _operand(arg: exp.Expr) -> exp.Expr:
-    atomic = isinstance(arg, (exp.Column, exp.Literal, exp.Func, exp.Paren))
-    return arg if atomic else exp.Paren(this=arg)
-
-
-def _cast(node: exp.Func) -> exp.Expr:
-    """TDengine BINARY(n), VARCHAR(n) and NCHAR(n) are strings (DuckDB's BINARY is a BLOB)."""
-    to = node.args.get("to")
-    if isinstance(to, exp.DataType) and to.this in _STRING_TYPES:
-        node.set("to", exp.DataType.build("VARCHAR"))
-    return node
-
-
-_STRING_TYPES = frozenset({
-    exp.DataType.Type.BINARY, exp.DataType.Type.VARBINARY, exp.DataType.Type.NCHAR,
-    exp.DataType.Type.NVARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.VARCHAR,
-    exp.DataType.Type.TEXT,
-})  # fmt: skip
-_REWRITES: dict[str, Callable[[exp.Func], exp.Expr]] = {
-    "log": _log,
-    "length": _byte_length,
-    "char_length": _char_length,
-    "concat": _concat,
-    "concat_ws": _concat_ws,
-    "cast": _cast,
-}
+    ctx = Ctx(precision=precision, type_of=type_of, refuse=refuse, in_topic=True)
+    translate_tree(tree, ctx, lambda node: func_name(node, text), skip=PLAIN_NODES)
 
 
 def _double_literals(tree: exp.Expr) -> None:

@@ -1,0 +1,239 @@
+"""TDengine's scalar functions, one row each, as its SQL reference lists them
+(docs/en/14-reference/03-taos-sql/22-function.md in taosdata/TDengine, "Single Row
+Functions", plus the conditional functions): how sqltopic evaluates each, or why it
+refuses it. docs/sql.md §9.1 shows this table to users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from sqltopic.sql.functions import numbers, strings, times
+from sqltopic.sql.functions.base import Builder, Call
+
+# How many arguments "any number of" allows: TDengine caps CHAR at 2^31 - 1.
+_MANY = 2**31 - 1
+
+
+def same(call: Call) -> exp.Expr:
+    """DuckDB's namesake has TDengine's meaning: the call stays as written."""
+    return call.node
+
+
+def cast_(call: Call) -> exp.Expr:
+    """TDengine BINARY(n), VARCHAR(n) and NCHAR(n) are strings (DuckDB's BINARY is a BLOB)."""
+    node = call.node
+    to = node.args.get("to")
+    if isinstance(to, exp.DataType) and to.this in _STRING_TYPES:
+        node.set("to", exp.DataType.build("VARCHAR"))
+    return node
+
+
+_STRING_TYPES = frozenset({
+    exp.DataType.Type.BINARY, exp.DataType.Type.VARBINARY, exp.DataType.Type.NCHAR,
+    exp.DataType.Type.NVARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.TEXT,
+})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One function: its arguments as TDengine documents them, its meaning, and how it is
+    evaluated (`build`), or why it is refused (`refused`: what, why, what to do)."""
+
+    args: str
+    meaning: str
+    build: Builder | None = None
+    min_args: int = 1
+    max_args: int = 1
+    refused: str = ""
+    spark: str = ""  # non-empty: why the Spark backfill refuses it
+
+
+def _refused(args: str, meaning: str, why: str) -> Spec:
+    return Spec(args, meaning, refused=why, min_args=0, max_args=_MANY)
+
+
+_NO_SPARK_TIME = "Spark's date formatting differs; backfill a topic without it"
+_SPARK_SPLIT = "Spark has no exact form of the split-and-join it is evaluated with"
+
+FUNCTIONS: dict[str, Spec] = {
+    # --- mathematical ---
+    "abs": Spec("(expr)", "absolute value, type of expr", same),
+    "acos": Spec("(expr)", "arc cosine, DOUBLE", same),
+    "asin": Spec("(expr)", "arc sine, DOUBLE", same),
+    "atan": Spec("(expr)", "arc tangent, DOUBLE", same),
+    "ceil": Spec("(expr)", "smallest integer value not below expr, type of expr", same),
+    "cos": Spec("(expr)", "cosine, DOUBLE", same),
+    "floor": Spec("(expr)", "largest integer value not above expr, type of expr", same),
+    "greatest": Spec(
+        "(expr1, expr2, ...)", "largest argument; NULL when any is NULL", numbers.extreme, 2, _MANY
+    ),
+    "least": Spec(
+        "(expr1, expr2, ...)", "smallest argument; NULL when any is NULL", numbers.extreme, 2, _MANY
+    ),
+    "log": Spec("(expr [, base])", "natural log, or log base `base`, DOUBLE", numbers.log, 1, 2),
+    "pow": Spec("(expr1, expr2)", "expr1 to the power expr2, DOUBLE", same, 2, 2),
+    "power": Spec("(expr1, expr2)", "as POW", same, 2, 2),
+    "round": Spec("(expr [, digits])", "rounded half away from zero (DuckDB's ROUND)", same, 1, 2),
+    "sin": Spec("(expr)", "sine, DOUBLE", same),
+    "sqrt": Spec("(expr)", "square root, DOUBLE", same),
+    "tan": Spec("(expr)", "tangent, DOUBLE", same),
+    "pi": Spec("()", "π, DOUBLE", same, 0, 0),
+    "truncate": Spec(
+        "(expr, digits)",
+        "expr cut toward zero at `digits` decimal places (digits < 0: left of the point), "
+        "type of expr",
+        numbers.truncate,
+        2,
+        2,
+    ),
+    "exp": Spec("(expr)", "e to the power expr, DOUBLE", same),
+    "ln": Spec("(expr)", "natural log; NULL when expr <= 0", numbers.ln),
+    "mod": Spec(
+        "(expr1, expr2)", "remainder of expr1 / expr2 (as `%`); NULL when expr2 is 0", same, 2, 2
+    ),
+    "rand": Spec(
+        "([seed])",
+        "uniform random number in [0, 1): ad hoc SELECT only, without a seed",
+        numbers.rand,
+        0,
+        1,
+        spark="a random number differs between runs",
+    ),
+    "sign": Spec("(expr)", "-1, 0 or 1, as TINYINT", same),
+    "degrees": Spec("(expr)", "radians to degrees, DOUBLE", same),
+    "radians": Spec("(expr)", "degrees to radians, DOUBLE", same),
+    "crc32": _refused(
+        "(expr)",
+        "CRC-32 of expr as text",
+        "DuckDB has no CRC-32 function, so sqltopic cannot evaluate it; compute it in the consumer",
+    ),
+    # --- string ---
+    "char_length": Spec("(expr)", "length in characters, BIGINT", strings.char_length),
+    "concat": Spec(
+        "(expr1, expr2, ...)",
+        "concatenation of 2 to 8 strings; NULL when any is NULL",
+        strings.concat,
+        2,
+        8,
+    ),
+    "concat_ws": Spec(
+        "(sep, expr1, expr2, ...)",
+        "concatenation with a separator, 3 to 9 arguments; NULL when any is NULL",
+        strings.concat_ws,
+        3,
+        9,
+    ),
+    "length": Spec("(expr)", "length in bytes (UTF-8), BIGINT", strings.byte_length),
+    "lower": Spec("(expr)", "lower case", same),
+    "ltrim": Spec("(expr)", "without leading spaces", same),
+    "rtrim": Spec("(expr)", "without trailing spaces", same),
+    "trim": Spec(
+        "([{LEADING|TRAILING|BOTH} [remstr] FROM] expr)",
+        "without leading/trailing spaces, or repeats of remstr (a literal) as a whole",
+        strings.trim,
+        1,
+        2,
+    ),
+    "substring": Spec(
+        "(expr, pos [, len])",
+        "len characters from character pos (1-based; pos < 0 from the right); "
+        "'' for pos 0 or len < 1",
+        strings.substring,
+        2,
+        3,
+    ),
+    "substr": Spec("(expr, pos [, len])", "as SUBSTRING", strings.substring, 2, 3),
+    "substring_index": Spec(
+        "(expr, delim, count)",
+        "expr up to the count-th delim (count < 0: after the -count-th from the right); "
+        "count a constant",
+        strings.substring_index,
+        3,
+        3,
+        spark=_SPARK_SPLIT,
+    ),
+    "upper": Spec("(expr)", "upper case", same),
+    "char": Spec(
+        "(expr1, ...)",
+        "the bytes of each integer as characters (CHAR(77, 77) = 'MM'); NULL skipped; "
+        "NULL when a byte is not ASCII",
+        strings.char,
+        1,
+        _MANY,
+        spark="Spark has no bit shifts here",
+    ),
+    "ascii": Spec("(expr)", "first byte of expr, BIGINT", strings.ascii_),
+    "position": Spec(
+        "(expr1 IN expr2)", "1-based character position of expr1 in expr2, 0 if absent", same, 2, 2
+    ),
+    "replace": Spec("(expr, from, to)", "every from replaced by to", same, 3, 3),
+    "repeat": Spec("(expr, count)", "expr repeated count times; '' when count < 1", same, 2, 2),
+    "to_base64": Spec("(expr)", "base64 of the UTF-8 bytes", strings.to_base64),
+    # --- conversion ---
+    "cast": Spec("(expr AS type)", "conversion; BINARY(n)/VARCHAR(n)/NCHAR(n) are strings", cast_),
+    "to_iso8601": Spec(
+        "(expr [, timezone])",
+        "ISO 8601 text of a timestamp: 'YYYY-MM-DDTHH:MM:SS.fff' and the zone as given "
+        "('+0000' without one)",
+        times.to_iso8601,
+        1,
+        2,
+        spark=_NO_SPARK_TIME,
+    ),
+    "to_json": _refused("(str)", "a JSON value", "sqltopic has no JSON type"),
+    "to_unixtimestamp": Spec(
+        "(str [, 0|1])",
+        "a date-time string literal as integer ticks (0) or TIMESTAMP (1)",
+        times.to_unixtimestamp,
+        1,
+        2,
+    ),
+    "to_char": _refused(
+        "(ts, format)",
+        "a timestamp formatted",
+        "its format language is not implemented; use TO_ISO8601",
+    ),
+    "to_timestamp": _refused(
+        "(str, format)",
+        "a string parsed with a format",
+        "its format language is not implemented; compare with a date-time string, "
+        "or use TO_UNIXTIMESTAMP",
+    ),
+    # --- time and date ---
+    "now": Spec("() or NOW", "the time of the read, in the database precision", times.now, 0, 0),
+    "today": Spec(
+        "()", "UTC midnight of the day of the read, in the database precision", times.today, 0, 0
+    ),
+    "timediff": Spec(
+        "(expr1, expr2 [, time_unit])",
+        "(expr1 - expr2) in time_unit (1b..1w; default the precision), truncated toward "
+        "zero, BIGINT",
+        times.timediff,
+        2,
+        3,
+    ),
+    "timetruncate": Spec(
+        "(expr, time_unit [, use_current_timezone])",
+        "expr truncated to time_unit (1b..1w) toward zero; 1d and 1w from the epoch in UTC",
+        times.timetruncate,
+        2,
+        3,
+    ),
+    "timezone": Spec("()", "the server's time zone: 'UTC (UTC, +0000)'", times.timezone, 0, 0),
+    "week": Spec("(expr [, mode])", "week of the year: mode 3 (ISO) only", times.week, 1, 2),
+    "weekofyear": Spec("(expr)", "ISO week of the year (WEEK(expr, 3)), BIGINT", times.weekofyear),
+    "weekday": Spec("(expr)", "0 = Monday ... 6 = Sunday, BIGINT", times.weekday),
+    "dayofweek": Spec("(expr)", "1 = Sunday ... 7 = Saturday, BIGINT", times.dayofweek),
+    # --- conditional ---
+    "case": Spec("WHEN ... THEN ... END", "conditional value", same, 0, _MANY),
+    "coalesce": Spec("(expr1, expr2, ...)", "first non-NULL argument", same, 1, _MANY),
+    "if": Spec(
+        "(cond, expr1, expr2)", "expr1 when cond, else expr2", same, 2, 3
+    ),  # 2: a CASE branch
+    "ifnull": Spec("(expr1, expr2)", "expr1 unless NULL, else expr2", same, 2, 2),
+    "nvl": Spec("(expr1, expr2)", "as IFNULL", same, 2, 2),
+    "nullif": Spec("(expr1, expr2)", "NULL when expr1 = expr2, else expr1", same, 2, 2),
+}
