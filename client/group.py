@@ -164,7 +164,7 @@ class Membership(Rebalancing):
         self.status = answer.status
         let_go = False
         if not answer.unchanged:
-            let_go = yield from self._apply(answer.assignments)
+            let_go = yield from self._apply(answer.assignments, answer.epoch)
         self.epoch = answer.epoch
         if let_go:
             # The mnode hands a revoked vgroup on once its holder commits it or reports
@@ -172,13 +172,16 @@ class Membership(Rebalancing):
             # nothing read yet) would otherwise wait for the next heartbeat.
             yield from self._quietly("reporting released vgroups", self._beat(), logging.INFO)
 
-    def _apply(self, assignments: Iterable[pb.Assignment]) -> Flow[bool]:
-        """Keep the positions of vgroups still held, commit (auto-commit) and drop the
-        others, start the new ones unset. True if a vgroup was let go."""
+    def _apply(self, assignments: Iterable[pb.Assignment], epoch: int) -> Flow[bool]:
+        """Keep the positions of vgroups still held, commit (on_revoke, auto-commit) and
+        drop the others, start the new ones unset. True if a vgroup was let go."""
         new = {(a.topic, a.vgroup): a for a in assignments}
         # a vgroup granted again after the assignment we knew went through other hands:
         # our position there is stale (someone else may have committed beyond it)
         regained = [k for k, a in new.items() if k in self.held and a.granted_epoch > self.epoch]
+        # commits of revoked vgroups go at the new epoch: the vnode takes one sent at the
+        # revoking epoch as the final commit and hands the vgroup on at once
+        self.epoch = epoch
         gone = [key for key in self.held if key not in new]
         # fenced there: the vnode already refused us, so there is nothing to commit
         lost = regained + [key for key in gone if self.held[key].fenced]
