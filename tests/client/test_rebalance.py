@@ -140,3 +140,33 @@ def test_async_callbacks_may_be_coroutines_and_rewind_on_assign(server: ServerPr
             assert rows_of(got) == expected  # every row again, from the first version
 
     asyncio.run(main())
+
+
+def test_a_consumer_removed_by_drop_consumer_group_loses_its_vgroups_then_rejoins(
+    power: Connection, server: ServerProcess
+) -> None:
+    events: list[tuple[str, list[tuple[int, int | None]]]] = []
+
+    def recorder(kind: str) -> Any:
+        def callback(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            events.append((kind, [(p.vgroup, p.offset) for p in parts]))
+
+        return callback
+
+    with Consumer(config(server.address, "g", **FAST)) as consumer:
+        kinds = ("assign", "revoke", "lost")
+        consumer.subscribe(["overvoltage"], **{f"on_{k}": recorder(k) for k in kinds})
+        drain(consumer)
+        ends = [p.offset for p in consumer.position(consumer.assignment())]
+        power.execute("DROP CONSUMER GROUP FORCE g ON overvoltage")
+        deadline = time.monotonic() + DEADLINE_S
+        while len(events) < 3:
+            assert time.monotonic() < deadline, f"not lost and assigned again: {events}"
+            consumer.poll(0.2)
+        # taken away without a chance to commit (the group's offsets are gone too), then
+        # the consumer joins again and starts anew
+        assert events == [
+            ("assign", [(1, None), (2, None)]),
+            ("lost", [(1, ends[0]), (2, ends[1])]),
+            ("assign", [(1, None), (2, None)]),
+        ]
