@@ -59,11 +59,13 @@ class Consumer:
         _tmq(self._consumer.unsubscribe)
         self._subscribed = False
 
-    def poll(self, timeout: float = 1.0) -> Message | None:
-        """A Message or None after `timeout` seconds; errors are raised as TmqError."""
+    def poll(self, timeout: float | None = 1.0) -> Message | None:
+        """A Message or None after `timeout` seconds (negative or None: no limit, as
+        tmq_consumer_poll's -1); errors are raised as TmqError."""
         if not self._subscribed:
             raise TmqError("unsubscribe topic: poll needs subscribe(topics) first")
-        message = _tmq(lambda: self._consumer.poll(timeout))
+        wait = None if timeout is not None and timeout < 0 else timeout  # C: -1 = no limit
+        message = _tmq(lambda: self._consumer.poll(wait))
         if message is None:
             return None
         if message.kind == "data_lost":
