@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqltopic.client.config import ConsumerConfig, parse_config
-from sqltopic.client.taos_message import TmqError, tmq_error
+from sqltopic.client.taos_errors import TmqError, tmq_error
 from sqltopic.errors import Error
 
 # Keys whose only value sqltopic supports is TDengine's default: key -> (accepted

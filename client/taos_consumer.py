@@ -11,14 +11,8 @@ from typing import TypeVar
 from sqltopic.client.consumer import Consumer as SqlConsumer
 from sqltopic.client.message import TopicPartition as SqlPartition
 from sqltopic.client.taos_config import tmq_settings
-from sqltopic.client.taos_message import (
-    INVALID_TOPIC,
-    INVALID_VGID,
-    Message,
-    TmqError,
-    TopicPartition,
-    tmq_error,
-)
+from sqltopic.client.taos_errors import INVALID_TOPIC, INVALID_VGID, TmqError, tmq_error
+from sqltopic.client.taos_message import Message, TopicPartition
 from sqltopic.errors import Error, NoCommittedOffset
 
 log = logging.getLogger("sqltopic.taos")

@@ -1,31 +1,23 @@
-"""taospy's TMQ records over sqltopic's (see `sqltopic.taos`): `TmqError`, `Message`,
-`MessageBlock`, `TaosField` and `TopicPartition` with taospy's names, constructors and
-return types (`taos/tmq.py` of taosdata/taos-connector-python)."""
+"""taospy's TMQ records over sqltopic's (see `sqltopic.taos`): `Message`, `MessageBlock`,
+`TaosField` and `TopicPartition` with taospy's names, constructors and return types
+(`taos/tmq.py` of taosdata/taos-connector-python)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 
 from sqltopic.client.message import Block
 from sqltopic.client.message import Message as SqlMessage
-from sqltopic.errors import Error, OffsetOutOfRange
+from sqltopic.client.taos_errors import TmqError, tmq_error
+from sqltopic.errors import Error
 
 log = logging.getLogger("sqltopic.taos")
 
-# taospy's errno when the C library gave none.
-UNKNOWN_ERRNO = 0xFFFF
-# TDengine's codes for the errors a taospy program may test (clientTmq.c; its tests read
-# them from str(error) between "[" and "]", tests/system-test/7-tmq/tmqOffset.py).
-ERRNOS: dict[type[Error], int] = {
-    OffsetOutOfRange: 0x4007,  # TSDB_CODE_TMQ_VERSION_OUT_OF_RANGE
-}
-INVALID_VGID = 0x4008  # TSDB_CODE_TMQ_INVALID_VGID: seek of a vgroup not assigned
-INVALID_TOPIC = 0x4009  # TSDB_CODE_TMQ_INVALID_TOPIC: seek of a topic not subscribed
 # TDengine's field type codes (taos.constants.FieldType), by Arrow type.
 FIELD_TYPES: list[tuple[pa.DataType, int, int]] = [  # (Arrow type, TDengine type, bytes)
     (pa.bool_(), 1, 1),
@@ -41,42 +33,6 @@ FIELD_TYPES: list[tuple[pa.DataType, int, int]] = [  # (Arrow type, TDengine typ
     (pa.uint64(), 14, 8),
 ]
 VARCHAR, TIMESTAMP, VARBINARY = 8, 9, 16
-
-
-class TmqError(Error):
-    """taospy's TMQ error: `msg`, `errno`, shown as `[0xNNNN]: msg`. An error of sqltopic
-    comes as a class that is both TmqError and the sqltopic.Error it was (for instance
-    `except OffsetOutOfRange` still catches it)."""
-
-    def __init__(self, msg: str | None = None, errno: int = UNKNOWN_ERRNO) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.errno = errno
-
-    def __str__(self) -> str:
-        return f"[0x{self.errno & 0xFFFF:04x}]: {self.msg}"
-
-
-_COMBINED: dict[type[Error], type[TmqError]] = {}
-
-
-def tmq_error(err: Error, errno: int | None = None) -> TmqError:
-    """`err` as a TmqError that is still an instance of its own class."""
-    if isinstance(err, TmqError):
-        return err
-    kind = type(err)
-    combined = _COMBINED.get(kind)
-    if combined is None:
-        name = f"Tmq{kind.__name__}"
-        combined = cast("type[TmqError]", type(name, (TmqError, kind), {"__module__": __name__}))
-        _COMBINED[kind] = combined
-    new = Exception.__new__(combined)
-    new.__dict__.update(vars(err))
-    new.args = err.args
-    new.msg = str(err)
-    known = (code for cls, code in ERRNOS.items() if isinstance(err, cls))
-    new.errno = errno if errno is not None else next(known, UNKNOWN_ERRNO)
-    return new
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 import sqltopic
 from sqltopic.client.message import Block
 from sqltopic.client.message import Message as SqlMessage
-from sqltopic.client.taos_message import tmq_error
+from sqltopic.client.taos_errors import tmq_error
 from sqltopic.errors import ConfigError, Error, OffsetOutOfRange
 from sqltopic.taos import Message, TaosField, TmqError, TopicPartition
 
