@@ -212,6 +212,9 @@ class Consumer:
     def position(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
         return self._core.position(parts)
 
+    async def assign(self, parts: Sequence[TopicPartition]) -> None:
+        await self._run(self._core.assign(parts))
+
     def pause(self, parts: Sequence[TopicPartition]) -> None:
         self._core.pause(parts)
 

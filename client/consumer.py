@@ -131,6 +131,12 @@ class Consumer:
         with self._lock:
             return self._core.position(parts)
 
+    def assign(self, parts: Sequence[TopicPartition]) -> None:
+        """confluent-kafka's idiom in `on_assign`: seek each of these assigned vgroups to
+        its `offset` (a version, OFFSET_BEGINNING -2, OFFSET_END -1; None, -1000 and
+        -1001 leave it). Not a manual assignment: the group assigns vgroups."""
+        self._run(self._core.assign(parts))
+
     def pause(self, parts: Sequence[TopicPartition]) -> None:
         """Stop fetching these assigned vgroups (positions kept) until `resume`, or until
         they are let go."""

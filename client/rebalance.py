@@ -17,9 +17,15 @@ from dataclasses import replace
 
 from sqltopic.client.effects import Flow, Notify, RebalanceKind
 from sqltopic.client.message import TopicPartition
-from sqltopic.client.offsets import Offsets
+from sqltopic.client.offsets import REWIND, Offsets
 from sqltopic.client.state import Key
 from sqltopic.errors import Error
+
+# confluent-kafka's logical offsets, as `assign` takes them from an on_assign callback.
+OFFSET_BEGINNING = -2  # the first retained version
+OFFSET_END = -1  # the vnode's end: only rows written from now on
+OFFSET_STORED = -1000  # the committed offset (what an unset position reads from)
+OFFSET_INVALID = -1001  # no offset: the position is left as it is
 
 
 class Rebalancing(Offsets):
@@ -51,6 +57,22 @@ class Rebalancing(Offsets):
                 "see assignment()"
             )
         return keys
+
+    def assign(self, parts: Sequence[TopicPartition]) -> Flow[None]:
+        """confluent-kafka's `assign(partitions)` from an on_assign callback: position each
+        of these assigned vgroups at its `offset` (a version, or OFFSET_BEGINNING,
+        OFFSET_END; None, OFFSET_STORED and OFFSET_INVALID leave it). The group decides
+        the assignment: other vgroups are an Error, not a manual assignment."""
+        for part in parts:
+            key = self._assigned_keys("assign", [part])[0]
+            if part.offset is None or part.offset in (OFFSET_STORED, OFFSET_INVALID):
+                continue
+            target = part.offset
+            if target == OFFSET_BEGINNING:
+                target = REWIND
+            elif target == OFFSET_END:
+                target = (yield from self._ranges([key]))[key][1]
+            yield from self.seek(replace(part, offset=target))
 
     def check_not_in_callback(self, what: str) -> None:
         if self.in_callback:

@@ -5,6 +5,7 @@ checked exactly (no threads, no timing)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -13,6 +14,7 @@ import sqltopic.client.effects as fx
 from sqltopic.client.config import parse_config
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Empty, Message, TopicPartition
+from sqltopic.client.rebalance import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 from sqltopic.errors import ConsumerFenced, Error, OffsetOutOfRange
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
@@ -256,3 +258,20 @@ def test_an_empty_answer_of_a_paused_vgroup_still_moves_its_position() -> None:
     core.pause([TopicPartition("t", 1)])
     assert server.run(core.poll(0)) is None
     assert core.paused_parts() == [TopicPartition("t", 1, BEGIN + 3)]
+
+
+def test_assign_from_on_assign_positions_with_confluent_offsets() -> None:
+    core, server = make([1, 2, 3, 4])
+
+    def on_assign(kind: str, parts: list[TopicPartition]) -> None:
+        offsets = [OFFSET_BEGINNING, OFFSET_END, 20, OFFSET_INVALID]
+        chosen = [replace(p, offset=o) for p, o in zip(parts, offsets, strict=True)]
+        server.run(core.assign(chosen))
+
+    server.on_event = on_assign
+    server.run(core._maintain())
+    server.run(core._announce())
+    positions = core.position([TopicPartition("t", v) for v in (1, 2, 3, 4)])
+    assert [p.offset for p in positions] == [BEGIN, END, 20, None]
+    with pytest.raises(Error, match="assign: topic t vgroup 9 not assigned"):
+        server.run(core.assign([TopicPartition("t", 9, 1)]))
