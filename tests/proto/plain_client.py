@@ -82,7 +82,7 @@ def main(address):
     beat = mnode.Heartbeat(
         pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=asg.epoch, polled=True), metadata=md
     )
-    mnode.Close(pb.CloseRequest(consumer_id=sub.consumer_id), metadata=md)
+    mnode.CloseConsumer(pb.CloseRequest(consumer_id=sub.consumer_id), metadata=md)
     try:
         list(
             vnode.Poll(
