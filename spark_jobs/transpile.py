@@ -43,6 +43,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 
 from sqltopic.errors import BackfillUnsupported
 from sqltopic.spark_jobs.types import INTEGER_RANGES, spark_sql_type
+from sqltopic.sql.functions import FUNCTIONS, marked_names
 
 Types = dict[int, pa.DataType]  # id(node) -> the DuckDB type of that node
 
@@ -72,6 +73,7 @@ def transpile(
         raise _refuse(topic_name, f"its compiled SQL does not parse: {err}") from None
     if not isinstance(tree, exp.Select):
         raise _refuse(topic_name, "it is not a SELECT")
+    _refuse_marked(topic_name, select_sql)
     nodes, types = _probe(tree, batch)
     ctx = _Context(topic_name, types, nodes)
     ctx.check_failure_paths(tree)
@@ -88,12 +90,26 @@ def _refuse(topic: str, why: str) -> BackfillUnsupported:
     return BackfillUnsupported(f"topic {topic!r} cannot be backfilled with Spark: {why}")
 
 
+def _refuse_marked(topic: str, select_sql: str) -> None:
+    """Refuse, by its TDengine name, a function the compiler marked (`/* td:name */`)
+    that Spark cannot evaluate exactly (`Spec.spark` says why)."""
+    for name in marked_names(select_sql):
+        spec = FUNCTIONS.get(name)
+        if spec is not None and spec.spark:
+            raise _refuse(
+                topic,
+                f"function {name.upper()} has no exact Spark form: {spec.spark}; consume the "
+                "topic from earliest instead, or backfill a topic without it",
+            )
+
+
 # --- DuckDB types of the nodes --------------------------------------------------------
 
 # Nodes whose DuckDB type the rewrite needs.
 _TYPED: tuple[type[exp.Expr], ...] = (
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Cast, exp.TryCast, exp.Abs,
-    exp.Ceil, exp.Floor, exp.Sign, exp.Column, exp.BitwiseNot, exp.Round,
+    exp.Ceil, exp.Floor, exp.Sign, exp.Column, exp.BitwiseNot, exp.Round, exp.UnixToTime,
+    exp.IntDiv, exp.Paren, exp.Case, exp.Func,
 )  # fmt: skip
 
 
@@ -140,12 +156,31 @@ class _Context:
         integer = dtype is not None and pa.types.is_integer(dtype)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Mod)):
             return integer
-        return isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast)
+        if isinstance(node, exp.IntDiv):
+            return integer
+        return (
+            isinstance(node, exp.Cast)
+            and not isinstance(node, exp.TryCast)
+            and not _widening(self.type_of(node.this), dtype)
+        )
 
     def check_failure_paths(self, tree: exp.Select) -> None:
         for node in tree.walk():
             if self.may_fail(node):
                 _check_path(node, self)
+
+
+def _widening(source: pa.DataType | None, target: pa.DataType | None) -> bool:
+    """Whether a CAST from `source` to `target` never fails: a number to DOUBLE, a
+    signed integer to BIGINT, a type to itself."""
+    if source is None or target is None:
+        return False
+    if source == target:
+        return True
+    signed = bool(pa.types.is_signed_integer(source))
+    if pa.types.is_float64(target):
+        return bool(pa.types.is_integer(source) or pa.types.is_floating(source))
+    return signed and bool(pa.types.is_int64(target))
 
 
 def _check_path(node: exp.Expr, ctx: _Context) -> None:
@@ -225,12 +260,20 @@ def _spark_form(node: exp.Expr, ctx: _Context) -> exp.Expr:
     if isinstance(node, _PLAIN):
         return node
     if isinstance(node, exp.Anonymous):
-        name = node.name.lower()
-        if name == "strlen":
-            return exp.Anonymous(this="octet_length", expressions=node.expressions)
+        spark_name = _ANONYMOUS.get(node.name.lower())
+        if spark_name is not None:
+            return exp.Anonymous(this=spark_name, expressions=node.expressions)
         raise ctx.refuse(f"function {node.name.upper()} has no Spark translation here")
     raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here")
 
+
+# DuckDB functions (that sqlglot leaves unparsed) and their Spark namesakes: TDengine's
+# LENGTH (bytes), and the clock and ticks of TDengine's time functions (sql/functions).
+_ANONYMOUS = {
+    "strlen": "octet_length",
+    "epoch_us": "unix_micros",
+    "get_current_timestamp": "current_timestamp",
+}
 
 # Nodes whose Spark meaning is DuckDB's as they are.
 _PLAIN: tuple[type[exp.Expr], ...] = (
@@ -241,7 +284,8 @@ _PLAIN: tuple[type[exp.Expr], ...] = (
     exp.Nullif, exp.Lower, exp.Upper, exp.Trim, exp.Length, exp.Replace, exp.Repeat,
     exp.Ascii, exp.Sin, exp.Cos, exp.Tan, exp.Asin, exp.Acos, exp.Atan, exp.Sqrt, exp.Exp,
     exp.Pow, exp.Degrees, exp.Radians, exp.Pi, exp.BitwiseAnd, exp.BitwiseOr,
-    exp.BitwiseXor, exp.DataType, exp.DataTypeParam, exp.Var,
+    exp.BitwiseXor, exp.DataType, exp.DataTypeParam, exp.Var, exp.Greatest, exp.Least,
+    exp.StrPosition, exp.RegexpReplace, exp.ToBase64, exp.Encode, exp.WeekOfYear,
 )  # fmt: skip
 
 # --- helpers building Spark expressions ----------------------------------------------
@@ -406,7 +450,20 @@ def _literal_cast(node: exp.Expr, target: pa.DataType, ctx: _Context) -> exp.Exp
         return exp.Cast(this=node.this, to=exp.DataType.build(spark_sql_type(target)))
     if pa.types.is_string(target) or pa.types.is_boolean(target):
         return exp.Cast(this=node.this, to=exp.DataType.build(spark_sql_type(target)))
+    if _is_int(target) and _fits(node.this, target):
+        return exp.Cast(this=node.this, to=exp.DataType.build(spark_sql_type(target)))
     raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here")
+
+
+def _fits(literal: exp.Expr, target: pa.DataType) -> bool:
+    """Whether an integer literal lies in the range of integer type `target`."""
+    negative = isinstance(literal, exp.Neg)
+    inner = literal.this if negative else literal
+    if not (isinstance(inner, exp.Literal) and inner.is_int):
+        return False
+    value = -int(inner.this) if negative else int(inner.this)
+    low, high = INTEGER_RANGES.get(target, (0, -1))
+    return low <= value <= high
 
 
 def _convert(
@@ -492,6 +549,35 @@ def _bitwise_not(node: exp.Expr, ctx: _Context) -> exp.Expr:
     return node
 
 
+def _unix_to_time(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """DuckDB's EPOCH_MS is both ways (sqlglot reads it as UnixToTime): a timestamp to
+    milliseconds (a BIGINT result) or milliseconds to a timestamp; MAKE_TIMESTAMP is
+    microseconds to a timestamp."""
+    scale = node.args.get("scale")
+    millis = isinstance(scale, exp.Literal) and scale.this == "3"
+    if _is_int(ctx.type_of(node)):
+        return _fn("unix_millis" if millis else "unix_micros", node.this)
+    return _fn("timestamp_millis" if millis else "timestamp_micros", node.this)
+
+
+def _int_div(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """Integer `//` truncates toward zero in both (Spark's DIV); floats are refused."""
+    dtype = ctx.type_of(node)
+    if not _is_int(dtype):
+        raise ctx.refuse("integer division // of non-integers has no exact Spark translation")
+    return _in_range(exp.IntDiv(this=node.this, expression=node.expression), dtype)
+
+
+def _day_of_week(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """DuckDB's DAYOFWEEK is 0 = Sunday, Spark's 1 = Sunday."""
+    return exp.Sub(this=exp.DayOfWeek(this=node.this), expression=exp.Literal.number(1))
+
+
+def _iso_day_of_week(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """DuckDB's ISODOW is 1 = Monday; Spark's WEEKDAY is 0 = Monday."""
+    return exp.Paren(this=exp.Add(this=_fn("weekday", node.this), expression=exp.Literal.number(1)))
+
+
 def _refused(what: str) -> Callable[[exp.Expr, _Context], exp.Expr]:
     def rule(node: exp.Expr, ctx: _Context) -> exp.Expr:
         raise ctx.refuse(f"{what} has no exact Spark translation")
@@ -517,7 +603,10 @@ _RULES: dict[type[exp.Expr], Callable[[exp.Expr, _Context], exp.Expr]] = {
     exp.Round: _round,
     exp.Substring: _substring,
     exp.BitwiseNot: _bitwise_not,
-    exp.IntDiv: _refused("integer division //"),
+    exp.IntDiv: _int_div,
+    exp.UnixToTime: _unix_to_time,
+    exp.DayOfWeek: _day_of_week,
+    exp.DayOfWeekIso: _iso_day_of_week,
     exp.BitwiseLeftShift: _refused("<<"),
     exp.BitwiseRightShift: _refused(">>"),
 }

@@ -55,7 +55,7 @@ def _refused(args: str, meaning: str, why: str) -> Spec:
     return Spec(args, meaning, refused=why, min_args=0, max_args=_MANY)
 
 
-_NO_SPARK_TIME = "Spark's date formatting differs; backfill a topic without it"
+_NO_SPARK_TIME = "Spark formats dates with a pattern language of its own"
 _SPARK_SPLIT = "Spark has no exact form of the split-and-join it is evaluated with"
 
 FUNCTIONS: dict[str, Spec] = {

@@ -34,19 +34,24 @@ def substring(call: Call) -> exp.Expr:
     s, pos = call.args[0], call.args[1]
     length = call.args[2] if len(call.args) > 2 else None
     n = exp.Length(this=s.copy())
-    start = case(
+    # the 0-based start, compared without integer arithmetic in the conditions, so that
+    # nothing there can overflow (the Spark translation needs that)
+    from_left = case(
         [
             (
-                exp.GT(this=paren(pos), expression=number(0)),
-                exp.Least(
-                    this=exp.Sub(this=paren(pos.copy()), expression=number(1)), expressions=[n]
-                ),
+                exp.LTE(this=paren(pos.copy()), expression=n.copy()),
+                exp.Sub(this=paren(pos.copy()), expression=number(1)),
             )
         ],
-        exp.Greatest(
-            this=exp.Add(this=n.copy(), expression=paren(pos.copy())), expressions=[number(0)]
-        ),
+        n.copy(),
     )
+    right = exp.Add(this=n.copy(), expression=paren(pos.copy()))
+    inside = exp.GT(
+        this=exp.Add(this=cast(n.copy(), "DOUBLE"), expression=paren(pos.copy())),
+        expression=number(0),
+    )
+    from_right = case([(inside, right)], number(0))
+    start = case([(exp.GT(this=paren(pos), expression=number(0)), from_left)], from_right)
     first = exp.Add(this=paren(start), expression=number(1))
     args = {"this": s.copy(), "start": first}
     empty: exp.Expr = exp.EQ(this=paren(pos.copy()), expression=number(0))

@@ -1,0 +1,80 @@
+"""TDengine's scalar functions in a backfill: the rows Spark writes equal what consuming
+the topic from `earliest` delivers (DuckDB on the vnode), value for value, for the
+functions Spark translates; the others are refused by their TDengine name.
+
+Meanings: docs/en/14-reference/03-taos-sql/22-function.md (taosdata/TDengine); the
+pure-Python meaning of each is tested in tests/sql/test_functions_property.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sqltopic.errors import BackfillUnsupported
+from sqltopic.spark_jobs.backfill import local_ends, prepare, run_backfill
+from tests.server.dataset import DB, Loaded
+from tests.spark.support import backfill_rows, live_rows, non_empty
+
+pytestmark = pytest.mark.spark
+
+# (id, the topic's SELECT): each case bundles many functions, a backfill costs seconds.
+CASES = [
+    (
+        "math",
+        "SELECT ts, greatest(i, ti, si) AS g, least(d, f) AS l, truncate(d, 1) AS t1, "
+        "truncate(f, 0) AS t0, truncate(i, -1) AS ti1, ln(d) AS lnd, "
+        "greatest(vc, bn) AS gs FROM meters",
+    ),
+    (
+        "strings",
+        "SELECT ts, substring(vc, 0) AS s0, substring(vc, -3, 2) AS s1, substr(nc, 2) AS s2, "
+        "substring(vc, 2, -1) AS s3, position('a' IN vc) AS p, ascii(nc) AS a, "
+        "to_base64(nc) AS b64, trim(both 'b' FROM bn) AS tb, trim(leading 'a' FROM vc) AS tl "
+        "FROM meters",
+    ),
+    (
+        "times",
+        "SELECT ts, timetruncate(ts, 1s) AS t1, timetruncate(ts, 1d) AS t2, "
+        "timediff(ts, '2018-10-03 00:00:00', 1m) AS d1, timediff(ts, 1538548685000) AS d2, "
+        "weekday(ts) AS wd, dayofweek(ts) AS dw, weekofyear(ts) AS wy, ts + 1s AS later, "
+        "timezone() AS tz FROM meters WHERE ts > now - 36500d AND ts < now() + 1d",
+    ),
+]
+
+
+def _backfill(spark: SparkSession, loaded: Loaded, tmp: Path, topic: str) -> None:
+    data_dir = loaded.engine.state.data_dir
+    plan = prepare(data_dir, topic)
+    manifest = run_backfill(plan, tmp / "out", local_ends(data_dir, DB), spark=spark)
+    names = [column for column, _type in manifest.schema]
+    expected = non_empty(live_rows(loaded.engine, topic))
+    assert backfill_rows(tmp / "out", names) == expected
+    assert sum(len(r) for r in expected.values()) > 0, "the case selects nothing"
+
+
+@pytest.mark.parametrize(("name", "select"), CASES, ids=[c[0] for c in CASES])
+def test_backfill_of_functions_equals_consuming(
+    spark: SparkSession, loaded_history: Loaded, tmp_path: Path, name: str, select: str
+) -> None:
+    topic = f"bff_{name}"
+    loaded_history.engine.execute(f"USE {DB}; CREATE TOPIC IF NOT EXISTS {topic} AS {select}")
+    _backfill(spark, loaded_history, tmp_path, topic)
+
+
+REFUSED = [
+    ("iso", "SELECT ts, to_iso8601(ts) AS x FROM meters", "TO_ISO8601"),
+    ("index", "SELECT ts, substring_index(vc, 'a', 1) AS x FROM meters", "SUBSTRING_INDEX"),
+    ("char", "SELECT ts, char(ti, 65) AS x FROM meters", "CHAR"),
+]
+
+
+@pytest.mark.parametrize(("name", "select", "function"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_functions_spark_cannot_align_are_refused_by_name(
+    loaded_history: Loaded, name: str, select: str, function: str
+) -> None:
+    topic = f"bfr_{name}"
+    loaded_history.engine.execute(f"USE {DB}; CREATE TOPIC IF NOT EXISTS {topic} AS {select}")
+    with pytest.raises(BackfillUnsupported, match=f"function {function} has no exact Spark"):
+        prepare(loaded_history.engine.state.data_dir, topic)
