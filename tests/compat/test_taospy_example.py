@@ -1,7 +1,9 @@
 """TDengine's documented Python subscription example, run on sqltopic with its imports
 changed: the code between the two `----- vendored` lines is
 https://github.com/taosdata/TDengine/blob/584d253169058af279cb4ecd459280b50e09b1c0/docs/examples/python/tmq_native.py
-(the example that docs/en/07-develop/07-tmq.md shows for taospy), unchanged except:
+(the taospy code that TDengine's developer guide "Manage Consumers",
+/developer-guide/manage-consumers, shows under "Native Connection" with
+`{{#include docs/examples/python/tmq_native.py:...}}`), unchanged except:
 
 * `import taos` -> `import sqltopic.taos as taos` (the example's SQL goes through
   `taos.connect`, `execute`, `select_db` and `close`, which sqltopic.taos offers too);
