@@ -15,7 +15,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 import duckdb
 import pyarrow as pa
@@ -30,10 +30,12 @@ from sqltopic.server.query_run import QueryRun, brief
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
+from sqltopic.sql.functions.adhoc import relation_columns, translate_select
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
 from sqltopic.sql.parse import position
 from sqltopic.sql.topic import coerce_timestamp_literals
+from sqltopic.sql.topic.text import Text, func_name
 from sqltopic.sql.types import Precision
 
 # Arrow timestamp units that are database precisions.
@@ -92,6 +94,7 @@ def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
         relations[name] = rel
         _expand_star(table, visible)
         table.replace(exp.Table(this=exp.to_identifier(name), alias=_alias(table)))
+    _tdengine_functions(stmt, tree, relations)
     coerce_timestamp_literals(tree, _timestamp_columns(relations.values()))
     try:
         sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
@@ -99,6 +102,18 @@ def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
         raise SqlError(f"the query has no DuckDB equivalent: {brief(str(exc))}") from None
     _check(state, stmt, sql, relations)
     return Prepared(sql, relations)
+
+
+def _tdengine_functions(stmt: st.Select, tree: exp.Expr, relations: dict[str, pa.Table]) -> None:
+    """TDengine's scalar functions, durations and NOW with TDengine's meaning, as in a
+    topic (sql/functions); the precision is the first queried table's."""
+    text = Text.of(stmt)
+    columns, precision = relation_columns(list(relations.values()))
+
+    def refuse(message: str, at: exp.Expr | None) -> NoReturn:
+        raise text.error(SqlError, message, at)
+
+    translate_select(tree, columns, precision, lambda node: func_name(node, text), refuse)
 
 
 def _check(state: State, stmt: st.Select, sql: str, relations: dict[str, pa.Table]) -> None:

@@ -37,8 +37,9 @@ def extreme(call: Call) -> exp.Expr:
     if len(call.args) < 2:
         call.refuse("needs at least 2 arguments")
     types = [call.type(i) for i in range(len(call.args))]
-    kinds = {_kind(t) for t, a in zip(types, call.args, strict=True) if not is_null(a)}
-    if len(kinds) > 1 or None in kinds:
+    # an argument of unknown type (a CTE's column in a SELECT) is left to DuckDB
+    kinds = {_kind(t) for t, a in zip(types, call.args, strict=True) if t is not None}
+    if len(kinds - {"null"}) > 1 or None in kinds:
         call.refuse(
             "mixes argument types; TDengine compares mixed strings and numbers as strings, "
             "which sqltopic does not do exactly: CAST the arguments to one type"
@@ -49,6 +50,8 @@ def extreme(call: Call) -> exp.Expr:
 
 
 def _kind(dtype: pa.DataType | None) -> str | None:
+    if dtype is not None and pa.types.is_null(dtype):
+        return "null"
     if is_number(dtype) or (dtype is not None and pa.types.is_boolean(dtype)):
         return "number"
     if is_string(dtype):

@@ -111,6 +111,8 @@ def ticks_of(call: Call, index: int) -> exp.Expr:
             "instead, or store it as a TIMESTAMP",
             node,
         )
+    if dtype is None:
+        return call.refuse("cannot tell the type of this argument; CAST it to TIMESTAMP", node)
     return call.refuse("expects a TIMESTAMP, an integer timestamp or a date-time string", node)
 
 

@@ -1,0 +1,83 @@
+"""TDengine's functions in an ad hoc SELECT: the same translation as a topic's, with
+argument types learned from the queried relations' columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import closing
+from typing import NoReturn
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from sqltopic.sql.functions import Duration, normalize_now
+from sqltopic.sql.functions.base import Ctx
+from sqltopic.sql.functions.expand import translate_tree
+from sqltopic.sql.types import Precision
+
+# The relation argument types are bound over: every column of every queried relation.
+_TYPES = "__td_types"
+# TDengine's precision when a query reads no table ("if no table is specified, the
+# precision is milliseconds", 22-function.md).
+DEFAULT_PRECISION: Precision = "ms"
+_NO_COLUMNS = pa.schema([pa.field("__none", pa.int8())])
+
+
+def translate_select(
+    tree: exp.Expr,
+    columns: pa.Schema,
+    precision: Precision,
+    name_of: Callable[[exp.Func], str],
+    refuse: Callable[[str, exp.Expr | None], NoReturn],
+) -> None:
+    """Give `tree` (an ad hoc SELECT in DuckDB's dialect, tables resolved) TDengine's
+    functions, durations and NOW, in place. `columns`: the queried relations' columns
+    (a name in several with its first type)."""
+    normalize_now(tree)
+    if not _needs_translation(tree):
+        return
+    with closing(duckdb.connect()) as con:
+        con.execute("SET TimeZone='UTC'")
+        con.execute("SET python_enable_replacements=false")
+        # DuckDB wants a relation of at least one column; "__" names are never a table's
+        con.register(_TYPES, (columns if len(columns) else _NO_COLUMNS).empty_table())
+
+        def type_of(node: exp.Expr) -> pa.DataType | None:
+            return _type_of(con, node)
+
+        ctx = Ctx(precision=precision, type_of=type_of, refuse=refuse, in_topic=False)
+        translate_tree(tree, ctx, name_of)
+
+
+def _needs_translation(tree: exp.Expr) -> bool:
+    """Whether anything in `tree` may need it (most queries call no function at all)."""
+    return any(isinstance(n, (exp.Func, Duration, exp.Add, exp.Sub)) for n in tree.walk())
+
+
+def _type_of(con: duckdb.DuckDBPyConnection, node: exp.Expr) -> pa.DataType | None:
+    """The DuckDB type of `node` with its columns read from the relations' columns by
+    name (qualifiers dropped); None when it does not bind on its own (a CTE's column)."""
+    bare = node.copy()
+    for col in list(bare.find_all(exp.Column)):
+        col.set("table", None)
+        col.set("db", None)
+    sql = exp.Select(expressions=[exp.alias_(bare, "_0")]).from_(_TYPES).sql(dialect="duckdb")
+    try:
+        return con.sql(sql).to_arrow_table().schema.types[0]
+    except duckdb.Error:
+        return None
+
+
+def relation_columns(relations: list[pa.Table]) -> tuple[pa.Schema, Precision]:
+    """The columns of the queried relations (first type of each name) and the precision
+    of the first one's timestamps (the default when none)."""
+    fields: dict[str, pa.Field] = {}
+    precision: Precision | None = None
+    for rel in relations:
+        for field in rel.schema:
+            fields.setdefault(field.name.lower(), pa.field(field.name.lower(), field.type))
+            if precision is None and pa.types.is_timestamp(field.type):
+                unit = field.type.unit
+                precision = unit if unit in ("ms", "us", "ns") else None
+    return pa.schema(list(fields.values())), precision or DEFAULT_PRECISION
