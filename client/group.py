@@ -33,6 +33,9 @@ class Membership(Rebalancing):
         if not names:
             yield from self.unsubscribe()
             return
+        # a new subscription starts every vgroup anew (from the committed offsets): as
+        # Kafka's eager rebalance, all are revoked first, then assigned from poll
+        yield from self._let_go("revoke", list(self.held))
         yield from self._auto_commit(changed_only=False)
         yield from self._join(names)
         self.raise_callback_error()

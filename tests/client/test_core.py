@@ -221,6 +221,15 @@ def test_a_vgroup_granted_anew_is_lost_then_assigned() -> None:
     assert [kind for kind, _ in server.events] == ["assign", "lost", "assign"]
 
 
+def test_a_new_subscription_revokes_everything_then_assigns_from_poll() -> None:
+    core, server = make([1, 2])
+    server.run(core.poll(0))
+    server.run(core.subscribe(["t"]))
+    assert [kind for kind, _ in server.events] == ["assign", "revoke"]  # not "lost"
+    server.run(core.poll(0))
+    assert server.events[-1] == ("assign", [(1, None), (2, None)])
+
+
 def test_unsubscribe_and_close_revoke_first() -> None:
     core, server = make([1])
     server.run(core.poll(0))
