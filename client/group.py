@@ -64,7 +64,8 @@ class Membership(Rebalancing):
         if self.consumer_id:
             yield from self._auto_commit(changed_only=False)
             request = pb.CloseRequest(consumer_id=self.consumer_id, progress=self.progress())
-            yield from self._quietly("leaving the group", self._rpc("mnode", "Close", request))
+            leave = self._rpc("mnode", "CloseConsumer", request)
+            yield from self._quietly("leaving the group", leave)
         self.closed = True
         yield from self._drop(list(self.held))
         logout = Rpc("session", "Logout", pb.LogoutRequest(), "", self.metadata, LOGOUT_TIMEOUT_S)

@@ -148,10 +148,27 @@ def message_from_frames(
             )
         return Message(*where, head.data.offset, head.data.end_offset, "data", blocks)
     if kind == "meta":
-        event = json.loads(head.meta.event_json) if head.meta.event_json else {}
+        event = _with_int_ids(json.loads(head.meta.event_json)) if head.meta.event_json else {}
         return Message(*where, head.meta.offset, head.meta.end_offset, "meta", meta=event)
     lost = head.data_lost
     return Message(*where, lost.offset, lost.end_offset, "data_lost")
+
+
+# Keys of a meta event whose values are ids: decimal strings on the wire (so that every
+# language's JSON parser reads them exactly), ints in Python.
+ID_KEYS = frozenset({"uid", "colId"})
+
+
+def _with_int_ids(value: Any) -> Any:
+    """`value` (a parsed event) with its ids as ints again, at any depth."""
+    if isinstance(value, dict):
+        return {
+            k: int(v) if k in ID_KEYS and isinstance(v, str) else _with_int_ids(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_with_int_ids(v) for v in value]
+    return value
 
 
 def _rows(table: pa.Table) -> list[Row]:

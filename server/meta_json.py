@@ -2,10 +2,11 @@
 exactly.
 
 JSON parsers that hold numbers as IEEE doubles (JavaScript's `JSON.parse`, jq, many
-others) round integers beyond 2^53 - 1 without a word. A table's `uid` is a random
-62-bit id, and BIGINT tag values reach 2^63, so on the wire ids are always decimal
-strings (an id is compared, never computed with, and its type should not depend on its
-value) and any other integer outside the exact range is a decimal string too.
+others) round integers beyond 2^53 - 1 without a word. A table's `uid` and a column's
+`colId` are random 62-bit ids, and BIGINT tag values reach 2^63, so on the wire ids are
+always decimal strings (an id is compared, never computed with, and its type should not
+depend on its value) and any other integer outside the exact range is a decimal string
+too.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 # The largest integer a double holds exactly (JavaScript's Number.MAX_SAFE_INTEGER).
 MAX_EXACT_INT = (1 << 53) - 1
-# Keys whose values are ids: strings always.
-ID_KEYS = frozenset({"uid"})
+# Keys whose values are ids (a table's, a column's): strings always.
+ID_KEYS = frozenset({"uid", "colId"})
 
 
 def event_json(event: dict[str, Any]) -> str:

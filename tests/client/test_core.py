@@ -109,7 +109,7 @@ class FakeServer:
     def Unsubscribe(self, request: Any) -> pb.UnsubscribeResponse:
         return pb.UnsubscribeResponse(epoch=self.epoch)
 
-    def Close(self, request: Any) -> pb.CloseResponse:
+    def CloseConsumer(self, request: Any) -> pb.CloseResponse:
         return pb.CloseResponse()
 
     def Logout(self, request: Any) -> pb.LogoutResponse:

@@ -143,3 +143,20 @@ def test_a_poll_that_fails_or_cannot_be_read_still_answers_with_an_error() -> No
     done = failed(fetch, OSError("boom"))
     assert isinstance(done.result, Error)
     assert str(done.result) == "poll of topic overvoltage vgroup 3 failed: OSError: boom"
+
+
+def test_ids_in_a_meta_event_are_ints_again() -> None:
+    """The server sends `uid` and `colId` as strings (exact in every JSON parser); the
+    Python client gives them back as ints, at any depth. Other strings stay strings."""
+    wire = {
+        "type": "create", "tableType": "normal", "uid": "4611686018427387905",
+        "columns": [{"name": "ts", "type": "TIMESTAMP", "colId": "9007199254740993"}],
+        "tags": [{"name": "big", "value": "9223372036854775807"}],
+    }  # fmt: skip
+    head = pb.MetaMessage(offset=1, end_offset=2, version=1, event_json=json.dumps(wire))
+    message = message_from_frames(*WHERE, [pb.PollResponse(meta=head)])
+    assert isinstance(message, Message)
+    assert message.meta is not None
+    assert message.meta["uid"] == 4611686018427387905
+    assert message.meta["columns"][0]["colId"] == 9007199254740993
+    assert message.meta["tags"][0]["value"] == "9223372036854775807"
