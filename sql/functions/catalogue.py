@@ -149,7 +149,7 @@ FUNCTIONS: dict[str, Spec] = {
     "substring_index": Spec(
         "(expr, delim, count)",
         "expr up to the count-th delim (count < 0: after the -count-th from the right); "
-        "count a constant",
+        "delim a literal, count a constant",
         strings.substring_index,
         3,
         3,

@@ -60,7 +60,16 @@ def substring(call: Call) -> exp.Expr:
         empty = exp.Or(
             this=empty, expression=exp.LT(this=paren(length.copy()), expression=number(1))
         )
-    return case([(empty, exp.Literal.string(""))], exp.Substring(**args))
+    nulls: exp.Expr = exp.Or(
+        this=exp.Is(this=paren(s.copy()), expression=exp.Null()),
+        expression=exp.Is(this=paren(pos.copy()), expression=exp.Null()),
+    )
+    if length is not None:
+        nulls = exp.Or(
+            this=nulls, expression=exp.Is(this=paren(length.copy()), expression=exp.Null())
+        )
+    # NULL first: the start computed below is never NULL for a NULL pos
+    return case([(nulls, exp.Null()), (empty, exp.Literal.string(""))], exp.Substring(**args))
 
 
 def substring_index(call: Call) -> exp.Expr:
@@ -74,6 +83,8 @@ def substring_index(call: Call) -> exp.Expr:
     n = int_literal(count)
     if n is None:
         call.refuse("count must be an integer constant", count)
+    if string_literal(delim) is None:  # DuckDB joins a list with a constant separator only
+        call.refuse("the delimiter must be a string literal", delim)
     if n == 0:
         return case(
             [(exp.Is(this=paren(s), expression=exp.Null()), exp.Null())], exp.Literal.string("")

@@ -1,0 +1,215 @@
+"""TDengine's scalar functions in plain Python, written from TDengine's documentation
+(docs/en/14-reference/03-taos-sql/22-function.md in taosdata/TDengine) and, where the
+documentation is silent, its C code (source/libs/scalar/src/sclfunc.c): the independent
+meaning the property tests compare every evaluation path with. Timestamps are ticks
+(integers in the database precision); C's `/` and `%` truncate toward zero."""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+TICKS_PER_SECOND = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def c_mod(a: int, b: int) -> int:
+    return a - b * c_div(a, b)
+
+
+def unit_ticks(unit: str, precision: str) -> int:
+    return UNIT_SECONDS[unit] * TICKS_PER_SECOND[precision]
+
+
+def float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def moment(ticks: int, precision: str) -> datetime:
+    """The instant of a timestamp (exact: whole microseconds at most are kept)."""
+    scale = TICKS_PER_SECOND[precision]
+    return EPOCH + timedelta(microseconds=ticks * 1_000_000 // scale)
+
+
+# --- string functions -------------------------------------------------------------------
+
+
+def substring(
+    s: str | None, pos: int | None, length: int | None = None, *, has_len: bool = False
+) -> str | None:
+    """22-function.md SUBSTRING: pos 1-based, < 0 from the right, 0 gives ''; len < 1
+    gives ''; beyond the end, to the end (substrFunction: a start before the first
+    character starts at it)."""
+    if s is None or pos is None or (has_len and length is None):
+        return None
+    if pos == 0 or (has_len and length is not None and length < 1):
+        return ""
+    n = len(s)
+    start = min(pos - 1, n) if pos > 0 else max(n + pos, 0)
+    end = n if not has_len or length is None else min(start + length, n)
+    return s[start:end]
+
+
+def substring_index(s: str | None, delim: str | None, count: int) -> str | None:
+    """SUBSTRING_INDEX as findPosBytes scans: without overlap, from the left for
+    count > 0 and from the right for count < 0; '' for count 0 or an empty delimiter."""
+    if s is None or delim is None:
+        return None
+    if count == 0 or delim == "":
+        return ""
+    found, width = 0, len(delim)
+    if count > 0:
+        pos = 0
+        while pos + width <= len(s):
+            if s[pos : pos + width] == delim:
+                found += 1
+                if found == count:
+                    return s[:pos]
+                pos += width
+            else:
+                pos += 1
+        return s
+    pos = len(s) - width
+    while pos >= 0:
+        if s[pos : pos + width] == delim:
+            found += 1
+            if found == -count:
+                return s[pos + width :]
+            pos -= width
+        else:
+            pos -= 1
+    return s
+
+
+def trim(s: str | None, rem: str, side: str) -> str | None:
+    """TRIM(side rem FROM s): rem removed as a whole, as often as it repeats."""
+    if s is None:
+        return None
+    if rem and side in ("leading", "both"):
+        while s.startswith(rem):
+            s = s[len(rem) :]
+    if rem and side in ("trailing", "both"):
+        while s.endswith(rem):
+            s = s[: -len(rem)]
+    return s
+
+
+def ascii_(s: str | None) -> int | None:
+    """ASCII: the first byte (of a multi-byte character, its first byte); '' is 0."""
+    if s is None:
+        return None
+    data = s.encode()
+    return data[0] if data else 0
+
+
+def char(*values: int | None) -> str | None:
+    """CHAR: each integer's bytes, big-endian, no leading zero bytes; NULL skipped.
+    sqltopic's rule where the bytes are not ASCII text: NULL."""
+    out = b""
+    for n in values:
+        if n is None:
+            continue
+        if not 0 <= n < 2**32:
+            return None
+        data = n.to_bytes(max(1, (n.bit_length() + 7) // 8), "big")
+        if any(b >= 128 for b in data):
+            return None
+        out += data
+    return out.decode("ascii")
+
+
+def to_base64(s: str | None) -> str | None:
+    return None if s is None else base64.b64encode(s.encode()).decode()
+
+
+def position(needle: str | None, hay: str | None) -> int | None:
+    """POSITION(needle IN hay): 1-based characters, 0 when absent, 1 for ''."""
+    if needle is None or hay is None:
+        return None
+    return hay.find(needle) + 1
+
+
+def concat(*values: str | None) -> str | None:
+    return None if any(v is None for v in values) else "".join(values)  # type: ignore[arg-type]
+
+
+# --- mathematical functions -------------------------------------------------------------
+
+
+def extreme(pick: Any, *values: Any) -> Any:
+    """GREATEST / LEAST: NULL when any argument is NULL."""
+    return None if any(v is None for v in values) else pick(values)
+
+
+def truncate_int(x: int | None, digits: int) -> int | None:
+    if x is None:
+        return None
+    if digits >= 0:
+        return x
+    return x - c_mod(x, 10**-digits)
+
+
+def truncate_float(x: float | None, digits: int) -> float | None:
+    """trunc(x * 10^digits) / 10^digits in DOUBLE (the C function's arithmetic)."""
+    if x is None:
+        return None
+    scale = 10.0**digits
+    v = x * scale
+    return float(math.floor(v) if v >= 0 else math.ceil(v)) / scale
+
+
+def ln(x: float | None) -> float | None:
+    """LN: NULL when x <= 0."""
+    return None if x is None or x <= 0 else math.log(x)
+
+
+# --- time functions ---------------------------------------------------------------------
+
+
+def timetruncate(t: int | None, unit: int) -> int | None:
+    """timeTruncateFunction: timeVal / timeUnit * timeUnit (UTC: 1d and 1w alike)."""
+    return None if t is None else t - c_mod(t, unit)
+
+
+def timediff(a: int | None, b: int | None, unit: int = 1) -> int | None:
+    return None if a is None or b is None else c_div(a - b, unit)
+
+
+def to_iso8601(t: int | None, precision: str, zone: str | None = None) -> str | None:
+    """toISO8601Function: seconds t / scale shifted by the zone, then
+    snprintf(".%03ld", t % scale) cut to the fraction's width, then the zone as written
+    (the client's, strftime %z: '+0000' in UTC, without one)."""
+    if t is None:
+        return None
+    scale = TICKS_PER_SECOND[precision]
+    digits = len(str(scale)) - 1
+    offset = 0
+    if zone is not None and zone not in ("z", "Z"):
+        sign = 1 if zone[0] == "+" else -1
+        hhmm = zone[1:].replace(":", "")
+        offset = sign * (int(hhmm[:2]) * 3600 + int(hhmm[2:] or 0) * 60)
+    seconds = c_div(t, scale) + offset
+    stamp = (EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    fraction = f".{c_mod(t, scale):0{digits}d}"[: digits + 1]  # C's "%03ld": "-05" for -5
+    return stamp + fraction + (zone if zone is not None else "+0000")
+
+
+def weekday(t: int | None, precision: str) -> int | None:
+    return None if t is None else moment(t, precision).weekday()
+
+
+def dayofweek(t: int | None, precision: str) -> int | None:
+    return None if t is None else moment(t, precision).isoweekday() % 7 + 1
+
+
+def weekofyear(t: int | None, precision: str) -> int | None:
+    return None if t is None else moment(t, precision).isocalendar()[1]
