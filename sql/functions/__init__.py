@@ -16,7 +16,7 @@ import re
 from sqlglot import exp
 
 from sqltopic.sql.functions.base import Call, Ctx, TypeOf
-from sqltopic.sql.functions.catalogue import FUNCTIONS, Spec
+from sqltopic.sql.functions.catalogue import FUNCTIONS, MANY_ARGS, Spec
 from sqltopic.sql.functions.ticks import Duration, duration_ns, in_ticks, number
 
 __all__ = [
@@ -60,11 +60,7 @@ def expand_call(node: exp.Func, name: str, ctx: Ctx) -> exp.Expr:
     if spec.refused:
         ctx.refuse(f"function {name.upper()} is not supported: {spec.refused}", node)
     if not spec.min_args <= len(args) <= spec.max_args:
-        wanted = (
-            f"{spec.min_args}"
-            if spec.min_args == spec.max_args
-            else f"{spec.min_args} to {spec.max_args}"
-        )
+        wanted = _arity(spec)
         ctx.refuse(
             f"{name.upper()} takes {wanted} argument(s), got {len(args)}: "
             f"{name.upper()}{spec.args}",
@@ -77,6 +73,14 @@ def expand_call(node: exp.Func, name: str, ctx: Ctx) -> exp.Expr:
     marked = exp.Paren(this=built)
     marked.add_comments([f"{MARK}{name}"])
     return marked
+
+
+def _arity(spec: Spec) -> str:
+    if spec.min_args == spec.max_args:
+        return f"{spec.min_args}"
+    if spec.max_args >= MANY_ARGS:
+        return f"at least {spec.min_args}"
+    return f"{spec.min_args} to {spec.max_args}"
 
 
 def marked_names(sql: str) -> list[str]:

@@ -13,7 +13,7 @@ from sqltopic.sql.functions import numbers, strings, times
 from sqltopic.sql.functions.base import Builder, Call
 
 # How many arguments "any number of" allows: TDengine caps CHAR at 2^31 - 1.
-_MANY = 2**31 - 1
+MANY_ARGS = 2**31 - 1
 
 
 def same(call: Call) -> exp.Expr:
@@ -52,7 +52,7 @@ class Spec:
 
 
 def _refused(args: str, meaning: str, why: str) -> Spec:
-    return Spec(args, meaning, refused=why, min_args=0, max_args=_MANY)
+    return Spec(args, meaning, refused=why, min_args=0, max_args=MANY_ARGS)
 
 
 _NO_SPARK_TIME = "Spark formats dates with a pattern language of its own"
@@ -68,10 +68,18 @@ FUNCTIONS: dict[str, Spec] = {
     "cos": Spec("(expr)", "cosine, DOUBLE", same),
     "floor": Spec("(expr)", "largest integer value not above expr, type of expr", same),
     "greatest": Spec(
-        "(expr1, expr2, ...)", "largest argument; NULL when any is NULL", numbers.extreme, 2, _MANY
+        "(expr1, expr2, ...)",
+        "largest argument; NULL when any is NULL",
+        numbers.extreme,
+        2,
+        MANY_ARGS,
     ),
     "least": Spec(
-        "(expr1, expr2, ...)", "smallest argument; NULL when any is NULL", numbers.extreme, 2, _MANY
+        "(expr1, expr2, ...)",
+        "smallest argument; NULL when any is NULL",
+        numbers.extreme,
+        2,
+        MANY_ARGS,
     ),
     "log": Spec("(expr [, base])", "natural log, or log base `base`, DOUBLE", numbers.log, 1, 2),
     "pow": Spec("(expr1, expr2)", "expr1 to the power expr2, DOUBLE", same, 2, 2),
@@ -162,7 +170,7 @@ FUNCTIONS: dict[str, Spec] = {
         "NULL when a byte is not ASCII",
         strings.char,
         1,
-        _MANY,
+        MANY_ARGS,
         spark="Spark has no bit shifts here",
     ),
     "ascii": Spec("(expr)", "first byte of expr, BIGINT", strings.ascii_),
@@ -228,8 +236,8 @@ FUNCTIONS: dict[str, Spec] = {
     "weekday": Spec("(expr)", "0 = Monday ... 6 = Sunday, BIGINT", times.weekday),
     "dayofweek": Spec("(expr)", "1 = Sunday ... 7 = Saturday, BIGINT", times.dayofweek),
     # --- conditional ---
-    "case": Spec("WHEN ... THEN ... END", "conditional value", same, 0, _MANY),
-    "coalesce": Spec("(expr1, expr2, ...)", "first non-NULL argument", same, 1, _MANY),
+    "case": Spec("WHEN ... THEN ... END", "conditional value", same, 0, MANY_ARGS),
+    "coalesce": Spec("(expr1, expr2, ...)", "first non-NULL argument", same, 1, MANY_ARGS),
     "if": Spec(
         "(cond, expr1, expr2)", "expr1 when cond, else expr2", same, 2, 3
     ),  # 2: a CASE branch
