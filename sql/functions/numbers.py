@@ -72,6 +72,8 @@ def truncate(call: Call) -> exp.Expr:
     dtype = call.type(0)
     if is_integer(dtype):
         return _truncate_integer(x, digits, dtype)
+    if dtype is not None and pa.types.is_decimal(dtype):
+        dtype = pa.float64()  # a decimal literal: TDengine's DOUBLE (see `translate`)
     if dtype is None or not pa.types.is_floating(dtype):
         call.refuse("expects a number", x)
     scale = exp.Literal.number(repr(10.0**digits))
@@ -99,18 +101,33 @@ def _truncate_integer(x: exp.Expr, digits: int, dtype: pa.DataType) -> exp.Expr:
     return cast(dropped, _DUCKDB_TYPES[dtype])
 
 
+def finite(value: exp.Expr) -> exp.Expr:
+    """`value`, NULL where it is NaN or infinite: TDengine's doScalarFunctionUnique (and
+    ...Unique2) set NULL when `isinf(result) || isnan(result)` (sclfunc.c). `v - v = 0`
+    holds exactly for the finite doubles, in DuckDB and in Spark alike."""
+    again = exp.Sub(this=paren(value.copy()), expression=paren(value.copy()))
+    return case([(exp.EQ(this=again, expression=number(0)), value)])
+
+
+def real(call: Call) -> exp.Expr:
+    """A DOUBLE function of DuckDB's with TDengine's meaning but for NaN and infinity
+    (ACOS(2), SQRT(-1), EXP(1000)): NULL there, as TDengine."""
+    return finite(call.node.copy())
+
+
 def ln(call: Call) -> exp.Expr:
-    """LN: NULL when expr <= 0 (22-function.md, LN)."""
+    """LN: NULL when expr <= 0 (22-function.md, LN), or the result is infinite."""
     x = call.args[0]
-    return case([(exp.GT(this=paren(x), expression=number(0)), exp.Ln(this=x.copy()))])
+    return case([(exp.GT(this=paren(x), expression=number(0)), finite(exp.Ln(this=x.copy())))])
 
 
 def log(call: Call) -> exp.Expr:
-    """TDengine LOG(x) is ln(x) and LOG(x, b) the log base b; DuckDB's LOG(b, x)."""
+    """TDengine LOG(x) is ln(x) and LOG(x, b) the log base b (DuckDB's LOG(b, x)); NULL
+    where that is NaN or infinite (log of 0, of a negative, base 1)."""
     x = call.args[0]
     if len(call.args) == 1:
-        return exp.Ln(this=x)
-    return exp.Log(this=call.args[1], expression=x)
+        return finite(exp.Ln(this=x))
+    return finite(exp.Log(this=call.args[1], expression=x))
 
 
 def rand(call: Call) -> exp.Expr:

@@ -167,6 +167,18 @@ def truncate_float(x: float | None, digits: int) -> float | None:
     return float(math.floor(v) if v >= 0 else math.ceil(v)) / scale
 
 
+def real(fn: Any, *args: float | None) -> float | None:
+    """A DOUBLE function: NULL for NULL, and where the result is NaN or infinite
+    (sclfunc.c doScalarFunctionUnique: `if (isinf(result) || isnan(result))` NULL)."""
+    if any(a is None for a in args):
+        return None
+    try:
+        result = float(fn(*args))
+    except (ValueError, OverflowError):
+        return None
+    return None if math.isnan(result) or math.isinf(result) else result
+
+
 def ln(x: float | None) -> float | None:
     """LN: NULL when x <= 0."""
     return None if x is None or x <= 0 else math.log(x)

@@ -8,6 +8,7 @@ SELECT's translation (server/query.py's). The Spark path: tests/spark/test_backf
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +121,9 @@ CASES = [
     Case("truncate_float", "truncate(f, 2)",
          lambda r, _: None if r["f"] is None else td.float32(td.truncate_float(r["f"], 2) or 0.0)),
     Case("ln", "ln(d)", lambda r, _: td.ln(r["d"])),
+    Case("sqrt", "sqrt(d)", lambda r, _: td.real(math.sqrt, r["d"])),
+    Case("acos", "acos(d / 1000000)", lambda r, _: td.real(math.acos, _div(r["d"], 1e6))),
+    Case("exp", "exp(d)", lambda r, _: td.real(math.exp, r["d"])),
     # time and date, in every precision
     Case("timetruncate_s", "timetruncate(ts, 1s)",
          lambda r, pr: td.timetruncate(r["ts"], U("s", pr)), ticks=True, precisions=ALL),
@@ -146,6 +150,12 @@ CASES = [
     Case("dayofweek", "dayofweek(ts)", lambda r, pr: td.dayofweek(r["ts"], pr)),
     Case("weekofyear", "weekofyear(t2)", lambda r, pr: td.weekofyear(r["t2"], pr)),
 ]  # fmt: skip
+
+
+def _div(x: float | None, by: float) -> float | None:
+    return None if x is None else x / by
+
+
 PARAMS = [(c, pr) for c in CASES for pr in c.precisions]
 
 
