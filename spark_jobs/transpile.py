@@ -263,8 +263,21 @@ def _spark_form(node: exp.Expr, ctx: _Context) -> exp.Expr:
         spark_name = _ANONYMOUS.get(node.name.lower())
         if spark_name is not None:
             return exp.Anonymous(this=spark_name, expressions=node.expressions)
-        raise ctx.refuse(f"function {node.name.upper()} has no Spark translation here")
-    raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here")
+        raise ctx.refuse(
+            f"function {node.name.upper()} has no Spark translation here{_within(node)}"
+        )
+    raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here{_within(node)}")
+
+
+def _within(node: exp.Expr) -> str:
+    """`, in TDengine's NAME(...)` when `node` is part of a marked translation."""
+    at: exp.Expr | None = node
+    while at is not None:
+        names = marked_names(" ".join(at.comments or []))
+        if names:
+            return f" (it evaluates TDengine's {names[0].upper()} in this database)"
+        at = at.parent
+    return ""
 
 
 # DuckDB functions (that sqlglot leaves unparsed) and their Spark namesakes: TDengine's

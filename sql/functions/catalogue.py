@@ -61,11 +61,11 @@ _SPARK_SPLIT = "Spark has no exact form of the split-and-join it is evaluated wi
 FUNCTIONS: dict[str, Spec] = {
     # --- mathematical ---
     "abs": Spec("(expr)", "absolute value, type of expr", same),
-    "acos": Spec("(expr)", "arc cosine, DOUBLE", numbers.real),
-    "asin": Spec("(expr)", "arc sine, DOUBLE", numbers.real),
-    "atan": Spec("(expr)", "arc tangent, DOUBLE", numbers.real),
+    "acos": Spec("(expr)", "arc cosine, DOUBLE; NULL where NaN or infinite", numbers.real),
+    "asin": Spec("(expr)", "arc sine, DOUBLE; NULL where NaN or infinite", numbers.real),
+    "atan": Spec("(expr)", "arc tangent, DOUBLE; NULL where NaN or infinite", numbers.real),
     "ceil": Spec("(expr)", "smallest integer value not below expr, type of expr", same),
-    "cos": Spec("(expr)", "cosine, DOUBLE", numbers.real),
+    "cos": Spec("(expr)", "cosine, DOUBLE; NULL where NaN or infinite", numbers.real),
     "floor": Spec("(expr)", "largest integer value not above expr, type of expr", same),
     "greatest": Spec(
         "(expr1, expr2, ...)",
@@ -81,13 +81,25 @@ FUNCTIONS: dict[str, Spec] = {
         2,
         MANY_ARGS,
     ),
-    "log": Spec("(expr [, base])", "natural log, or log base `base`, DOUBLE", numbers.log, 1, 2),
-    "pow": Spec("(expr1, expr2)", "expr1 to the power expr2, DOUBLE", numbers.real, 2, 2),
+    "log": Spec(
+        "(expr [, base])",
+        "natural log, or log base `base`, DOUBLE; NULL where NaN or infinite",
+        numbers.log,
+        1,
+        2,
+    ),
+    "pow": Spec(
+        "(expr1, expr2)",
+        "expr1 to the power expr2, DOUBLE; NULL where NaN or infinite",
+        numbers.real,
+        2,
+        2,
+    ),
     "power": Spec("(expr1, expr2)", "as POW", numbers.real, 2, 2),
     "round": Spec("(expr [, digits])", "rounded half away from zero (DuckDB's ROUND)", same, 1, 2),
-    "sin": Spec("(expr)", "sine, DOUBLE", numbers.real),
-    "sqrt": Spec("(expr)", "square root, DOUBLE", numbers.real),
-    "tan": Spec("(expr)", "tangent, DOUBLE", numbers.real),
+    "sin": Spec("(expr)", "sine, DOUBLE; NULL where NaN or infinite", numbers.real),
+    "sqrt": Spec("(expr)", "square root, DOUBLE; NULL where NaN or infinite", numbers.real),
+    "tan": Spec("(expr)", "tangent, DOUBLE; NULL where NaN or infinite", numbers.real),
     "pi": Spec("()", "π, DOUBLE", same, 0, 0),
     "truncate": Spec(
         "(expr, digits)",
@@ -97,7 +109,7 @@ FUNCTIONS: dict[str, Spec] = {
         2,
         2,
     ),
-    "exp": Spec("(expr)", "e to the power expr, DOUBLE", numbers.real),
+    "exp": Spec("(expr)", "e to the power expr, DOUBLE; NULL where NaN or infinite", numbers.real),
     "ln": Spec("(expr)", "natural log; NULL when expr <= 0", numbers.ln),
     "mod": Spec(
         "(expr1, expr2)", "remainder of expr1 / expr2 (as `%`); NULL when expr2 is 0", same, 2, 2
@@ -111,8 +123,12 @@ FUNCTIONS: dict[str, Spec] = {
         spark="a random number differs between runs",
     ),
     "sign": Spec("(expr)", "-1, 0 or 1, as TINYINT", same),
-    "degrees": Spec("(expr)", "radians to degrees, DOUBLE", numbers.real),
-    "radians": Spec("(expr)", "degrees to radians, DOUBLE", numbers.real),
+    "degrees": Spec(
+        "(expr)", "radians to degrees, DOUBLE; NULL where NaN or infinite", numbers.real
+    ),
+    "radians": Spec(
+        "(expr)", "degrees to radians, DOUBLE; NULL where NaN or infinite", numbers.real
+    ),
     "crc32": _refused(
         "(expr)",
         "CRC-32 of expr as text",
