@@ -154,6 +154,8 @@ class _Context:
             return False  # a constant: the compiler checked it
         dtype = self.type_of(node)
         integer = dtype is not None and pa.types.is_integer(dtype)
+        if isinstance(node, (exp.Mod, exp.IntDiv)) and _safe_divisor(node.expression):
+            return False  # `% 1000`: neither division by zero nor MIN / -1
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Mod)):
             return integer
         if isinstance(node, exp.IntDiv):
@@ -168,6 +170,11 @@ class _Context:
         for node in tree.walk():
             if self.may_fail(node):
                 _check_path(node, self)
+
+
+def _safe_divisor(node: exp.Expr) -> bool:
+    """An integer literal other than 0 and -1."""
+    return isinstance(node, exp.Literal) and node.is_int and int(node.this) not in (0, -1)
 
 
 def _widening(source: pa.DataType | None, target: pa.DataType | None) -> bool:
@@ -259,6 +266,8 @@ def _spark_form(node: exp.Expr, ctx: _Context) -> exp.Expr:
         return rule(node, ctx)
     if isinstance(node, _PLAIN):
         return node
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "list_slice":
+        return _list_slice(node, ctx)
     if isinstance(node, exp.Anonymous):
         spark_name = _ANONYMOUS.get(node.name.lower())
         if spark_name is not None:
@@ -299,6 +308,7 @@ _PLAIN: tuple[type[exp.Expr], ...] = (
     exp.Pow, exp.Degrees, exp.Radians, exp.Pi, exp.BitwiseAnd, exp.BitwiseOr,
     exp.BitwiseXor, exp.DataType, exp.DataTypeParam, exp.Var, exp.Greatest, exp.Least,
     exp.StrPosition, exp.RegexpReplace, exp.ToBase64, exp.Encode, exp.WeekOfYear,
+    exp.Split, exp.ArrayToString, exp.Reverse, exp.Chr, exp.Pad,
 )  # fmt: skip
 
 # --- helpers building Spark expressions ----------------------------------------------
@@ -591,6 +601,26 @@ def _iso_day_of_week(node: exp.Expr, ctx: _Context) -> exp.Expr:
     return exp.Paren(this=exp.Add(this=_fn("weekday", node.this), expression=exp.Literal.number(1)))
 
 
+# DuckDB's strftime format of TO_ISO8601 (sql/functions/times.py) in Spark's pattern
+# language: the only format sqltopic writes, so the only one translated.
+_ISO_SECONDS = ("%Y-%m-%dT%H:%M:%S", "yyyy-MM-dd'T'HH:mm:ss")
+
+
+def _time_to_str(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    fmt = node.args.get("format")
+    if not (isinstance(fmt, exp.Literal) and fmt.this == _ISO_SECONDS[0]):
+        raise ctx.refuse(f"{node.sql(dialect='duckdb')}: only TO_ISO8601's format is translated")
+    return _fn("date_format", node.this, exp.Literal.string(_ISO_SECONDS[1]))
+
+
+def _list_slice(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """DuckDB's LIST_SLICE(l, 1, n) (SUBSTRING_INDEX) is Spark's SLICE(l, 1, n)."""
+    args = node.expressions
+    if len(args) != 3 or not (isinstance(args[1], exp.Literal) and args[1].this == "1"):
+        raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here")
+    return _fn("slice", *args)
+
+
 def _refused(what: str) -> Callable[[exp.Expr, _Context], exp.Expr]:
     def rule(node: exp.Expr, ctx: _Context) -> exp.Expr:
         raise ctx.refuse(f"{what} has no exact Spark translation")
@@ -622,6 +652,7 @@ _RULES: dict[type[exp.Expr], Callable[[exp.Expr, _Context], exp.Expr]] = {
     exp.DayOfWeekIso: _iso_day_of_week,
     exp.BitwiseLeftShift: _refused("<<"),
     exp.BitwiseRightShift: _refused(">>"),
+    exp.TimeToStr: _time_to_str,
 }
 
 

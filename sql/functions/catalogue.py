@@ -55,9 +55,6 @@ def _refused(args: str, meaning: str, why: str) -> Spec:
     return Spec(args, meaning, refused=why, min_args=0, max_args=MANY_ARGS)
 
 
-_NO_SPARK_TIME = "Spark formats dates with a pattern language of its own"
-_SPARK_SPLIT = "Spark has no exact form of the split-and-join it is evaluated with"
-
 FUNCTIONS: dict[str, Spec] = {
     # --- mathematical ---
     "abs": Spec("(expr)", "absolute value, type of expr", same),
@@ -177,7 +174,6 @@ FUNCTIONS: dict[str, Spec] = {
         strings.substring_index,
         3,
         3,
-        spark=_SPARK_SPLIT,
     ),
     "upper": Spec("(expr)", "upper case", same),
     "char": Spec(
@@ -187,7 +183,6 @@ FUNCTIONS: dict[str, Spec] = {
         strings.char,
         1,
         MANY_ARGS,
-        spark="Spark has no bit shifts here",
     ),
     "ascii": Spec("(expr)", "first byte of expr, BIGINT", strings.ascii_),
     "position": Spec(
@@ -205,7 +200,6 @@ FUNCTIONS: dict[str, Spec] = {
         times.to_iso8601,
         1,
         2,
-        spark=_NO_SPARK_TIME,
     ),
     "to_json": _refused("(str)", "a JSON value", "sqltopic has no JSON type"),
     "to_unixtimestamp": Spec(

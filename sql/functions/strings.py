@@ -180,7 +180,8 @@ def _char_bytes(n: exp.Expr) -> exp.Expr:
         expressions=[cast(exp.BitwiseAnd(this=n.copy(), expression=number(255)), "INTEGER")]
     )
     for k in (1, 2, 3):
-        shifted = paren(exp.BitwiseRightShift(this=n.copy(), expression=number(8 * k)))
+        # n // 256^k, not n >> 8k: the same for the n >= 0 kept, and Spark has no exact >>
+        shifted = paren(exp.IntDiv(this=n.copy(), expression=number(256**k)))
         byte = exp.Chr(
             expressions=[cast(exp.BitwiseAnd(this=shifted, expression=number(255)), "INTEGER")]
         )
