@@ -75,7 +75,8 @@ def transpile(
         raise _refuse(topic_name, "it is not a SELECT")
     _refuse_marked(topic_name, select_sql)
     nodes, types = _probe(tree, batch)
-    ctx = _Context(topic_name, types, nodes)
+    small = frozenset(id(n) for n in tree.walk() if _small(n))
+    ctx = _Context(topic_name, types, nodes, small)
     ctx.check_failure_paths(tree)
     _rewrite(tree, ctx)
     _finish(tree, output, relation, extra or {})
@@ -141,6 +142,9 @@ class _Context:
     # every node `types` names (and every node a rewrite replaced), kept alive so that
     # no id in `types` is reused by a new node
     keep: list[exp.Expr]
+    # integer nodes `_small` before the rewrite: they cannot overflow, so they stay plain
+    # (range checks nested in range checks grow exponentially)
+    small: frozenset[int] = frozenset()
 
     def type_of(self, node: exp.Expr) -> pa.DataType | None:
         return self.types.get(id(node))
@@ -156,6 +160,8 @@ class _Context:
         integer = dtype is not None and pa.types.is_integer(dtype)
         if isinstance(node, (exp.Mod, exp.IntDiv)) and _safe_divisor(node.expression):
             return False  # `% 1000`: neither division by zero nor MIN / -1
+        if _small(node):
+            return False  # calendar arithmetic (WEEK): far from any overflow
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Mod)):
             return integer
         if isinstance(node, exp.IntDiv):
@@ -172,6 +178,36 @@ class _Context:
                 _check_path(node, self)
 
 
+# Functions whose integer results are small (calendar fields, day counts between dates).
+_SMALL_FUNCTIONS: tuple[type[exp.Expr], ...] = (
+    exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfWeekIso, exp.WeekOfYear,
+    exp.DateDiff,
+)  # fmt: skip
+# Literals up to this size keep sums and products of small values far from overflow.
+_SMALL_LITERAL = 10**6
+
+
+def _small(node: exp.Expr) -> bool:
+    """Whether an integer expression stays within a few million whatever the row: built
+    of calendar functions, small literals, + - * % // and CASE over them."""
+    if isinstance(node, exp.Literal):
+        return node.is_int and abs(int(node.this)) <= _SMALL_LITERAL
+    if isinstance(node, (exp.Paren, exp.Neg)):
+        return _small(node.this)
+    if isinstance(node, _SMALL_FUNCTIONS):
+        return True
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mod, exp.IntDiv)):
+        return _small(node.this) and _small(node.expression)
+    if isinstance(node, exp.Mul):  # one factor a literal: a bounded product
+        sides = (node.this, node.expression)
+        return all(_small(x) for x in sides) and any(isinstance(x, exp.Literal) for x in sides)
+    if isinstance(node, exp.Case):
+        branches = [i.args["true"] for i in node.args.get("ifs") or []]
+        default = node.args.get("default")
+        return all(_small(b) for b in [*branches, *([default] if default else [])])
+    return False
+
+
 def _safe_divisor(node: exp.Expr) -> bool:
     """An integer literal other than 0 and -1."""
     return isinstance(node, exp.Literal) and node.is_int and int(node.this) not in (0, -1)
@@ -179,10 +215,10 @@ def _safe_divisor(node: exp.Expr) -> bool:
 
 def _widening(source: pa.DataType | None, target: pa.DataType | None) -> bool:
     """Whether a CAST from `source` to `target` never fails: a number to DOUBLE, a
-    signed integer to BIGINT, a type to itself."""
+    signed integer to BIGINT, a timestamp to its day, a type to itself."""
     if source is None or target is None:
         return False
-    if source == target:
+    if source == target or (pa.types.is_timestamp(source) and pa.types.is_date32(target)):
         return True
     signed = bool(pa.types.is_signed_integer(source))
     if pa.types.is_float64(target):
@@ -308,7 +344,8 @@ _PLAIN: tuple[type[exp.Expr], ...] = (
     exp.Pow, exp.Degrees, exp.Radians, exp.Pi, exp.BitwiseAnd, exp.BitwiseOr,
     exp.BitwiseXor, exp.DataType, exp.DataTypeParam, exp.Var, exp.Greatest, exp.Least,
     exp.StrPosition, exp.RegexpReplace, exp.ToBase64, exp.Encode, exp.WeekOfYear,
-    exp.Split, exp.ArrayToString, exp.Reverse, exp.Chr, exp.Pad,
+    exp.Split, exp.ArrayToString, exp.Reverse, exp.Chr, exp.Pad, exp.Year, exp.Month,
+    exp.Day, exp.DateFromParts,
 )  # fmt: skip
 
 # --- helpers building Spark expressions ----------------------------------------------
@@ -373,6 +410,8 @@ def _operands(node: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
 def _arith(spark_fn: str) -> Callable[[exp.Expr, _Context], exp.Expr]:
     def rule(node: exp.Expr, ctx: _Context) -> exp.Expr:
         dtype = ctx.type_of(node)
+        if id(node) in ctx.small:
+            return node
         if not _is_int(dtype):
             return _in_range(node, dtype)  # floats: IEEE in both, rounded to FLOAT
         return _in_range(_fn(spark_fn, *_operands(node)), dtype)
@@ -382,7 +421,7 @@ def _arith(spark_fn: str) -> Callable[[exp.Expr, _Context], exp.Expr]:
 
 def _neg(node: exp.Expr, ctx: _Context) -> exp.Expr:
     dtype = ctx.type_of(node)
-    if isinstance(node.this, exp.Literal) or not _is_int(dtype):
+    if isinstance(node.this, exp.Literal) or not _is_int(dtype) or id(node) in ctx.small:
         return node
     return _in_range(_fn("try_subtract", exp.Literal.number(0), node.this), dtype)
 
@@ -411,6 +450,8 @@ def _zero_div(a: exp.Expr) -> exp.Expr:
 def _mod(node: exp.Expr, ctx: _Context) -> exp.Expr:
     dtype = ctx.type_of(node)
     a, b = _operands(node)
+    if id(node) in ctx.small:
+        return node
     if _is_int(dtype):
         return _in_range(_fn("try_mod", a, b), dtype)
     nan_on_zero = _case(
@@ -513,6 +554,8 @@ def _convert(
         return _cast(x, "BOOLEAN")
     if pa.types.is_timestamp(target) and pa.types.is_timestamp(source):
         return x
+    if pa.types.is_date32(target) and pa.types.is_timestamp(source):
+        return _cast(x, "DATE")  # the UTC day in both (the session's zone is UTC)
     raise ctx.refuse(f"{what} has no exact Spark translation")
 
 
@@ -588,6 +631,8 @@ def _int_div(node: exp.Expr, ctx: _Context) -> exp.Expr:
     dtype = ctx.type_of(node)
     if not _is_int(dtype):
         raise ctx.refuse("integer division // of non-integers has no exact Spark translation")
+    if id(node) in ctx.small:
+        return node
     return _in_range(exp.IntDiv(this=node.this, expression=node.expression), dtype)
 
 
@@ -611,6 +656,14 @@ def _time_to_str(node: exp.Expr, ctx: _Context) -> exp.Expr:
     if not (isinstance(fmt, exp.Literal) and fmt.this == _ISO_SECONDS[0]):
         raise ctx.refuse(f"{node.sql(dialect='duckdb')}: only TO_ISO8601's format is translated")
     return _fn("date_format", node.this, exp.Literal.string(_ISO_SECONDS[1]))
+
+
+def _date_diff(node: exp.Expr, ctx: _Context) -> exp.Expr:
+    """DuckDB's DATE_DIFF('day', a, b) of two dates (WEEK) is Spark's DATEDIFF(b, a)."""
+    unit = node.args.get("unit")
+    if unit is None or unit.name.lower() != "day":
+        raise ctx.refuse(f"{node.sql(dialect='duckdb')} has no Spark translation here")
+    return _fn("datediff", node.this, node.expression)
 
 
 def _list_slice(node: exp.Expr, ctx: _Context) -> exp.Expr:
@@ -653,6 +706,7 @@ _RULES: dict[type[exp.Expr], Callable[[exp.Expr, _Context], exp.Expr]] = {
     exp.BitwiseLeftShift: _refused("<<"),
     exp.BitwiseRightShift: _refused(">>"),
     exp.TimeToStr: _time_to_str,
+    exp.DateDiff: _date_diff,
 }
 
 

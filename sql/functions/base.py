@@ -4,11 +4,13 @@ helpers building DuckDB expressions."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from sqltopic.sql.types import Precision
@@ -111,6 +113,21 @@ def null_if_any_null(args: list[exp.Expr], value: exp.Expr) -> exp.Expr:
 def case(whens: list[tuple[exp.Expr, exp.Expr]], default: exp.Expr | None = None) -> exp.Expr:
     ifs = [exp.If(this=cond, true=then) for cond, then in whens]
     return exp.Case(ifs=ifs, default=default)
+
+
+@functools.cache
+def _parsed(sql: str) -> exp.Expr:
+    return sqlglot.parse_one(sql, read="duckdb")
+
+
+def template(sql: str, **args: exp.Expr) -> exp.Expr:
+    """DuckDB SQL with the columns named `args` replaced by those expressions (each use a
+    copy): longer translations read as SQL."""
+    tree = _parsed(sql).copy()
+    for col in list(tree.find_all(exp.Column)):
+        if col.name in args and not col.table:
+            col.replace(paren(args[col.name].copy()))
+    return tree
 
 
 def cast(node: exp.Expr, to: str) -> exp.Expr:

@@ -127,7 +127,8 @@ CASES: list[tuple[str, str, list[tuple[Any, ...]]]] = [
         "DOC-time",
         "select timediff('2022-01-01 08:00:00', '2022-01-01 08:00:01', 1s), "
         "timediff('2022-01-01 08:00:01', '2022-01-01 08:00:00', 1s), "
-        "weekofyear('2000-01-01'), week('2000-01-01', 3), weekday('2000-01-01'), "
+        "weekofyear('2000-01-01'), week('2000-01-01', 0), week('2000-01-01', 1), "
+        "week('2000-01-01', 2), week('2000-01-01', 3), weekday('2000-01-01'), "
         "dayofweek('2000-01-01'), timetruncate('2020-01-01 23:00:00', 1d, 0), "
         "timetruncate('2020-01-01 23:00:00', 1d, 1), to_iso8601(1, '+00:00'), timezone() "
         "from one",
@@ -135,10 +136,13 @@ CASES: list[tuple[str, str, list[tuple[Any, ...]]]] = [
             (
                 -1,
                 1,
-                52,
-                52,
-                5,
-                7,
+                52,  # weekofyear
+                0,  # week, mode 0
+                0,  # mode 1
+                52,  # mode 2
+                52,  # mode 3
+                5,  # weekday
+                7,  # dayofweek
                 datetime(2020, 1, 1),
                 datetime(2020, 1, 1),
                 "1970-01-01T00:00:00.001+00:00",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -225,3 +225,35 @@ def dayofweek(t: int | None, precision: str) -> int | None:
 
 def weekofyear(t: int | None, precision: str) -> int | None:
     return None if t is None else moment(t, precision).isocalendar()[1]
+
+
+def week(t: int | None, precision: str, mode: int) -> int | None:
+    """WEEK(expr, mode): the table of 22-function.md, as MySQL's calc_week computes it
+    (MySQL's week_mode: a mode without Monday-first flips the first-weekday flag)."""
+    if t is None:
+        return None
+    d = moment(t, precision).date()
+    flags = mode if mode & 1 else mode ^ 4
+    monday_first, week_year, first_weekday = bool(flags & 1), bool(flags & 2), bool(flags & 4)
+
+    def weekday(day: date) -> int:  # 0 = the first day of the week
+        return day.weekday() if monday_first else day.isoweekday() % 7
+
+    def starts(w: int) -> bool:
+        return w != 0 if first_weekday else w >= 4
+
+    first = date(d.year, 1, 1)
+    w = weekday(first)
+    if d.month == 1 and d.day <= 7 - w:
+        if not week_year and starts(w):
+            return 0
+        week_year = True
+        first = date(d.year - 1, 1, 1)
+        w = weekday(first)
+    days = (d - first).days - (7 - w) if starts(w) else (d - first).days + w
+    if week_year and days >= 52 * 7:
+        year_days = (date(first.year + 1, 1, 1) - first).days
+        w = (w + year_days) % 7
+        if (not first_weekday and w < 4) or (first_weekday and w == 0):
+            return 1
+    return days // 7 + 1

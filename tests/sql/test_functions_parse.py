@@ -134,7 +134,7 @@ REFUSED = [
     ("SELECT greatest(c1, s) FROM t", InvalidTopicQuery, "greatest", "CAST the arguments"),
     ("SELECT greatest(c1) FROM t", InvalidTopicQuery, "greatest", "at least 2"),
     ("SELECT concat(s) FROM t", InvalidTopicQuery, "concat", "2 to 8 argument"),
-    ("SELECT week(ts) FROM t", InvalidTopicQuery, "week", "mode 0 is not supported"),
+    ("SELECT week(ts, 8) FROM t", InvalidTopicQuery, "8)", "mode must be an integer constant"),
     ("SELECT substring_index(s, s, 1) FROM t", InvalidTopicQuery, "s, 1)", "literal"),
     ("SELECT trim(s FROM s) FROM t", InvalidTopicQuery, "s FROM", "string literal"),
     ("SELECT to_unixtimestamp(s) FROM t", InvalidTopicQuery, "s)", "string literal"),

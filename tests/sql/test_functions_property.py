@@ -34,7 +34,7 @@ from sqltopic.sql.types import ColumnType, Precision
 from tests.sql import tdengine_reference as td
 
 # Few examples per case: many cases, and each example runs two DuckDB queries.
-EXAMPLES = 6
+EXAMPLES = 5
 COLUMNS = tuple(
     Column(name, ColumnType.parse(kind))
     for name, kind in (
@@ -83,6 +83,15 @@ class Case:
 ALL: tuple[Precision, ...] = ("ms", "us", "ns")
 EDGES: tuple[Precision, ...] = ("ms", "ns")  # the coarsest and the finest
 U = td.unit_ticks
+
+
+def _week(r: Row, precision: str, mode: int) -> int | None:
+    return td.week(r["t2"], precision, mode)
+
+
+def _div(x: float | None, by: float) -> float | None:
+    return None if x is None else x / by
+
 
 CASES = [
     # strings (22-function.md, String Functions)
@@ -149,11 +158,12 @@ CASES = [
     Case("weekday", "weekday(ts)", lambda r, pr: td.weekday(r["ts"], pr), precisions=EDGES),
     Case("dayofweek", "dayofweek(ts)", lambda r, pr: td.dayofweek(r["ts"], pr)),
     Case("weekofyear", "weekofyear(t2)", lambda r, pr: td.weekofyear(r["t2"], pr)),
+    Case("week", "week(ts)", lambda r, pr: td.week(r["ts"], pr, 0)),
+    *(
+        Case(f"week_mode{m}", f"week(t2, {m})", functools.partial(_week, mode=m))
+        for m in range(1, 8)
+    ),
 ]  # fmt: skip
-
-
-def _div(x: float | None, by: float) -> float | None:
-    return None if x is None else x / by
 
 
 PARAMS = [(c, pr) for c in CASES for pr in c.precisions]
