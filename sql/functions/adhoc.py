@@ -4,7 +4,6 @@ argument types learned from the queried relations' columns."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import closing
 from typing import NoReturn
 
 import duckdb
@@ -37,17 +36,34 @@ def translate_select(
     normalize_now(tree)
     if not _needs_translation(tree):
         return
-    with closing(duckdb.connect()) as con:
-        con.execute("SET TimeZone='UTC'")
-        con.execute("SET python_enable_replacements=false")
-        # DuckDB wants a relation of at least one column; "__" names are never a table's
-        con.register(_TYPES, (columns if len(columns) else _NO_COLUMNS).empty_table())
-
-        def type_of(node: exp.Expr) -> pa.DataType | None:
-            return _type_of(con, node)
-
-        ctx = Ctx(precision=precision, type_of=type_of, refuse=refuse, in_topic=False)
+    typer = _Typer(columns)
+    try:
+        ctx = Ctx(precision=precision, type_of=typer.type_of, refuse=refuse, in_topic=False)
         translate_tree(tree, ctx, name_of)
+    finally:
+        typer.close()
+
+
+class _Typer:
+    """Types expressions over the relations' columns, in a private DuckDB connection
+    opened at the first question (a query without TDengine functions asks none)."""
+
+    def __init__(self, columns: pa.Schema) -> None:
+        # DuckDB wants a relation of at least one column; "__" names are never a table's
+        self._columns = columns if len(columns) else _NO_COLUMNS
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def type_of(self, node: exp.Expr) -> pa.DataType | None:
+        if self._con is None:
+            self._con = duckdb.connect()
+            self._con.execute("SET TimeZone='UTC'")
+            self._con.execute("SET python_enable_replacements=false")
+            self._con.register(_TYPES, self._columns.empty_table())
+        return _type_of(self._con, node)
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
 
 
 def _needs_translation(tree: exp.Expr) -> bool:
