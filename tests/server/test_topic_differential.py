@@ -143,6 +143,21 @@ CASES = [
         ref_select="ts, TRY(CAST(i AS BIGINT)) AS ci, TRY(CAST(f AS DOUBLE)) AS cd, "
         "TRY(CAST(ti AS VARCHAR)) AS cs, TRY(CAST(uti AS VARCHAR)) AS cb",
     ),
+    Case(
+        "tdengine_functions",  # docs/sql.md §9.1.1; the meanings: tests/sql/test_functions_*
+        "ts, greatest(i, ti) AS g, least(d, f) AS l, substring(vc, -2, 1) AS s, "
+        "timetruncate(ts, 1s) AS tt, timediff(ts, 1538548685000, 1s) AS df, "
+        "to_iso8601(ts) AS iso",
+        "ts < now AND ts > now - 36500d AND ascii(nc) > 0",
+        ref_select="ts, "
+        "CASE WHEN i IS NULL OR ti IS NULL THEN NULL ELSE greatest(i, ti) END AS g, "
+        "CASE WHEN d IS NULL OR f IS NULL THEN NULL ELSE least(d, f) END AS l, "
+        "substring(vc, greatest(length(vc) - 2, 0) + 1, 1) AS s, "
+        "epoch_ms(epoch_ms(ts) // 1000 * 1000) AS tt, "
+        "(epoch_ms(ts) - 1538548685000) // 1000 AS df, "
+        "strftime(ts, '%Y-%m-%dT%H:%M:%S.%g') || '+0000' AS iso",
+        ref_where="ts < now() AND ts > now() - INTERVAL 36500 DAY AND ascii(nc) > 0",
+    ),
     Case("child_star", "*", table="d1", ref_select=_ALL),
     Case("child_tags", "ts, i, location, tbname, region", "i IS NOT NULL", table="d0"),
     Case("child_filter", "ts, d, vc", "d > 0", table="d3"),
