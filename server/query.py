@@ -23,7 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
 
 from sqltopic.errors import NotFoundError, QueryNotAllowed, SqlError
-from sqltopic.server import info_schema, sandbox
+from sqltopic.server import adhoc_sql, info_schema, sandbox
 from sqltopic.server.batches import conform, data_entries, with_context
 from sqltopic.server.privileges import Rights
 from sqltopic.server.query_run import QueryRun, brief
@@ -34,7 +34,7 @@ from sqltopic.sql.functions.adhoc import relation_columns, translate_select
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
 from sqltopic.sql.parse import position
-from sqltopic.sql.topic import coerce_timestamp_literals
+from sqltopic.sql.topic import coerce_timestamp_literals, double_literals
 from sqltopic.sql.topic.text import Text, func_name
 from sqltopic.sql.types import Precision
 
@@ -85,6 +85,8 @@ def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
     """`stmt` as DuckDB SQL over relations of the tables it names, checked against the
     sandbox's allow list (QueryNotAllowed names what it refuses)."""
     tree = stmt.tree.copy()
+    adhoc_sql.name_items(tree, Text.of(stmt))
+    adhoc_sql.system_functions(tree, session)
     relations: dict[str, pa.Table] = {}
     ctes = {sandbox.fold(cte.alias_or_name) for cte in tree.find_all(exp.CTE)}
     for table in list(tree.find_all(exp.Table)):
@@ -95,6 +97,7 @@ def prepare(state: State, session: Session, stmt: st.Select) -> Prepared:
         _expand_star(table, visible)
         table.replace(exp.Table(this=exp.to_identifier(name), alias=_alias(table)))
     _tdengine_functions(stmt, tree, relations)
+    double_literals(tree)
     coerce_timestamp_literals(tree, _timestamp_columns(relations.values()))
     try:
         sql = tree.sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from sqltopic.errors import QueryTimeout, SqlError, TooLarge
 from sqltopic.server.limits import GIB, KIB, MIB, Limits
+from sqltopic.server.result_types import conform, tdengine_schema
 
 log = logging.getLogger("sqltopic.server")
 
@@ -81,6 +82,8 @@ class QueryRun:
         self._names: list[str] = []
         self._reader: pa.RecordBatchReader | None = None
         self._schema: pa.Schema | None = None
+        self._typed: pa.Schema | None = None  # TDengine's types for DuckDB's, if they differ
+        self._first: pa.RecordBatch | None = None  # read at the start to choose them
         self._stop: Stop | None = None
         self._busy = False  # a DuckDB call of this run is in flight
         self._done = False  # the result was read to its end, or failed
@@ -124,7 +127,12 @@ class QueryRun:
             self._reader = cursor.sql(sql).to_arrow_reader(BATCH_ROWS)
             return self._reader.schema
 
-        self._schema = self._duck(begin)
+        duck_schema = self._duck(begin)
+        if any(pa.types.is_decimal(f.type) for f in duck_schema):
+            # TDengine's types for DuckDB's decimals depend on the values: read them first
+            self._first = self._duck(self._read_next)
+            self._typed = tdengine_schema(duck_schema, self._first)
+        self._schema = self._typed or duck_schema
 
     def next_batch(self) -> pa.RecordBatch | None:
         """The next batch of rows, None after the last; TooLarge past the result cap."""
@@ -132,6 +140,8 @@ class QueryRun:
         if batch is None:
             self._done = True
             return None
+        if self._typed is not None:
+            batch = conform(batch, self._typed)
         self._bytes += batch.nbytes
         if self._bytes > self._cap.max_bytes:
             self._done = True
@@ -151,6 +161,9 @@ class QueryRun:
         self._halt("closed")
 
     def _read_next(self) -> pa.RecordBatch | None:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
         reader = self._reader  # set while the run is neither stopped nor released
         if reader is None:
             raise RuntimeError("the run has not started")

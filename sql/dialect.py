@@ -175,6 +175,9 @@ class TdGrantRights(exp.Expression):
 
 
 class TDengineParser(DuckDBParser):
+    # TDengine's DATABASE() is a function (the current database), not only a keyword.
+    FUNC_TOKENS = {*DuckDBParser.FUNC_TOKENS, TokenType.DATABASE}
+
     STATEMENT_PARSERS = {
         **DuckDBParser.STATEMENT_PARSERS,
         TokenType.CREATE: lambda self: self._td_create(),

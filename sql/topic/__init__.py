@@ -55,6 +55,7 @@ from sqltopic.sql.topic.rules import (
 from sqltopic.sql.topic.schema import schema_of
 from sqltopic.sql.topic.target import find_target
 from sqltopic.sql.topic.text import Text
+from sqltopic.sql.topic.translate import double_literals
 
 __all__ = [
     "coerce_timestamp_literals",
@@ -64,6 +65,7 @@ __all__ = [
     "UNKNOWN_STRING_LENGTH",
     "compile_tag_condition",
     "compile_topic",
+    "double_literals",
     "matching_tables",
     "tables_matching",
     "topic_schema",

@@ -47,7 +47,7 @@ def translate(tree: exp.Select, probe: Probe, precision: Precision, text: Text) 
     _map_functions(tree, probe, precision, text)
     for node in reversed(list(tree.find_all(*COMPARISONS, exp.Between, exp.In))):
         coerce(node, probe, precision, text)
-    _double_literals(tree)
+    double_literals(tree)
 
 
 def _guard(tree: exp.Select) -> None:
@@ -89,7 +89,7 @@ def _map_functions(tree: exp.Select, probe: Probe, precision: Precision, text: T
     translate_tree(tree, ctx, lambda node: func_name(node, text), skip=PLAIN_NODES)
 
 
-def _double_literals(tree: exp.Expr) -> None:
+def double_literals(tree: exp.Expr) -> None:
     """Decimal literals are DOUBLE in TDengine (DuckDB reads `1.5` as a DECIMAL)."""
     for lit in list(tree.find_all(exp.Literal)):
         decimal = not lit.is_string and any(c in lit.this for c in ".eE")

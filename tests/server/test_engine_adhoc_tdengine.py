@@ -1,0 +1,79 @@
+"""Ad hoc SELECT as TDengine answers it: result columns named as written, system
+information functions, and TDengine's result types (BIGINT for a SUM of integers,
+DOUBLE for decimal literals and what they compute)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.errors import SqlError
+from sqltopic.server.engine import Engine
+from sqltopic.server.result import Session
+
+
+@pytest.fixture
+def t(engine: Engine) -> Engine:
+    engine.execute("create database p; use p; create table t (ts timestamp, v int, f float)")
+    engine.execute("insert into t values (1, 1, 1.5) (2, 2, 2.5)")
+    return engine
+
+
+@pytest.mark.parametrize(
+    ("select", "names"),
+    [
+        ("select log(8,2) from t", ["log(8,2)"]),
+        ("SELECT  LOG( 8 , 2 ), count(*) FROM t", ["LOG( 8 , 2 )", "count(*)"]),
+        ("select v, v + 1, v + 1 as w from t", ["v", "v + 1", "w"]),
+        ("select *, f * 2 from t", ["ts", "v", "f", "f * 2"]),
+        ("select length('ab'), concat('a', v) from t", ["length('ab')", "concat('a', v)"]),
+    ],
+)
+def test_columns_are_named_as_written(t: Engine, select: str, names: list[str]) -> None:
+    assert t.execute(select).columns == names
+
+
+def test_system_functions_answer_for_the_session(t: Engine) -> None:
+    result = t.execute(
+        "select current_user(), user(), database(), server_status(), server_version()",
+        Session(db="p", user="root"),
+    )
+    (row,) = result.rows
+    assert row[:4] == ("root", "root", "p", 1)
+    assert isinstance(row[4], str)
+    assert row[4]
+    assert t.execute("select database()", Session()).rows == [(None,)]
+
+
+def test_result_types_are_tdengines(t: Engine) -> None:
+    result = t.execute("select sum(v), round(8888.88), ceil(1.5), 1.5 * 2, avg(v) from t")
+    assert result.table.schema.types == [pa.int64(), *[pa.float64()] * 4]
+    assert result.rows == [(3, 8889.0, 2.0, 3.0, 1.5)]
+    # the same answer as a topic gives for a decimal literal (a DOUBLE, then rounded)
+    assert t.execute("select round(1.005, 2)").rows == [(1.0,)]
+
+
+def test_whole_numbers_take_the_smallest_tdengine_type_that_holds_them(t: Engine) -> None:
+    big = 9223372036854775807
+    unsigned = t.execute(f"select sum(v) + {big} from t")
+    assert unsigned.table.schema.types == [pa.uint64()]
+    assert unsigned.rows == [(3 + big,)]
+    beyond = t.execute(f"select sum(v) * {big} from t")  # past BIGINT UNSIGNED: kept exact
+    assert pa.types.is_decimal(beyond.table.schema.types[0])
+    assert beyond.rows == [(3 * big,)]
+
+
+def test_a_later_batch_beyond_the_first_ones_type_is_an_error_naming_its_column(
+    t: Engine,
+) -> None:
+    """The type is chosen from the first batch (65,536 rows); a later one that does not
+    fit it is refused rather than delivered in another type."""
+    for start in range(10, 70_010, 35_000):
+        values = " ".join(f"({ts}, 1, 0)" for ts in range(start, start + 35_000))
+        t.execute(f"insert into t values {values}")
+    sql = (
+        "select case when ts < 70000 then sum(v) else sum(v) * 9223372036854775807 * 4 end as s "
+        "from t group by ts order by ts"
+    )
+    with pytest.raises(SqlError, match=r"'s' holds a whole number beyond int64's range"):
+        t.execute(sql)
