@@ -385,6 +385,8 @@ ROUND_TRIPS: list[tuple[str, str] | pytest.ParameterSet] = [
     ("grant all on *.* to u", "GRANT ALL ON *.* TO u"),
     ("revoke write on d.stb with groupid=2 from u", "REVOKE WRITE ON d.stb WITH groupid = 2 FROM u"),
     ("show user privileges", "SHOW USER PRIVILEGES"),
+    # TDengine's DATABASE() system function is a function call, not the keyword
+    ("select database(), current_user()", "SELECT DATABASE(), CURRENT_USER()"),
 ]
 # fmt: on
 
