@@ -10,7 +10,10 @@
    from version 0 to the end of every vgroup by query topics
    `SELECT ts, current, voltage, location FROM meters WHERE voltage > X` keeping 1 %,
    50 % and 100 % of the rows, against DuckDB running the same SELECT over the same
-   rows held in memory as one Arrow table.
+   rows held in memory as one Arrow table;
+4. the same backlog read by a topic calling TDengine's scalar functions (TO_ISO8601,
+   TIMETRUNCATE, GREATEST, SUBSTRING, ROUND) against a topic projecting the same columns
+   plainly, both keeping 50 %.
 
 `--json` prints one JSON object on stdout (progress goes to stderr), otherwise a table;
 `--quick` is a smaller run (a 1,000,000-row backlog).
@@ -67,6 +70,15 @@ MAX_ROWS_SMALL = 100_000
 MAX_ROWS_UNLIMITED = 2**62
 TOPIC_SQL = "SELECT ts, current, voltage, location FROM meters WHERE voltage > {x}"
 DIRECT_SQL = "SELECT ts, current, voltage, location FROM backlog WHERE voltage > {x}"
+# TDengine's scalar functions in a topic (issue 13) against the same columns projected
+# plainly, both keeping 50 %: what the functions cost on the read path.
+FUNCTIONS_SQL = (
+    "SELECT ts, to_iso8601(ts), timetruncate(ts, 1s), greatest(current, phase), "
+    "substring(location, 1, 10), round(current * voltage, 1) FROM meters WHERE voltage > 249"
+)
+PLAIN_SQL = (
+    "SELECT ts, ts AS t2, ts AS t3, current, location, phase FROM meters WHERE voltage > 249"
+)
 # Goals: INSERT and Arrow-write rows/s, and topic/DuckDB-direct rows-scanned ratio.
 INSERT_GOAL_ROWS_S = 200_000
 WRITE_GOAL_ROWS_S = 2_000_000
@@ -435,6 +447,29 @@ def run_selectivity(
     return keys, meta
 
 
+def run_functions(engine: Engine, backlog: pa.Table, rounds: int) -> tuple[Report, Report]:
+    """FUNCTIONS_SQL against PLAIN_SQL as topics over the backlog, rounds alternating."""
+    engine.execute(f"CREATE TOPIC bench_functions AS {FUNCTIONS_SQL}")
+    engine.execute(f"CREATE TOPIC bench_plain AS {PLAIN_SQL}")
+    for topic in ("bench_functions", "bench_plain"):  # warm-up: compile, first plans
+        engine.read_topic(topic, engine.state.catalog.database(TOPIC_DB).vgroups[0], 0, 1)
+    sides: dict[str, Callable[[], tuple[int, float]]] = {
+        "functions": lambda: topic_pass(engine, "bench_functions", MAX_ROWS_UNLIMITED),
+        "plain": lambda: topic_pass(engine, "bench_plain", MAX_ROWS_UNLIMITED),
+    }
+    expected = pc.sum(pc.greater(backlog.column("voltage"), 249)).as_py()
+    rates = alternate(sides, rounds, backlog.num_rows, expected)
+    functions, plain = (harness.median_rate(rates[name]) for name in ("functions", "plain"))
+    log(f"functions: topic {functions:,} rows/s, plain projection {plain:,} rows/s")
+    keys: Report = {
+        "topic_functions_rows_s": functions,
+        "topic_plain_rows_s": plain,
+        "topic_functions_ratio_vs_plain": round(functions / plain, 4),
+    }
+    meta: Report = {f"functions_{k}_rounds": [round(r) for r in v] for k, v in rates.items()}
+    return keys, meta | {"functions_sql": FUNCTIONS_SQL, "plain_sql": PLAIN_SQL}
+
+
 def run_topics(engine: Engine, sizes: Sizes, seconds: dict[str, float]) -> tuple[Report, Report]:
     with harness.phase(log, "backlog", seconds):
         table, meta = build_backlog(engine, sizes.backlog_rows)
@@ -452,6 +487,10 @@ def run_topics(engine: Engine, sizes: Sizes, seconds: dict[str, float]) -> tuple
             meta |= more_meta
     finally:
         con.close()
+    with harness.phase(log, "topic_functions", seconds):
+        more_keys, more_meta = run_functions(engine, backlog["one"], sizes.topic_rounds)
+    keys |= more_keys
+    meta |= more_meta
     calls = {
         str(m): read_all(engine, "bench_sel1", m)[1]
         for m in (MAX_ROWS, MAX_ROWS_SMALL, MAX_ROWS_UNLIMITED)
