@@ -190,10 +190,22 @@ class Consumer:
     async def poll(self, timeout: float | None = 1.0) -> Message | None:
         return await self._run(self._core.poll(timeout))
 
+    async def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
+        """Up to `num_messages` messages within `timeout` s (-1 or None: no limit)."""
+        return await self._run(self._core.consume(num_messages, timeout))
+
     async def commit(
-        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
-    ) -> None:
+        self,
+        message: Message | None = None,
+        offsets: Sequence[TopicPartition] | None = None,
+        *,
+        asynchronous: bool = False,
+    ) -> asyncio.Task[None] | None:
+        """As `sqltopic.Consumer.commit`; `asynchronous=True` returns commit_async's task."""
+        if asynchronous:
+            return self.commit_async(message, offsets)
         await self._commit(self._core.offsets_to_commit(message, offsets))
+        return None
 
     def commit_async(
         self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
@@ -224,8 +236,10 @@ class Consumer:
     def paused(self) -> list[TopicPartition]:
         return self._core.paused_parts()
 
-    async def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
-        return await self._run(self._core.committed(parts))
+    async def committed(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        return await self._run(self._core.committed(parts, timeout))
 
     async def seek(self, part: TopicPartition) -> None:
         await self._run(self._core.seek(part))

@@ -102,14 +102,27 @@ class Consumer:
         """The next message, or None after `timeout` seconds (None: wait for one)."""
         return self._run(self._core.poll(timeout))
 
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
+        """confluent-kafka's batch: up to `num_messages` messages, polling until there
+        are that many or `timeout` seconds passed (-1 or None: no limit)."""
+        return self._run(self._core.consume(num_messages, timeout))
+
     def commit(
-        self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
-    ) -> None:
+        self,
+        message: Message | None = None,
+        offsets: Sequence[TopicPartition] | None = None,
+        *,
+        asynchronous: bool = False,
+    ) -> Future[None] | None:
         """Store offsets durably: `message.end_offset` for its vgroup, the given
-        `offsets`, or (neither) every assigned vgroup's position."""
+        `offsets`, or (neither) every assigned vgroup's position. `asynchronous=True`
+        (confluent-kafka's keyword) is `commit_async`: its Future is returned."""
+        if asynchronous:
+            return self.commit_async(message, offsets)
         with self._lock:
             batch = self._core.offsets_to_commit(message, offsets)
         self._run(self._core.commit(batch))
+        return None
 
     def commit_async(
         self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
@@ -152,8 +165,12 @@ class Consumer:
         with self._lock:
             return self._core.paused_parts()
 
-    def committed(self, parts: Sequence[TopicPartition]) -> list[TopicPartition]:
-        return self._run(self._core.committed(parts))
+    def committed(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """Copies of `parts` with the group's committed offsets (None where it never
+        committed); `timeout` (seconds) bounds each call to a vnode."""
+        return self._run(self._core.committed(parts, timeout))
 
     def seek(self, part: TopicPartition) -> None:
         """Next poll of `part`'s vgroup reads from `part.offset` (OffsetOutOfRange outside

@@ -37,6 +37,8 @@ log = logging.getLogger("sqltopic.consumer")
 POLL_DEADLINE_MARGIN_S = 30.0
 # While the server cannot be reached, poll tries the mnode again this often (not in a loop).
 MEMBERSHIP_RETRY_S = 0.5
+# consume()'s batch limit: confluent-kafka's (a larger batch is a ValueError there too).
+MAX_CONSUME_MESSAGES = 1_000_000
 
 
 class ConsumerCore(Membership):
@@ -64,6 +66,26 @@ class ConsumerCore(Membership):
                 self._on_fetched(done)
             elif deadline is not None and self.clock() >= deadline:
                 return None
+
+    def consume(self, num_messages: int, timeout: float | None) -> Flow[list[Message]]:
+        """confluent-kafka's batch: up to `num_messages` messages, polling until there
+        are that many or `timeout` seconds passed (negative or None: no limit)."""
+        if isinstance(num_messages, bool) or not isinstance(num_messages, int):
+            raise ConfigError(f"consume: num_messages {num_messages!r} is not an int")
+        if not 1 <= num_messages <= MAX_CONSUME_MESSAGES:
+            raise ConfigError(
+                f"consume: num_messages {num_messages} is out of range 1..{MAX_CONSUME_MESSAGES}"
+            )
+        deadline = None if timeout is None or timeout < 0 else self.clock() + timeout
+        messages: list[Message] = []
+        while len(messages) < num_messages:
+            left = None if deadline is None else max(0.0, deadline - self.clock())
+            message = yield from self.poll(left)
+            if message is not None:
+                messages.append(message)
+            elif deadline is not None and self.clock() >= deadline:
+                break
+        return messages
 
     def _maintain(self) -> Flow[None]:
         """What the heartbeat, a fenced poll or the clock asked for, before polling on."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 
@@ -85,6 +85,17 @@ class Message:
                 )
         return pa.concat_tables([block.data for block in self.blocks])
 
+    def error(self) -> Error | None:
+        """Always None: confluent-kafka's (and taospy's) `if msg.error()` check passes,
+        because sqltopic raises errors from `poll` instead of returning them."""
+        return None
+
+    def value(self) -> list[Block] | None:
+        """The payload as taospy's `Message.value()` gives it: the blocks (each iterates
+        as row tuples), None for a meta message, [] for a data_lost one. Not bytes, as
+        confluent-kafka's: rows travel as Arrow, there is no serialized payload."""
+        return None if self.kind == "meta" else list(self.blocks)
+
     def __iter__(self) -> Iterator[Block]:
         return iter(self.blocks)
 
@@ -92,19 +103,52 @@ class Message:
         return len(self.blocks)
 
 
-@dataclass
+@dataclass(init=False)
 class TopicPartition:
     """One vgroup of one topic (Kafka's partition, TDengine's vgroup), with `offset` (a
     position, a committed offset or a seek target: the next version to read; None =
     unknown or unset) and the vnode's retained range: `begin` its first retained version,
     `end` the next one it will write (None where not looked up). Mutable, so an
-    application can set `offset` on what `assignment()` returned and pass it to `seek`."""
+    application can set `offset` on what `assignment()` returned and pass it to `seek`.
+
+    As confluent-kafka's, the vgroup may be given as `partition=` and read or set as
+    `.partition` (the same attribute as `.vgroup`)."""
 
     topic: str
     vgroup: int
     offset: int | None = None
     begin: int | None = None
     end: int | None = None
+
+    def __init__(
+        self,
+        topic: str,
+        vgroup: int | None = None,
+        offset: int | None = None,
+        begin: int | None = None,
+        end: int | None = None,
+        *,
+        partition: int | None = None,
+    ) -> None:
+        if vgroup is None and partition is None:
+            raise TypeError(f"TopicPartition({topic!r}): give the vgroup (or partition=)")
+        if vgroup is not None and partition is not None and vgroup != partition:
+            raise TypeError(
+                f"TopicPartition({topic!r}): vgroup {vgroup} and partition {partition} "
+                "differ; partition is another name of the vgroup, give one"
+            )
+        self.topic = topic
+        self.vgroup = vgroup if vgroup is not None else cast("int", partition)
+        self.offset, self.begin, self.end = offset, begin, end
+
+    @property
+    def partition(self) -> int:
+        """confluent-kafka's name of the vgroup."""
+        return self.vgroup
+
+    @partition.setter
+    def partition(self, value: int) -> None:
+        self.vgroup = value
 
 
 @dataclass(frozen=True)

@@ -81,15 +81,20 @@ class Offsets(CoreState):
         self.check_open()
         return [replace(p, offset=self._position_of((p.topic, p.vgroup))) for p in parts]
 
-    def committed(self, parts: Sequence[TopicPartition]) -> Flow[list[TopicPartition]]:
-        """The group's committed offsets (offset None where it never committed)."""
+    def committed(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> Flow[list[TopicPartition]]:
+        """The group's committed offsets (offset None where it never committed). With a
+        `timeout` (seconds, as confluent-kafka's), each call may take that long at most."""
         self.check_open()
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"committed: timeout {timeout} is not a number of seconds > 0")
         found: dict[Key, int | None] = {}
         for endpoint, items in self._by_endpoint(parts, lambda p: (p.topic, p.vgroup)):
             vgroups = [pb.TopicVgroup(topic=p.topic, vgroup=p.vgroup) for p in items]
             request = pb.CommittedRequest(group_id=self.config.group_id, vgroups=vgroups)
             answer: pb.CommittedResponse = yield from self._rpc(
-                "vnode", "Committed", request, endpoint
+                "vnode", "Committed", request, endpoint, timeout
             )
             for o in answer.offsets:
                 found[(o.topic, o.vgroup)] = o.offset if o.HasField("offset") else None

@@ -12,12 +12,13 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sqltopic.client.config import ConsumerConfig
 from sqltopic.client.connection import CLIENT_NAME
 from sqltopic.client.effects import (
+    RPC_TIMEOUT_S,
     Cancel,
     Flow,
     Metadata,
@@ -190,13 +191,22 @@ class CoreState:
             groups[held.endpoint if held is not None else ""].append(item)
         return list(groups.items())
 
-    def _rpc(self, service: Service, method: str, request: object, endpoint: str = "") -> Flow[Any]:
-        """One call with our token; a dead session (server restart) logs in once more."""
+    def _rpc(
+        self,
+        service: Service,
+        method: str,
+        request: object,
+        endpoint: str = "",
+        timeout: float | None = None,
+    ) -> Flow[Any]:
+        """One call with our token (deadline `timeout` s, else RPC_TIMEOUT_S); a dead
+        session (server restart) logs in once more."""
+        call = Rpc(service, method, request, endpoint, self.metadata, timeout or RPC_TIMEOUT_S)
         try:
-            return (yield Rpc(service, method, request, endpoint, self.metadata))
+            return (yield call)
         except AuthenticationFailed:
             yield from self.login()
-            return (yield Rpc(service, method, request, endpoint, self.metadata))
+            return (yield replace(call, metadata=self.metadata))
 
     def _retrying(self, call: Callable[[], Flow[R]]) -> Flow[R]:
         """`call()`, again after a short pause while a vnode answers RebalanceInProgress."""

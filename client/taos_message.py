@@ -9,48 +9,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from sqltopic.client.message import Block
 from sqltopic.client.message import Message as SqlMessage
-from sqltopic.client.taos_errors import TmqError, tmq_error
-from sqltopic.errors import Error
+from sqltopic.client.taos_errors import TmqError
+from sqltopic.client.taos_fields import TaosField, taos_fields
+from sqltopic.client.taos_rows import taos_values
 
 log = logging.getLogger("sqltopic.taos")
-
-# TDengine's field type codes (taos.constants.FieldType), by Arrow type.
-FIELD_TYPES: list[tuple[pa.DataType, int, int]] = [  # (Arrow type, TDengine type, bytes)
-    (pa.bool_(), 1, 1),
-    (pa.int8(), 2, 1),
-    (pa.int16(), 3, 2),
-    (pa.int32(), 4, 4),
-    (pa.int64(), 5, 8),
-    (pa.float32(), 6, 4),
-    (pa.float64(), 7, 8),
-    (pa.uint8(), 11, 1),
-    (pa.uint16(), 12, 2),
-    (pa.uint32(), 13, 4),
-    (pa.uint64(), 14, 8),
-]
-VARCHAR, TIMESTAMP, VARBINARY = 8, 9, 16
-
-
-@dataclass(frozen=True)
-class TaosField:
-    """A column as taospy's TaosField: `name`, `type` (TDengine's type code), `bytes`
-    (for strings: the longest value of the block; sqltopic does not carry the declared
-    length); also readable as `field["name"]`."""
-
-    name: str
-    type: int
-    bytes: int
-
-    @property
-    def length(self) -> int:
-        return self.bytes
-
-    def __getitem__(self, item: str) -> Any:
-        return getattr(self, item)
+__all__ = ["Message", "MessageBlock", "TaosField", "TopicPartition", "message_block"]
 
 
 @dataclass
@@ -109,31 +75,12 @@ class MessageBlock:
 
 
 def message_block(block: Block, decode_binary: bool = True) -> MessageBlock:
+    """`block` as taospy's MessageBlock: nanosecond timestamps as ints, timestamps that
+    `datetime` cannot hold as None (taos_rows.py), never a conversion error."""
     data = block.data
-    try:
-        rows = block.rows()
-    except Error as err:
-        raise tmq_error(err) from None
-    columns = [list(values) for values in zip(*rows, strict=True)] if rows else []
-    if not columns:
-        columns = [[] for _ in range(data.num_columns)]
-    fields = [_field(data.schema.field(i), columns[i]) for i in range(data.num_columns)]
-    if not decode_binary:  # taospy's decode_binary=False: VARCHAR values as bytes
-        for i, field in enumerate(fields):
-            if field.type == VARCHAR:
-                columns[i] = [v.encode() if isinstance(v, str) else v for v in columns[i]]
+    columns = [taos_values(data.column(i), decode_binary) for i in range(data.num_columns)]
+    fields = taos_fields(data)
     return MessageBlock(columns, fields, data.num_rows, data.num_columns, block.table_name)
-
-
-def _field(field: pa.Field, values: list[Any]) -> TaosField:
-    for arrow, code, size in FIELD_TYPES:
-        if field.type == arrow:
-            return TaosField(field.name, code, size)
-    if pa.types.is_timestamp(field.type):
-        return TaosField(field.name, TIMESTAMP, 8)
-    code = VARBINARY if pa.types.is_binary(field.type) else VARCHAR
-    longest = max((len(v.encode() if isinstance(v, str) else v) for v in values if v), default=0)
-    return TaosField(field.name, code, longest)
 
 
 class Message:

@@ -10,19 +10,29 @@ Sources (commits as read):
 * TDengine: `tests/system-test/7-tmq/tmqOffset.py`@95b58019 (seek errors read from
   str(error), polling until a poll returns None),
   `docs/examples/python/tmq_native.py`@584d2531 (seek to 0 rewinds).
+* confluent-kafka-python's `Consumer` API (on `sqltopic.Consumer` and `sqltopic.aio`):
+  `consume(num_messages, timeout)`, `commit(asynchronous=...)`, `committed(partitions,
+  timeout)`, `TopicPartition(topic, partition=...)`, `Message.error()`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from sqltopic.aio import Consumer as AsyncConsumer
 from sqltopic.client import Connection
+from sqltopic.client.consumer import Consumer as SqlConsumer
+from sqltopic.client.message import Message as SqlMessage
+from sqltopic.client.message import TopicPartition as SqlPartition
 from sqltopic.client.taos_config import tmq_settings
 from sqltopic.errors import ConfigError, Error, NoCommittedOffset, OffsetOutOfRange
 from sqltopic.taos import Consumer, Message, MessageBlock, TmqError, TopicPartition
-from tests.client.support import METERS, SELECT, TOPIC
+from tests.client.support import DEADLINE_S, METERS, SELECT, TOPIC, config, later_rows
 from tests.live_server import ServerProcess
 
 VGROUPS = 2  # of `power` (tests/live_server.py)
@@ -196,3 +206,82 @@ def test_taospy_errors_before_subscribe(server: ServerProcess) -> None:
         with pytest.raises(TmqError, match="Unset topic for Consumer"):
             consumer.subscribe([])
         assert consumer.assignment() is None
+
+
+# --- confluent-kafka's idioms on sqltopic.Consumer (sync and asyncio) ---------------
+# confluent_kafka.Consumer: commit(asynchronous=False), committed(parts, timeout=...),
+# consume(num_messages, timeout), TopicPartition(topic, partition=...), msg.error().
+BATCH = 100
+
+
+def _confluent_config(server: ServerProcess) -> dict[str, object]:
+    return config(server.address, "confluent", enable_auto_commit="false")
+
+
+def _consume_all(consume: Callable[[], list[SqlMessage]], want: int) -> list[SqlMessage]:
+    """consume() batches until `want` rows arrived (a deadline, no sleep)."""
+    messages: list[SqlMessage] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(m.row_count for m in messages) < want:
+        assert time.monotonic() < deadline, messages
+        batch = consume()
+        assert len(batch) <= BATCH
+        messages += batch
+    return messages
+
+
+def _check_batch(messages: list[SqlMessage], expected: list[tuple[Any, ...]]) -> None:
+    for msg in messages:
+        assert msg.error() is None  # confluent's `if msg.error():` check
+        assert [len(block) for block in msg.value() or []] == [len(b) for b in msg.blocks]
+    assert sorted(row for m in messages for row in m.rows()) == sorted(expected)
+
+
+def test_confluent_consume_commit_and_committed(
+    live_power: Connection, server: ServerProcess
+) -> None:
+    _power(live_power)
+    expected = live_power.execute(SELECT).rows
+    with SqlConsumer(_confluent_config(server)) as consumer:
+        consumer.subscribe(["overvoltage"])
+        messages = _consume_all(
+            lambda: consumer.consume(num_messages=BATCH, timeout=1), len(expected)
+        )
+        _check_batch(messages, expected)
+        assert consumer.commit(asynchronous=False) is None
+        parts = [SqlPartition(p.topic, partition=p.partition) for p in consumer.assignment()]
+        committed = consumer.committed(parts, timeout=1)
+        assert [p.offset for p in committed] == [p.offset for p in consumer.position(parts)]
+        live_power.execute(later_rows(1_700_000_000_000, 1))
+        [later] = consumer.consume(num_messages=1, timeout=DEADLINE_S)
+        future = consumer.commit(later, asynchronous=True)
+        assert future is not None
+        assert future.result(timeout=DEADLINE_S) is None
+        part = SqlPartition("overvoltage", partition=later.vgroup)
+        assert consumer.committed([part], timeout=1)[0].offset == later.end_offset
+
+
+def test_confluent_idioms_on_the_asyncio_consumer(
+    live_power: Connection, server: ServerProcess
+) -> None:
+    _power(live_power)
+    expected = live_power.execute(SELECT).rows
+
+    async def main() -> None:
+        async with AsyncConsumer(_confluent_config(server)) as consumer:
+            await consumer.subscribe(["overvoltage"])
+            messages: list[SqlMessage] = []
+            deadline = time.monotonic() + DEADLINE_S
+            while sum(m.row_count for m in messages) < len(expected):
+                assert time.monotonic() < deadline, messages
+                messages += await consumer.consume(num_messages=BATCH, timeout=1)
+            _check_batch(messages, expected)
+            task = await consumer.commit(messages[-1], asynchronous=True)
+            assert task is not None
+            await task
+            assert await consumer.commit(asynchronous=False) is None
+            parts = [SqlPartition(p.topic, partition=p.vgroup) for p in await consumer.assignment()]
+            committed = await consumer.committed(parts, timeout=1)
+            assert [p.offset for p in committed] == [p.offset for p in consumer.position(parts)]
+
+    asyncio.run(main())
