@@ -68,7 +68,7 @@ class _Typer:
 
 def _needs_translation(tree: exp.Expr) -> bool:
     """Whether anything in `tree` may need it (most queries call no function at all)."""
-    return any(isinstance(n, (exp.Func, Duration, exp.Add, exp.Sub)) for n in tree.walk())
+    return any(isinstance(n, (exp.Func, Duration, exp.Add, exp.Sub, exp.Mod)) for n in tree.walk())
 
 
 def _type_of(con: duckdb.DuckDBPyConnection, node: exp.Expr) -> pa.DataType | None:

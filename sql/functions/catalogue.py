@@ -109,7 +109,11 @@ FUNCTIONS: dict[str, Spec] = {
     "exp": Spec("(expr)", "e to the power expr, DOUBLE; NULL where NaN or infinite", numbers.real),
     "ln": Spec("(expr)", "natural log; NULL when expr <= 0", numbers.ln),
     "mod": Spec(
-        "(expr1, expr2)", "remainder of expr1 / expr2 (as `%`); NULL when expr2 is 0", same, 2, 2
+        "(expr1, expr2)",
+        "remainder of expr1 / expr2, sign of expr1 (as `%`); NULL when expr2 is 0",
+        same,
+        2,
+        2,
     ),
     "rand": Spec(
         "([seed])",

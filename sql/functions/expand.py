@@ -31,6 +31,8 @@ def translate_tree(
                 resolve_duration(node, ctx)
         elif isinstance(node, (exp.Add, exp.Sub)):
             _timestamp_arithmetic(node, ctx)
+        elif isinstance(node, exp.Mod):
+            _null_on_zero(node)
         elif isinstance(node, exp.Func) and not isinstance(node, skip):
             name = name_of(node)
             if name in FUNCTIONS:
@@ -52,3 +54,13 @@ def _timestamp_arithmetic(node: exp.Add | exp.Sub, ctx: Ctx) -> None:
         return
     ticks = type(node)(this=to_ticks(ts.copy(), ctx.precision), expression=paren(n.copy()))
     node.replace(exp.Paren(this=from_ticks(ticks, ctx.precision)))
+
+
+def _null_on_zero(node: exp.Mod) -> None:
+    """`MOD(a, b)` and `a % b` are NULL when b is 0 ("Returns NULL if expr2 is 0",
+    22-function.md MOD), for every type: DuckDB fails on an integer 0, gives NaN for 0.0."""
+    divisor = node.expression
+    if isinstance(divisor, exp.Literal) and divisor.is_number and float(divisor.this) != 0:
+        return  # `% 7`: never 0
+    # NULLIF, not CASE: DuckDB evaluates a CASE's branches for every row, and fails
+    node.set("expression", exp.Nullif(this=divisor.copy(), expression=exp.Literal.number(0)))

@@ -150,6 +150,15 @@ def extreme(pick: Any, *values: Any) -> Any:
     return None if any(v is None for v in values) else pick(values)
 
 
+def mod(a: float | None, b: float | None) -> float | None:
+    """MOD(a, b) and a % b: NULL when b is 0; C's remainder (the sign of a)."""
+    if a is None or b is None or b == 0:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return c_mod(a, b)
+    return math.fmod(a, b)
+
+
 def truncate_int(x: int | None, digits: int) -> int | None:
     if x is None:
         return None

@@ -130,6 +130,8 @@ CASES = [
     Case("truncate_float", "truncate(f, 2)",
          lambda r, _: None if r["f"] is None else td.float32(td.truncate_float(r["f"], 2) or 0.0)),
     Case("ln", "ln(d)", lambda r, _: td.ln(r["d"])),
+    Case("mod", "mod(i, p)", lambda r, _: td.mod(r["i"], r["p"])),
+    Case("mod_operator", "d % n", lambda r, _: td.mod(r["d"], r["n"])),
     Case("sqrt", "sqrt(d)", lambda r, _: td.real(math.sqrt, r["d"])),
     Case("acos", "acos(d / 1000000)", lambda r, _: td.real(math.acos, _div(r["d"], 1e6))),
     Case("exp", "exp(d)", lambda r, _: td.real(math.exp, r["d"])),
