@@ -34,7 +34,7 @@ from sqltopic.sql.types import ColumnType, Precision
 from tests.sql import tdengine_reference as td
 
 # Few examples per case: many cases, and each example runs two DuckDB queries.
-EXAMPLES = 5
+EXAMPLES = 4
 COLUMNS = tuple(
     Column(name, ColumnType.parse(kind))
     for name, kind in (
