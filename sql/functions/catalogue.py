@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from sqltopic.sql.functions import numbers, strings, times
+from sqltopic.sql.functions import numbers, strings, times, weeks
 from sqltopic.sql.functions.base import Builder, Call
 
 # How many arguments "any number of" allows: TDengine caps CHAR at 2^31 - 1.
@@ -248,7 +248,7 @@ FUNCTIONS: dict[str, Spec] = {
     "week": Spec(
         "(expr [, mode])",
         "week of the year in one of the 8 modes of 22-function.md's table (0 when omitted), BIGINT",
-        times.week,
+        weeks.week,
         1,
         2,
     ),
