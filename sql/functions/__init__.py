@@ -3,7 +3,9 @@
 `FUNCTIONS` (in `catalogue`) lists every scalar function of TDengine's SQL reference
 with how sqltopic evaluates it or why it refuses it. `expand_calls` rewrites a tree in
 place, innermost call first: each TDengine call becomes DuckDB SQL with TDengine's
-meaning (`numbers`, `strings`, `times`; time on integer ticks, `ticks`), marked with a
+meaning (`numbers`, `strings`, `times`, `weeks`; time on integer ticks, `ticks`; the
+walk over a tree, durations and timestamp arithmetic in `expand`; ad hoc SELECT's
+argument types in `adhoc`), marked with a
 `/* td:<name> */` comment so that later translations (Spark) can name it. Topics
 (`sql/topic/translate.py`) and ad hoc SELECT (`server/query.py`) both use it, so a
 function means the same on every path.
