@@ -16,9 +16,9 @@ topic into what a vnode runs with DuckDB:
 * A stable topic's tag condition becomes `Topic.filter_sql`, a boolean over the tags
   relation; `matching_tables` evaluates it.
 
-TDengine semantics that DuckDB lacks are translated: LOG(x) is the natural log and
-LOG(x, b) the log base b; LENGTH counts bytes and CHAR_LENGTH characters; CONCAT and
-CONCAT_WS give NULL when any argument is NULL; BINARY(n)/NCHAR(n) are strings; decimal
+TDengine semantics that DuckDB lacks are translated: its scalar functions, durations
+and NOW by `sql/functions` (LOG(x) is the natural log, LENGTH counts bytes, CONCAT is NULL
+when any argument is, NOW is read at each read, ...); BINARY(n)/NCHAR(n) are strings; decimal
 literals are DOUBLE; a timestamp compares with an integer in the database precision or a
 date-time string (UTC unless it names an offset); a string compares with a number as a
 number (NULL when it is not one). An expression that could fail on a row (overflow,
