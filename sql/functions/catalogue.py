@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from sqltopic.sql.functions import numbers, strings, times, weeks
+from sqltopic.sql.functions import casts, numbers, strings, times, weeks
 from sqltopic.sql.functions.base import Builder, Call
 
 # How many arguments "any number of" allows: TDengine caps CHAR at 2^31 - 1.
@@ -19,22 +19,6 @@ MANY_ARGS = 2**31 - 1
 def same(call: Call) -> exp.Expr:
     """DuckDB's namesake has TDengine's meaning: the call stays as written."""
     return call.node
-
-
-def cast_(call: Call) -> exp.Expr:
-    """TDengine BINARY(n), VARCHAR(n) and NCHAR(n) are strings (DuckDB's BINARY is a BLOB)."""
-    node = call.node
-    to = node.args.get("to")
-    if isinstance(to, exp.DataType) and to.this in _STRING_TYPES:
-        node.set("to", exp.DataType.build("VARCHAR"))
-    return node
-
-
-_STRING_TYPES = frozenset({
-    exp.DataType.Type.BINARY, exp.DataType.Type.VARBINARY, exp.DataType.Type.NCHAR,
-    exp.DataType.Type.NVARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.VARCHAR,
-    exp.DataType.Type.TEXT,
-})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +180,13 @@ FUNCTIONS: dict[str, Spec] = {
     "repeat": Spec("(expr, count)", "expr repeated count times; '' when count < 1", same, 2, 2),
     "to_base64": Spec("(expr)", "base64 of the UTF-8 bytes", strings.to_base64),
     # --- conversion ---
-    "cast": Spec("(expr AS type)", "conversion; BINARY(n)/VARCHAR(n)/NCHAR(n) are strings", cast_),
+    "cast": Spec(
+        "(expr AS type)",
+        "C's conversion: numbers truncated and wrapped to integer types, '%f' and ticks "
+        "as strings, strings read as strtol/strtod do, BINARY(n) cut to n bytes; "
+        "see §9.1.2",
+        casts.cast_,
+    ),
     "to_iso8601": Spec(
         "(expr [, timezone])",
         "ISO 8601 text of a timestamp: 'YYYY-MM-DDTHH:MM:SS.fff' and the zone as given "

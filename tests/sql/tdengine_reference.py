@@ -266,3 +266,65 @@ def week(t: int | None, precision: str, mode: int) -> int | None:
         if (not first_weekday and w < 4) or (first_weekday and w == 0):
             return 1
     return days // 7 + 1
+
+
+# --- CAST (castFunction in sclfunc.c: C conversions) ---
+
+
+def wrap(v: int, bits: int, signed: bool) -> int:
+    """C's conversion of an integer to a `bits`-wide one (two's complement)."""
+    u = v % (1 << bits)
+    return u - (1 << bits) if signed and u >= 1 << (bits - 1) else u
+
+
+def cast_int(x: float | int | None, bits: int, signed: bool) -> int | None:
+    """A number truncated toward zero, then wrapped (NULL beyond int64: C undefined)."""
+    if x is None:
+        return None
+    t = int(x)  # truncates toward zero
+    if not -(2**63) <= t < (2**64 if not signed else 2**63):
+        return None
+    return wrap(t, bits, signed)
+
+
+def cast_text(x: float | None, length: int) -> str | None:
+    """A FLOAT/DOUBLE as `%f`, cut to `length` bytes."""
+    return None if x is None else f"{x:f}"[:length]
+
+
+def strtol(s: str | None) -> int | None:
+    """C's strtol on the text: blanks, a sign, digits; 0 when there are none."""
+    if s is None:
+        return None
+    body = s.lstrip(" \t\n\v\f\r")
+    sign, digits = (body[0], body[1:]) if body[:1] in ("+", "-") else ("", body)
+    n = len(digits) - len(digits.lstrip("0123456789"))
+    value = int(digits[:n]) if n else 0
+    value = -value if sign == "-" else value
+    return max(-(2**63), min(2**63 - 1, value))
+
+
+def strtod(s: str | None) -> float | None:
+    """C's strtod on a decimal text: the longest number prefix; 0.0 when there is none."""
+    if s is None:
+        return None
+    body = s.lstrip(" \t\n\v\f\r")
+    for end in range(len(body), 0, -1):
+        head = body[:end]
+        if head[-1] in "0123456789." and head.lstrip("+-")[:1] in tuple("0123456789."):
+            try:
+                return float(head)
+            except ValueError:
+                continue
+    return 0.0
+
+
+def cast_bytes(s: str | None, length: int) -> str | None:
+    """BINARY(n): the first n bytes (NULL where they end inside a character)."""
+    if s is None:
+        return None
+    raw = s.encode()[:length]
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None

@@ -66,7 +66,7 @@ def rows(draw: st.DrawFn, precision: Precision) -> list[Row]:
         "d": st.none() | st.floats(-1e6, 1e6, allow_nan=False),
         "f": st.none() | st.floats(-1e4, 1e4, width=32),
         "s": st.none() | _TEXT,
-        "dl": st.none() | st.text(alphabet="ab.", max_size=2),
+        "dl": st.none() | st.text(alphabet="ab.-1 ", max_size=3),
     })  # fmt: skip
     return draw(st.lists(row, min_size=1, max_size=8))
 
@@ -161,6 +161,22 @@ CASES = [
     Case("dayofweek", "dayofweek(ts)", lambda r, pr: td.dayofweek(r["ts"], pr)),
     Case("weekofyear", "weekofyear(t2)", lambda r, pr: td.weekofyear(r["t2"], pr)),
     Case("week", "week(ts)", lambda r, pr: td.week(r["ts"], pr, 0)),
+    # CAST (C's conversions: castFunction in sclfunc.c)
+    Case("cast_double_int", "cast(d as int)", lambda r, _: td.cast_int(r["d"], 32, True)),
+    Case("cast_float_uint", "cast(f as int unsigned)",
+         lambda r, _: td.cast_int(r["f"], 32, False)),
+    Case("cast_int_tinyint", "cast(i as tinyint)", lambda r, _: td.cast_int(r["i"], 8, True)),
+    Case("cast_int_ubigint", "cast(i as bigint unsigned)",
+         lambda r, _: td.cast_int(r["i"], 64, False)),
+    Case("cast_double_binary", "cast(d as binary(9))", lambda r, _: td.cast_text(r["d"], 9)),
+    Case("cast_float_varchar", "cast(f as varchar(20))", lambda r, _: td.cast_text(r["f"], 20)),
+    Case("cast_ts_bigint", "cast(ts as bigint)", lambda r, _: r["ts"], precisions=EDGES),
+    Case("cast_ts_binary", "cast(ts as binary(32))", lambda r, _: str(r["ts"])),
+    Case("cast_int_timestamp", "cast(i as timestamp)", lambda r, _: r["i"], ticks=True,
+         precisions=EDGES),
+    Case("cast_string_int", "cast(dl as bigint)", lambda r, _: td.strtol(r["dl"])),
+    Case("cast_string_double", "cast(dl as double)", lambda r, _: td.strtod(r["dl"])),
+    Case("cast_string_binary", "cast(s as binary(3))", lambda r, _: td.cast_bytes(r["s"], 3)),
     *(
         Case(f"week_mode{m}", f"week(t2, {m})", functools.partial(_week, mode=m))
         for m in range(1, 8)
@@ -211,7 +227,7 @@ def _batch(data: list[Row], precision: Precision) -> pa.Table:
 def _values(column: pa.ChunkedArray, precision: Precision, ticks: bool) -> list[Any]:
     if ticks:
         column = column.cast(pa.timestamp(precision)).cast(pa.int64())
-    return column.to_pylist()
+    return list(column.to_pylist())
 
 
 @functools.cache
