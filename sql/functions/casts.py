@@ -103,6 +103,8 @@ def _plain(src: pa.DataType, kind: DType, length: int | None) -> str | None:
     """The DuckDB type when DuckDB's CAST gives C's answer for every value of `src`."""
     if kind in _INTEGERS and is_integer(src) and _fits(src, *_INTEGERS[kind][:2]):
         return _INTEGERS[kind][2]
+    if kind in _INTEGERS and pa.types.is_boolean(src):  # 0 or 1
+        return _INTEGERS[kind][2]
     if kind == T.DOUBLE and (is_integer(src) or pa.types.is_floating(src)):
         return "DOUBLE"
     if kind == T.FLOAT and pa.types.is_floating(src) and src.bit_width == 32:

@@ -177,15 +177,24 @@ FUNCTIONS: dict[str, Spec] = {
         "(expr1 IN expr2)", "1-based character position of expr1 in expr2, 0 if absent", same, 2, 2
     ),
     "replace": Spec("(expr, from, to)", "every from replaced by to", same, 3, 3),
-    "repeat": Spec("(expr, count)", "expr repeated count times; '' when count < 1", same, 2, 2),
+    "repeat": Spec(
+        "(expr, count)",
+        "expr repeated count times; '' when count < 1; count an integer literal <= 65517",
+        strings.repeat,
+        2,
+        2,
+    ),
     "to_base64": Spec("(expr)", "base64 of the UTF-8 bytes", strings.to_base64),
     # --- conversion ---
     "cast": Spec(
         "(expr AS type)",
         "C's conversion: numbers truncated and wrapped to integer types, '%f' and ticks "
         "as strings, strings read as strtol/strtod do, BINARY(n) cut to n bytes; "
-        "see §9.1.2",
+        "see §9.1.1",
         casts.cast_,
+        spark="this conversion is C's (truncating, wrapping, '%f', strtol), not Spark's; "
+        "only a CAST DuckDB and Spark already give C's answer for (to DOUBLE, to a wider "
+        "integer type) is backfilled",
     ),
     "to_iso8601": Spec(
         "(expr [, timezone])",

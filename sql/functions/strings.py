@@ -20,6 +20,7 @@ from sqltopic.sql.functions.base import (
     string_literal,
 )
 from sqltopic.sql.functions.ticks import fn, number
+from sqltopic.sql.types import MAX_STRING_LENGTH
 
 # UTF-8 lead bytes: code points below each bound take the lead byte base + cp // divisor
 # (ASCII returns the first byte of a multi-byte character, 22-function.md ASCII).
@@ -224,3 +225,19 @@ def concat_ws(call: Call) -> exp.Expr:
 
 def _pipes(args: list[exp.Expr]) -> exp.Expr:
     return functools.reduce(lambda a, b: exp.DPipe(this=a, expression=b), args)
+
+
+def repeat(call: Call) -> exp.Expr:
+    """REPEAT(expr, count) with count an integer literal in 0..MAX_STRING_LENGTH: a result
+    can never outgrow TDengine's longest string by more than expr's length times it (a
+    count from a column could make one row exhaust a reader's memory)."""
+    if not call.ctx.in_topic:
+        return call.node  # ad hoc SELECT: the sandbox refuses REPEAT (§8)
+    count = int_literal(call.args[1])
+    if count is None or count > MAX_STRING_LENGTH:
+        call.refuse(
+            f"count must be an integer literal of at most {MAX_STRING_LENGTH} "
+            "(TDengine's longest string), so that one row cannot exhaust memory",
+            call.args[1],
+        )
+    return call.node

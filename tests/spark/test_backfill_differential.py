@@ -67,8 +67,8 @@ CASES = [
     ),
     (
         "casts",
-        "SELECT ts, cast(i AS binary(12)) AS c1, cast(d AS bigint) AS c2, "
-        "cast(ti AS double) AS c3, cast(f AS int) AS c4, cast(b AS int) AS c5 "
+        "SELECT ts, cast(i AS binary(12)) AS c1, cast(i AS bigint) AS c2, "
+        "cast(ti AS double) AS c3, cast(ti AS int) AS c4, cast(b AS int) AS c5 "
         "FROM meters",
     ),
     ("tags", "SELECT ts, tbname, region, i FROM meters WHERE groupid = 2 OR location = 'SF'"),

@@ -140,6 +140,10 @@ REFUSED = [
     ("SELECT to_unixtimestamp(s) FROM t", InvalidTopicQuery, "s)", "string literal"),
     ("SELECT timetruncate(ts 1s) FROM t", SqlSyntaxError, "1s", ""),
     ("SELECT md5(s) FROM t", InvalidTopicQuery, "md5", "use one of"),
+    ("SELECT repeat(s, 2000000000) FROM t", InvalidTopicQuery, "2000000000", "at most 65517"),
+    ("SELECT repeat(s, c1) FROM t", InvalidTopicQuery, "c1)", "integer literal"),
+    ("SELECT cast(s AS timestamp) FROM t", InvalidTopicQuery, "cast", "string column"),
+    ("SELECT cast(c1 AS date) FROM t", InvalidTopicQuery, "cast", "not supported"),
 ]  # fmt: skip
 
 
