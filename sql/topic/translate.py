@@ -67,9 +67,24 @@ def _may_fail(tree: exp.Expr) -> bool:
 def _node_may_fail(node: exp.Expr) -> bool:
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
         return False  # a negative constant
+    if _total_call(node):
+        return False
     if isinstance(node, exp.Func):
         return not isinstance(node, _NEVER_FAIL)
     return isinstance(node, _MAY_FAIL)
+
+
+def _total_call(node: exp.Expr) -> bool:
+    """TO_ISO8601 of a column and literals: its translation (strftime of a timestamp, or
+    integer arithmetic on its ticks) cannot fail, and TRY would cost DuckDB a third of
+    the read (docs/sql.md §9.1.1)."""
+    if not (isinstance(node, exp.Anonymous) and str(node.this).lower() in _TOTAL_FUNCTIONS):
+        return False
+    return all(isinstance(a, (exp.Column, exp.Literal)) for a in node.expressions)
+
+
+# TDengine functions whose translation never fails when the arguments are columns.
+_TOTAL_FUNCTIONS = frozenset({"to_iso8601"})
 
 
 def _try(tree: exp.Expr) -> exp.Expr:
