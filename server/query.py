@@ -30,7 +30,7 @@ from sqltopic.server.query_run import QueryRun, brief
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
 from sqltopic.sql import statements as st
-from sqltopic.sql.functions.adhoc import relation_columns, translate_select
+from sqltopic.sql.functions.adhoc import mark_nchar, relation_columns, translate_select
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
 from sqltopic.sql.parse import position
@@ -219,13 +219,18 @@ def _relation(state: State, session: Session, table: exp.Table) -> tuple[str, pa
     if stb is not None:
         # a READ WITH a tag condition covers only the child tables it picks
         tables = {t.name: t for t in rights.children("read", db, stb)}
-        rel = _collect(state, db, tables, stb.columns, stb.tags)
+        rel = _nchar(_collect(state, db, tables, stb.columns, stb.tags), (*stb.columns, *stb.tags))
         return f"__q{next(_names)}", rel, [c.name for c in (*stb.columns, *stb.tags)]
     tb = cat.table(db.name, name)
     columns = cat.columns_of(db.name, name)
     tags = cat.stables[(db.name, tb.stable)].tags if tb.stable else ()
-    rel = _collect(state, db, {name: tb}, columns, tags)
+    rel = _nchar(_collect(state, db, {name: tb}, columns, tags), (*columns, *tags))
     return f"__q{next(_names)}", rel, [c.name for c in columns]
+
+
+def _nchar(rel: pa.Table, columns: tuple[Column, ...]) -> pa.Table:
+    """`rel` naming its NCHAR columns (TDengine's LENGTH counts 4 bytes a character)."""
+    return mark_nchar(rel, [c.name for c in columns if c.type.name == "NCHAR"])
 
 
 def _collect(

@@ -38,7 +38,13 @@ def translate_select(
         return
     typer = _Typer(columns)
     try:
-        ctx = Ctx(precision=precision, type_of=typer.type_of, refuse=refuse, in_topic=False)
+        ctx = Ctx(
+            precision=precision,
+            type_of=typer.type_of,
+            refuse=refuse,
+            in_topic=False,
+            nchar=nchar_columns(columns),
+        )
         translate_tree(tree, ctx, name_of)
     finally:
         typer.close()
@@ -85,15 +91,37 @@ def _type_of(con: duckdb.DuckDBPyConnection, node: exp.Expr) -> pa.DataType | No
         return None
 
 
+# Schema metadata of a queried relation: its NCHAR columns' names, comma-separated.
+NCHAR_KEY = b"td_nchar"
+
+
+def mark_nchar(rel: pa.Table, names: list[str]) -> pa.Table:
+    """`rel` with its NCHAR columns named in its schema metadata (for LENGTH)."""
+    meta = dict(rel.schema.metadata or {})
+    meta[NCHAR_KEY] = ",".join(n.lower() for n in names).encode()
+    return rel.replace_schema_metadata(meta)
+
+
+def nchar_columns(columns: pa.Schema) -> frozenset[str]:
+    raw = (columns.metadata or {}).get(NCHAR_KEY, b"")
+    return frozenset(n for n in raw.decode().split(",") if n)
+
+
 def relation_columns(relations: list[pa.Table]) -> tuple[pa.Schema, Precision]:
-    """The columns of the queried relations (first type of each name) and the precision
-    of the first one's timestamps (the default when none)."""
+    """The columns of the queried relations (first type of each name, the NCHAR ones
+    named in the metadata) and the precision of the first one's timestamps (the default
+    when none)."""
     fields: dict[str, pa.Field] = {}
     precision: Precision | None = None
+    nchar: set[str] = set()
     for rel in relations:
+        nchar |= nchar_columns(rel.schema)
         for field in rel.schema:
             fields.setdefault(field.name.lower(), pa.field(field.name.lower(), field.type))
             if precision is None and pa.types.is_timestamp(field.type):
                 unit = field.type.unit
                 precision = unit if unit in ("ms", "us", "ns") else None
-    return pa.schema(list(fields.values())), precision or DEFAULT_PRECISION
+    schema = pa.schema(
+        list(fields.values()), metadata={NCHAR_KEY: ",".join(sorted(nchar)).encode()}
+    )
+    return schema, precision or DEFAULT_PRECISION

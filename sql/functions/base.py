@@ -29,6 +29,9 @@ class Ctx:
     type_of: TypeOf
     refuse: Refuse
     in_topic: bool
+    # The NCHAR columns and tags (lower-case names): TDengine's LENGTH counts 4 bytes a
+    # character of an NCHAR (UCS-4), and sqltopic stores every string as UTF-8.
+    nchar: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,7 +135,11 @@ FUNCTIONS: dict[str, Spec] = {
         3,
         9,
     ),
-    "length": Spec("(expr)", "length in bytes (UTF-8), BIGINT", strings.byte_length),
+    "length": Spec(
+        "(expr)",
+        "length in bytes, BIGINT: UTF-8 of a VARCHAR, 4 a character of an NCHAR column",
+        strings.byte_length,
+    ),
     "lower": Spec("(expr)", "lower case", same),
     "ltrim": Spec("(expr)", "without leading spaces", same),
     "rtrim": Spec("(expr)", "without trailing spaces", same),

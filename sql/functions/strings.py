@@ -22,6 +22,9 @@ from sqltopic.sql.functions.base import (
 from sqltopic.sql.functions.ticks import fn, number
 from sqltopic.sql.types import MAX_STRING_LENGTH
 
+# Bytes of a character of an NCHAR value in TDengine (UCS-4).
+UCS4_BYTES = 4
+
 # UTF-8 lead bytes: code points below each bound take the lead byte base + cp // divisor
 # (ASCII returns the first byte of a multi-byte character, 22-function.md ASCII).
 _LEAD_BYTES = ((128, 0, 1), (2048, 192, 64), (65536, 224, 4096))
@@ -201,8 +204,20 @@ def to_base64(call: Call) -> exp.Expr:
 
 
 def byte_length(call: Call) -> exp.Expr:
-    """TDengine LENGTH counts bytes (DuckDB's LENGTH counts characters)."""
-    return exp.Anonymous(this="strlen", expressions=[call.args[0]])
+    """TDengine LENGTH counts bytes (DuckDB's LENGTH counts characters): UTF-8 bytes of a
+    VARCHAR, 4 a character of an NCHAR (UCS-4: tests/system-test/2-query/length.py)."""
+    arg = call.args[0]
+    nchar = sorted({c.name.lower() for c in arg.find_all(exp.Column)} & call.ctx.nchar)
+    if nchar and isinstance(arg, exp.Column):
+        return exp.Mul(this=number(UCS4_BYTES), expression=cast(exp.Length(this=arg), "BIGINT"))
+    if nchar:
+        call.refuse(
+            f"of an expression over the NCHAR column {nchar[0]}: TDengine counts an NCHAR "
+            "result in 4-byte characters and a VARCHAR one in bytes, which sqltopic does "
+            f"not tell apart here; use LENGTH({nchar[0]}) or CHAR_LENGTH",
+            arg,
+        )
+    return exp.Anonymous(this="strlen", expressions=[arg])
 
 
 def char_length(call: Call) -> exp.Expr:

@@ -82,7 +82,7 @@ def tag_filter(cond: exp.Expr, target: Target, text: Text) -> tuple[str, tuple[s
     used = bind_columns(cond, Scope(target, frozenset({target.name}), tags_only=True), text)
     tree = exp.Select(expressions=[quoted(TBNAME)]).from_(relation(layout.TAGS)).where(cond)
     with closing(Probe(layout.TAGS, layout.tags_schema(target.tags, target.precision))) as p:
-        translate(tree, p, target.precision, text)
+        translate(tree, p, target.precision, text, _nchar(target.tags))
         condition = tree.args["where"].this
         p.types([condition], text, condition)
         p.check(tree, text)
@@ -109,7 +109,7 @@ def _query_topic(
     where = select.args.get("where")
     tree = batch_select(outs, where.this if where is not None else None)
     with closing(Probe(layout.BATCH, target.batch_schema())) as probe:
-        translate(tree, probe, target.precision, text)
+        translate(tree, probe, target.precision, text, _nchar((*target.columns, *target.tags)))
         schema = fix_output_types(tree, outs, probe, target.precision, text)
     return Compiled(
         db=target.db,
@@ -126,3 +126,8 @@ COMPILERS: dict[str, Callable[[CreateTopic, Catalog, str | None, Text], Compiled
     "stable": _stable_topic,
     "database": _database_topic,
 }
+
+
+def _nchar(columns: tuple[Column, ...]) -> frozenset[str]:
+    """The NCHAR columns' names (LENGTH counts 4 bytes a character of them)."""
+    return frozenset(c.name.lower() for c in columns if c.type.name == "NCHAR")

@@ -41,10 +41,16 @@ def batch_select(outputs: list[Output], where: exp.Expr | None) -> exp.Select:
     return tree.where(where) if where is not None else tree
 
 
-def translate(tree: exp.Select, probe: Probe, precision: Precision, text: Text) -> None:
-    """Give `tree` TDengine's meaning in DuckDB (in place)."""
+def translate(
+    tree: exp.Select,
+    probe: Probe,
+    precision: Precision,
+    text: Text,
+    nchar: frozenset[str] = frozenset(),
+) -> None:
+    """Give `tree` TDengine's meaning in DuckDB (in place); `nchar`: the NCHAR columns."""
     _guard(tree)
-    _map_functions(tree, probe, precision, text)
+    _map_functions(tree, probe, precision, text, nchar)
     for node in reversed(list(tree.find_all(*COMPARISONS, exp.Between, exp.In))):
         coerce(node, probe, precision, text)
     double_literals(tree)
@@ -91,7 +97,9 @@ def _try(tree: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this="TRY", expressions=[tree])
 
 
-def _map_functions(tree: exp.Select, probe: Probe, precision: Precision, text: Text) -> None:
+def _map_functions(
+    tree: exp.Select, probe: Probe, precision: Precision, text: Text, nchar: frozenset[str]
+) -> None:
     """TDengine's functions, durations and timestamp arithmetic, innermost first."""
 
     def type_of(node: exp.Expr) -> pa.DataType | None:
@@ -100,7 +108,7 @@ def _map_functions(tree: exp.Select, probe: Probe, precision: Precision, text: T
     def refuse(message: str, at: exp.Expr | None) -> NoReturn:
         raise text.error(InvalidTopicQuery, message, at)
 
-    ctx = Ctx(precision=precision, type_of=type_of, refuse=refuse, in_topic=True)
+    ctx = Ctx(precision=precision, type_of=type_of, refuse=refuse, in_topic=True, nchar=nchar)
     translate_tree(tree, ctx, lambda node: func_name(node, text), skip=PLAIN_NODES)
 
 

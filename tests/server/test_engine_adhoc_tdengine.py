@@ -77,3 +77,19 @@ def test_a_later_batch_beyond_the_first_ones_type_is_an_error_naming_its_column(
     )
     with pytest.raises(SqlError, match=r"'s' holds a whole number beyond int64's range"):
         t.execute(sql)
+
+
+def test_length_counts_four_bytes_a_character_of_an_nchar(engine: Engine) -> None:
+    """tests/system-test/2-query/length.py in TDengine: LENGTH of an NCHAR is 4 bytes a
+    character (UCS-4), of a VARCHAR its UTF-8 bytes; in a topic as in SELECT."""
+    engine.execute(
+        "create database n; use n; create stable st (ts timestamp, c nchar(10), b binary(10)) "
+        "tags (loc nchar(8)); create table t using st tags ('北京')"
+    )
+    engine.execute("insert into t values (1, 'héllo', 'héllo')")
+    assert engine.execute("select length(c), length(b), length(loc) from st").rows == [(20, 6, 8)]
+    engine.execute("create topic tl as select ts, length(c) as lc, length(b) as lb from st")
+    topic = engine.state.catalog.topics["tl"]
+    assert "4 *" in topic.select_sql
+    with pytest.raises(SqlError, match="NCHAR column c"):
+        engine.execute("select length(upper(c)) from st")

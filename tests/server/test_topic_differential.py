@@ -105,14 +105,15 @@ CASES = [
         "concat(vc, '-', nc) AS cc3, length(nc) AS lb, char_length(nc) AS lc, "
         "length(vc) AS lv, char_length(bn) AS lbn",
         ref_select="ts, lower(vc) AS lo, upper(nc) AS up, vc || bn AS cc, "
-        "vc || '-' || nc AS cc3, strlen(nc) AS lb, length(nc) AS lc, strlen(vc) AS lv, "
+        # LENGTH of an NCHAR: 4 bytes a character (UCS-4), of a VARCHAR its UTF-8 bytes
+        "vc || '-' || nc AS cc3, 4 * length(nc) AS lb, length(nc) AS lc, strlen(vc) AS lv, "
         "length(bn) AS lbn",
     ),
     Case(
         "string_function_filter",
         "ts, nc",
-        "char_length(nc) = 2 AND length(nc) = 6",
-        ref_where="length(nc) = 2 AND strlen(nc) = 6",
+        "char_length(nc) = 2 AND length(nc) = 8",
+        ref_where="length(nc) = 2",
     ),
     Case(
         "case",
