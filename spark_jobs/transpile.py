@@ -31,6 +31,7 @@ What differs, and how it is bridged:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -651,11 +652,29 @@ def _iso_day_of_week(node: exp.Expr, ctx: _Context) -> exp.Expr:
 _ISO_SECONDS = ("%Y-%m-%dT%H:%M:%S", "yyyy-MM-dd'T'HH:mm:ss")
 
 
+# TO_ISO8601's one-strftime form at or after 1970: the fraction in ms or us, then the
+# zone as written (`+0000`, `Z`, `+00:00`: quoted in Spark's pattern).
+_ISO_FRACTIONS = {"%g": "SSS", "%f": "SSSSSS"}
+_ISO_ZONE = re.compile(r"[-+:0-9Z]*")
+
+
 def _time_to_str(node: exp.Expr, ctx: _Context) -> exp.Expr:
     fmt = node.args.get("format")
-    if not (isinstance(fmt, exp.Literal) and fmt.this == _ISO_SECONDS[0]):
-        raise ctx.refuse(f"{node.sql(dialect='duckdb')}: only TO_ISO8601's format is translated")
-    return _fn("date_format", node.this, exp.Literal.string(_ISO_SECONDS[1]))
+    text = fmt.this if isinstance(fmt, exp.Literal) else None
+    if text == _ISO_SECONDS[0]:
+        return _fn("date_format", node.this, exp.Literal.string(_ISO_SECONDS[1]))
+    head = _ISO_SECONDS[0] + "."
+    if (
+        text is not None
+        and text.startswith(head)
+        and text[len(head) : len(head) + 2] in _ISO_FRACTIONS
+    ):
+        zone = text[len(head) + 2 :]
+        if _ISO_ZONE.fullmatch(zone):
+            quoted = f"'{zone}'" if zone else ""
+            pattern = f"{_ISO_SECONDS[1]}.{_ISO_FRACTIONS[text[len(head) : len(head) + 2]]}{quoted}"
+            return _fn("date_format", node.this, exp.Literal.string(pattern))
+    raise ctx.refuse(f"{node.sql(dialect='duckdb')}: only TO_ISO8601's format is translated")
 
 
 def _date_diff(node: exp.Expr, ctx: _Context) -> exp.Expr:

@@ -55,6 +55,9 @@ _TOKEN = re.compile(
     re.S,
 )
 _INSERT = re.compile(r"insert\b", re.I)
+# A hexadecimal or binary integer literal: TDengine 3's parser stops at it ("unsupported
+# token", parser.c: TK_NK_HEX, TK_NK_BIN); sqlglot would read `0x10` as 0 named x10.
+_RADIX_LITERAL = re.compile(r"0[xX][0-9a-fA-F]+|0[bB][01]+")
 
 # sqlglot logs a warning before falling back to an unparsed Command; sqltopic refuses
 # those statements with a clear error instead, so the warning is only noise.
@@ -133,6 +136,15 @@ def parse_one(sql: str, pos: s.Pos | None = None) -> s.Statement:
 def _check_size(sql: str, pos: s.Pos) -> None:
     """SqlSyntaxError when the statement has more than MAX_STATEMENT_TOKENS tokens."""
     for count, m in enumerate(_TOKEN.finditer(sql), 1):
+        if _RADIX_LITERAL.fullmatch(m.group()):
+            at = position(sql, m.start())
+            line, column = _shift(pos, at.line, at.column)
+            raise SqlSyntaxError(
+                f'unsupported token: "{m.group()}": TDengine 3 refuses hexadecimal and '
+                f"binary literals in a statement; write the decimal number "
+                f"({int(m.group(), 0)})",
+                sql=sql, line=line, column=column,
+            )  # fmt: skip
         if count > MAX_STATEMENT_TOKENS:
             at = position(sql, m.start())
             line, column = _shift(pos, at.line, at.column)

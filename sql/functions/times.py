@@ -188,13 +188,13 @@ _FRACTION_FORMAT = {"ms": "%g", "us": "%f"}
 
 def _iso8601_fast(call: Call, offset: int, suffix: str) -> exp.Expr | None:
     """TO_ISO8601 of a timestamp at or after the epoch as one strftime, or None when the
-    argument is not a timestamp or the precision is nanoseconds."""
+    argument is not a timestamp, the precision is nanoseconds or a zone is given."""
     precision = call.ctx.precision
     if not is_timestamp(call.type(0)) or precision not in _FRACTION_FORMAT:
         return None
-    ts = call.args[0].copy()
     if offset:
-        ts = exp.Add(this=paren(ts), expression=fn("to_seconds", number(offset)))
+        return None  # (the Spark backfill has no form of DuckDB's interval arithmetic)
+    ts = call.args[0].copy()
     fmt = exp.Literal.string(f"%Y-%m-%dT%H:%M:%S.{_FRACTION_FORMAT[precision]}{suffix}")
     return fn("strftime", ts, fmt)
 

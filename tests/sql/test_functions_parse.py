@@ -140,6 +140,8 @@ REFUSED = [
     ("SELECT to_unixtimestamp(s) FROM t", InvalidTopicQuery, "s)", "string literal"),
     ("SELECT timetruncate(ts 1s) FROM t", SqlSyntaxError, "1s", ""),
     ("SELECT md5(s) FROM t", InvalidTopicQuery, "md5", "use one of"),
+    ("SELECT 0x10 FROM t", SqlSyntaxError, "0x10", "unsupported token"),
+    ("SELECT ts FROM t WHERE c1 = 0b101", SqlSyntaxError, "0b101", "decimal number (5)"),
     ("SELECT repeat(s, 2000000000) FROM t", InvalidTopicQuery, "2000000000", "at most 65517"),
     ("SELECT repeat(s, c1) FROM t", InvalidTopicQuery, "c1)", "integer literal"),
     ("SELECT cast(s AS timestamp) FROM t", InvalidTopicQuery, "cast", "string column"),
