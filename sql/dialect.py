@@ -177,6 +177,15 @@ class TdGrantRights(exp.Expression):
 class TDengineParser(DuckDBParser):
     # TDengine's DATABASE() is a function (the current database), not only a keyword.
     FUNC_TOKENS = {*DuckDBParser.FUNC_TOKENS, TokenType.DATABASE}
+    RANGE_PARSERS = {
+        **DuckDBParser.RANGE_PARSERS,
+        TokenType.RLIKE: lambda self, this: self.expression(
+            exp.RegexpLike(this=this, expression=self._parse_bitwise())
+        ),
+        TokenType.SOUNDS_LIKE: lambda self, this: exp.Not(
+            this=self.expression(exp.RegexpLike(this=this, expression=self._parse_bitwise()))
+        ),
+    }
 
     STATEMENT_PARSERS = {
         **DuckDBParser.STATEMENT_PARSERS,
@@ -715,6 +724,13 @@ class TDengineTokenizer(DuckDB.Tokenizer):
     STRING_ESCAPES = ["'", '"', "\\"]
     # no `\xHH` / `\0NN` codes: TDengine keeps `\x` as written (see TDengine.UNESCAPED_SEQUENCES)
     NUMERIC_ESCAPES: ClassVar[dict[str, tuple[int, int, int, int]]] = {}
+    # TDengine's regular expression operators (16-operators.md): MATCH as DuckDB's
+    # REGEXP (RLIKE), NMATCH its negation (a token DuckDB's SQL does not use otherwise).
+    KEYWORDS: ClassVar[dict[str, TokenType]] = {
+        **DuckDB.Tokenizer.KEYWORDS,
+        "MATCH": TokenType.RLIKE,
+        "NMATCH": TokenType.SOUNDS_LIKE,
+    }
 
 
 class TDengine(DuckDB):

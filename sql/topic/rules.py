@@ -48,6 +48,7 @@ PLAIN_NODES: tuple[type[exp.Expr], ...] = (
     exp.BitwiseLeftShift, exp.BitwiseRightShift, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
     exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Like,
     exp.ILike, exp.Escape, exp.DPipe, exp.DataType, exp.DataTypeParam, Duration,
+    exp.RegexpLike,  # MATCH / NMATCH: POSIX-style regular expression search
 )  # fmt: skip
 
 # SELECT clauses a topic refuses: argument -> (the clause as written, why, what to do).

@@ -93,3 +93,19 @@ def test_length_counts_four_bytes_a_character_of_an_nchar(engine: Engine) -> Non
     assert "4 *" in topic.select_sql
     with pytest.raises(SqlError, match="NCHAR column c"):
         engine.execute("select length(upper(c)) from st")
+
+
+def test_match_and_nmatch_search_a_regular_expression(engine: Engine) -> None:
+    """16-operators.md: `MATCH` / `NMATCH` on tbname and string tags and columns, in
+    SELECT, a query topic's WHERE and a stable topic's condition."""
+    engine.execute(
+        "create database m; use m; create stable st (ts timestamp, v int) "
+        "tags (location binary(20)); create table d100 using st tags ('San Jose'); "
+        "create table d2 using st tags ('LA')"
+    )
+    engine.execute("insert into d100 values (1, 1); insert into d2 values (2, 2)")
+    assert engine.execute("select tbname from st where tbname match 'd1.0'").rows == [("d100",)]
+    assert engine.execute("select tbname from st where location nmatch '^San'").rows == [("d2",)]
+    engine.execute("create topic m1 as select ts, v from st where tbname match 'd1' and v > 0")
+    engine.execute("create topic m2 as stable st where location match 'San'")
+    assert "REGEXP_MATCHES" in engine.state.catalog.topics["m1"].select_sql
