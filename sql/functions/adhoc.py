@@ -34,6 +34,7 @@ def translate_select(
     functions, durations and NOW, in place. `columns`: the queried relations' columns
     (a name in several with its first type)."""
     normalize_now(tree)
+    tdengine_aggregates(tree, refuse)
     if not _needs_translation(tree):
         return
     typer = _Typer(columns)
@@ -48,6 +49,24 @@ def translate_select(
         translate_tree(tree, ctx, name_of)
     finally:
         typer.close()
+
+
+def tdengine_aggregates(tree: exp.Expr, refuse: Callable[[str, exp.Expr | None], NoReturn]) -> None:
+    """TDengine's aggregates where DuckDB's namesakes differ: STDDEV is the population
+    standard deviation (DuckDB's STDDEV is the sample one); FIRST and LAST are the values
+    at the smallest and largest timestamp, NULLs skipped (DuckDB's: any value, in the
+    order read), refused with how to write them."""
+    for node in list(tree.find_all(exp.Stddev, exp.First, exp.Last)):
+        if isinstance(node, exp.Stddev):
+            node.replace(exp.StddevPop(this=node.this))
+            continue
+        name, pick = ("FIRST", "arg_min") if isinstance(node, exp.First) else ("LAST", "arg_max")
+        refuse(
+            f"{name} is not supported in an ad hoc SELECT: TDengine's {name} is the value "
+            f"at the {'smallest' if pick == 'arg_min' else 'largest'} timestamp, NULLs "
+            f"skipped; write {pick}(x, ts) FILTER (WHERE x IS NOT NULL)",
+            node,
+        )
 
 
 class _Typer:

@@ -109,3 +109,13 @@ def test_match_and_nmatch_search_a_regular_expression(engine: Engine) -> None:
     engine.execute("create topic m1 as select ts, v from st where tbname match 'd1' and v > 0")
     engine.execute("create topic m2 as stable st where location match 'San'")
     assert "REGEXP_MATCHES" in engine.state.catalog.topics["m1"].select_sql
+
+
+def test_stddev_is_the_population_one_and_first_last_are_refused(t: Engine) -> None:
+    """TDengine's STDDEV is the population standard deviation; its FIRST/LAST are by
+    timestamp, which DuckDB's are not: refused with how to write them."""
+    assert t.execute("select stddev(v) from t").rows == [(0.5,)]
+    with pytest.raises(SqlError, match=r"arg_min\(x, ts\)"):
+        t.execute("select first(v) from t")
+    with pytest.raises(SqlError, match="LAST is not supported"):
+        t.execute("select last(v) from t")
