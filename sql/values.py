@@ -40,7 +40,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sqltopic.errors import EXCERPT_CHARS, InvalidValueError, excerpt
-from sqltopic.sql.functions.ticks import FRACTION_DIGITS, TICK_NS, TICKS_PER_SECOND, UNIT_NS
 from sqltopic.sql.model import Column
 from sqltopic.sql.scan import (
     EXPRESSION_RE,
@@ -55,11 +54,22 @@ from sqltopic.sql.types import INTEGER_RANGES, ColumnType, Precision
 
 # --- conversion to Python ----------------------------------------------------------------
 
-# Duration units and precisions: the same tables as the functions' (sql/functions/ticks).
-_UNIT_NS = UNIT_NS
-_PRECISION_NS = TICK_NS
-_FRACTION_DIGITS = FRACTION_DIGITS
-_TICKS_PER_SECOND = TICKS_PER_SECOND
+# Nanoseconds per duration unit (TDengine's b, u, a, s, m, h, d, w).
+_UNIT_NS = {
+    "b": 1,
+    "u": 1_000,
+    "a": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "d": 86_400_000_000_000,
+    "w": 604_800_000_000_000,
+}
+# Per database precision: nanoseconds per tick (to scale durations), fraction digits a
+# date-time keeps, and ticks per second.
+_PRECISION_NS: dict[str, int] = {"ms": 1_000_000, "us": 1_000, "ns": 1}
+_FRACTION_DIGITS: dict[str, int] = {"ms": 3, "us": 6, "ns": 9}
+_TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 # TODAY() is NOW rounded down to a whole UTC day.
 _US_PER_DAY = 86_400_000_000
 # TDengine parses FLOAT values as doubles and refuses those beyond float32's largest.
