@@ -19,8 +19,9 @@ from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokenizer_core import Token, TokenType
 
 from sqltopic.errors import SqlError
-from sqltopic.sql.functions.ticks import UNIT_NS, Duration, duration_sql
+from sqltopic.sql.functions.ticks import Duration, duration_sql
 from sqltopic.sql.types import ColumnType
+from sqltopic.sql.values import UNIT_NS
 
 # Database options: the ones sqltopic uses, and TDengine storage options it accepts and
 # ignores, so that TDengine scripts (e.g. `PRECISION 'ms' KEEP 3650 BUFFER 16`) run.

@@ -54,8 +54,9 @@ from sqltopic.sql.types import INTEGER_RANGES, ColumnType, Precision
 
 # --- conversion to Python ----------------------------------------------------------------
 
-# Nanoseconds per duration unit (TDengine's b, u, a, s, m, h, d, w).
-_UNIT_NS = {
+# Nanoseconds per duration unit (TDengine's b, u, a, s, m, h, d, w), here and for the
+# functions (sql/functions/ticks).
+UNIT_NS = {
     "b": 1,
     "u": 1_000,
     "a": 1_000_000,
@@ -67,9 +68,11 @@ _UNIT_NS = {
 }
 # Per database precision: nanoseconds per tick (to scale durations), fraction digits a
 # date-time keeps, and ticks per second.
-_PRECISION_NS: dict[str, int] = {"ms": 1_000_000, "us": 1_000, "ns": 1}
-_FRACTION_DIGITS: dict[str, int] = {"ms": 3, "us": 6, "ns": 9}
-_TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+TICK_NS: dict[str, int] = {"ms": 1_000_000, "us": 1_000, "ns": 1}
+FRACTION_DIGITS: dict[str, int] = {"ms": 3, "us": 6, "ns": 9}
+TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_UNIT_NS, _PRECISION_NS = UNIT_NS, TICK_NS
+_FRACTION_DIGITS, _TICKS_PER_SECOND = FRACTION_DIGITS, TICKS_PER_SECOND
 # TODAY() is NOW rounded down to a whole UTC day.
 _US_PER_DAY = 86_400_000_000
 # TDengine parses FLOAT values as doubles and refuses those beyond float32's largest.

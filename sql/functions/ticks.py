@@ -17,25 +17,10 @@ from typing import Any, ClassVar
 from sqlglot import exp
 
 from sqltopic.sql.types import Precision
+from sqltopic.sql.values import TICK_NS, UNIT_NS
 
-# Nanoseconds per duration unit: TDengine's b(ns), u(µs), a(ms), s, m, h, d, w
-# (22-function.md, NOW: "Supported time units include ...").
-UNIT_NS: dict[str, int] = {
-    "b": 1,
-    "u": 1_000,
-    "a": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-    "d": 86_400_000_000_000,
-    "w": 604_800_000_000_000,
-}
-# Nanoseconds per tick of each database precision.
-TICK_NS: dict[str, int] = {"ms": 1_000_000, "us": 1_000, "ns": 1}
-# Ticks per second of each precision (to_iso8601 splits seconds from the fraction).
-TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-# Digits of the fraction of a second in each precision.
-FRACTION_DIGITS: dict[str, int] = {"ms": 3, "us": 6, "ns": 9}
+# Duration units (22-function.md, NOW: "Supported time units include ...") and
+# precisions: INSERT's tables (sql/values), one copy.
 # A day in nanoseconds: TODAY() is NOW truncated to it (UTC midnight).
 DAY_NS = UNIT_NS["d"]
 

@@ -29,8 +29,6 @@ from sqltopic.sql.functions.base import (
     string_literal,
 )
 from sqltopic.sql.functions.ticks import (
-    FRACTION_DIGITS,
-    TICKS_PER_SECOND,
     Duration,
     duration_ns,
     fn,
@@ -41,7 +39,7 @@ from sqltopic.sql.functions.ticks import (
     to_ticks,
     today_ticks,
 )
-from sqltopic.sql.values import parse_datetime
+from sqltopic.sql.values import FRACTION_DIGITS, TICKS_PER_SECOND, parse_datetime
 
 # TO_ISO8601's time zone argument: z/Z, ±hh, ±hhmm, ±hh:mm (22-function.md, TO_ISO8601).
 _ZONE = re.compile(r"(?P<z>[zZ])|(?P<sign>[-+])(?P<h>\d{2})(?::?(?P<m>\d{2}))?")
