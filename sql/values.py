@@ -71,8 +71,6 @@ UNIT_NS = {
 TICK_NS: dict[str, int] = {"ms": 1_000_000, "us": 1_000, "ns": 1}
 FRACTION_DIGITS: dict[str, int] = {"ms": 3, "us": 6, "ns": 9}
 TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-_UNIT_NS, _PRECISION_NS = UNIT_NS, TICK_NS
-_FRACTION_DIGITS, _TICKS_PER_SECOND = FRACTION_DIGITS, TICKS_PER_SECOND
 # TODAY() is NOW rounded down to a whole UTC day.
 _US_PER_DAY = 86_400_000_000
 # TDengine parses FLOAT values as doubles and refuses those beyond float32's largest.
@@ -255,11 +253,11 @@ def _expression(text: str, ctx: _Context) -> int:
     if m.group("sign") is None:
         return value
     unit = m.group("unit").lower()
-    if unit not in _UNIT_NS:
+    if unit not in UNIT_NS:
         raise _Rejected(
             f"unknown time unit {excerpt(m.group('unit'))}; use b, u, a, s, m, h, d or w"
         )
-    delta = _int(m.group("amount")) * _UNIT_NS[unit] // _PRECISION_NS[ctx.precision]
+    delta = _int(m.group("amount")) * UNIT_NS[unit] // TICK_NS[ctx.precision]
     return value + delta if m.group("sign") == "+" else value - delta
 
 
@@ -268,7 +266,7 @@ def _now(word: str, ctx: _Context) -> int:
     us = ctx.now_us
     if word[0] in "tT":
         us -= us % _US_PER_DAY
-    return us * 1_000 // _PRECISION_NS[ctx.precision]
+    return us * 1_000 // TICK_NS[ctx.precision]
 
 
 def parse_datetime(text: str, precision: Precision) -> int:
@@ -283,9 +281,9 @@ def parse_datetime(text: str, precision: Precision) -> int:
         raise _Rejected("not a valid date-time")
     days = _days_from_civil(year, month, day)
     seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - _offset_seconds(m)
-    digits = _FRACTION_DIGITS[precision]
+    digits = FRACTION_DIGITS[precision]
     fraction = int((m.group("f") or "")[:digits].ljust(digits, "0"))
-    return seconds * _TICKS_PER_SECOND[precision] + fraction
+    return seconds * TICKS_PER_SECOND[precision] + fraction
 
 
 def _offset_seconds(m: re.Match[str]) -> int:
@@ -467,8 +465,8 @@ _PLAIN_STRING = r"^(?:'[^'\\]*'|\"[^\"\\]*\")$"
 _NOW_EXPRESSION = (
     r"^(?i:now)(?:\s*\(\s*\))?(?:\s*(?P<sign>[-+])\s*(?P<amount>\d+)(?P<unit>[a-zA-Z]))?$"
 )
-# Nanoseconds per unit in the order of `_UNIT_NS`, and 0 for "no duration".
-_FAST_UNIT_NS = pa.array([*_UNIT_NS.values(), 0], pa.int64())
+# Nanoseconds per unit in the order of `UNIT_NS`, and 0 for "no duration".
+_FAST_UNIT_NS = pa.array([*UNIT_NS.values(), 0], pa.int64())
 # A fast path gets a column's raw tokens and the same as an Arrow array (NULLs perhaps
 # already nulls).
 FastPath = Callable[[tuple[str, ...], pa.Array, ColumnType, _Context], "pa.Array | None"]
@@ -542,7 +540,7 @@ def _fast_now(tokens: pa.Array, ctx: _Context) -> pa.Array | None:
     if parts.null_count:
         return None
     sign, amount, unit = (parts.field(name) for name in ("sign", "amount", "unit"))
-    units = pa.array([*_UNIT_NS, ""], pa.string())
+    units = pa.array([*UNIT_NS, ""], pa.string())
     unit_ns = pc.take(_FAST_UNIT_NS, pc.index_in(pc.utf8_lower(unit), value_set=units))
     if unit_ns.null_count:
         return None
@@ -550,8 +548,8 @@ def _fast_now(tokens: pa.Array, ctx: _Context) -> pa.Array | None:
         ticks = pc.multiply_checked(
             pc.if_else(pc.equal(amount, ""), "0", amount).cast(pa.int64()), unit_ns
         )
-        delta = pc.divide(ticks, _PRECISION_NS[ctx.precision])  # non-negative: floor
-        now = ctx.now_us * 1_000 // _PRECISION_NS[ctx.precision]
+        delta = pc.divide(ticks, TICK_NS[ctx.precision])  # non-negative: floor
+        now = ctx.now_us * 1_000 // TICK_NS[ctx.precision]
         return pc.add_checked(now, pc.if_else(pc.equal(sign, "-"), pc.negate(delta), delta))
     except pa.ArrowInvalid:  # overflow: the slow path names the value
         return None
