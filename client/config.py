@@ -22,6 +22,11 @@ SecurityProtocol = Literal["plaintext", "ssl"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6030
+# How long a vnode holds a poll that found nothing (fetch.max.wait.ms): a held poll costs
+# the server nothing while it waits (docs/architecture.md, "The shared pass") and answers
+# as soon as rows arrive, so the wait only bounds how often an idle consumer polls again:
+# a minute makes 1,000 idle consumers a few dozen calls a second.
+DEFAULT_FETCH_MAX_WAIT_MS = 60_000
 # TDengine's limits: a group id is part of the subscription key `group:topic`.
 GROUP_ID_MAX = 192
 CLIENT_ID_MAX = 255
@@ -49,7 +54,7 @@ class ConsumerConfig:
     session_timeout_ms: int = 12_000
     max_poll_interval_ms: int = 300_000
     heartbeat_interval_ms: int = 3_000
-    fetch_max_wait_ms: int = 1_000
+    fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
     min_poll_rows: int = 4_096
     max_poll_rows: int | None = None  # None: no limit
     msg_with_table_name: bool = True

@@ -39,8 +39,8 @@ C = TypeVar("C")
 RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
 Callbacks = dict[fx.RebalanceKind, Any]
 
-# Threads for concurrent vgroup polls (created as needed); more vgroups than this wait
-# their turn, at most fetch.max.wait.ms each.
+# Threads that read streamed Polls (a message over one frame; held polls take none):
+# more such messages at once wait their turn.
 MAX_POLL_THREADS = 32
 # `for msg in consumer` polls in slices this long, so that close() ends the loop.
 ITERATION_POLL_S = 1.0
@@ -230,7 +230,7 @@ class Consumer:
             stub = self._stub("vnode", effect.endpoint)
             with self._calls_lock:
                 self._calls[effect.ticket] = None
-            self._pool.submit(self._fetch, stub, effect)
+            self._fetch(stub, effect)
         elif isinstance(effect, fx.Cancel):
             self._cancel(effect.tickets)
         elif isinstance(effect, fx.Wait):
@@ -258,31 +258,50 @@ class Consumer:
         return None
 
     def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
-        """One vgroup's poll, on a pool thread; its result goes to the queue. A unary
-        Fetch, or, for a message over one frame, a streamed Poll of the same position."""
+        """Start one vgroup's poll as a unary Fetch; its answer arrives on a gRPC thread
+        (`_fetched`), so a poll the vnode holds for a long time holds no thread here."""
         request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
         try:
             call = self._started(
                 fetch.ticket, lambda: stub.Fetch.future(request, metadata=metadata, timeout=timeout)
             )
+        except Exception as exc:  # every poll answers, or its vgroup would stall
+            self._deliver(fetch.ticket, fx.failed(fetch, exc))
+            return
+        if call is not None:  # None: cancelled before it started
+            call.add_done_callback(lambda done: self._fetched(stub, fetch, done))
+
+    def _fetched(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch, call: Any) -> None:
+        """A Fetch answered: its result goes to the queue; a message over one frame is
+        polled again as a streamed Poll of the same position, on a pool thread."""
+        try:
+            with _translated(self._transport):
+                result = fx.fetched(fetch, [call.result()])
+        except TooLarge:
+            self._pool.submit(self._stream, stub, fetch)
+            return
+        except Exception as exc:  # cancelled, or failed: every poll answers
+            result = fx.failed(fetch, exc)
+        self._deliver(fetch.ticket, result)
+
+    def _stream(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
+        request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
+        try:
+            call = self._started(
+                fetch.ticket, lambda: stub.Poll(request, metadata=metadata, timeout=timeout)
+            )
             if call is None:
-                return  # cancelled before it started
-            try:
-                with _translated(self._transport):
-                    frames = [call.result()]
-            except TooLarge:
-                call = self._started(
-                    fetch.ticket, lambda: stub.Poll(request, metadata=metadata, timeout=timeout)
-                )
-                if call is None:
-                    return
-                with _translated(self._transport):
-                    frames = list(call)
+                return
+            with _translated(self._transport):
+                frames = list(call)
             result = fx.fetched(fetch, frames)
         except Exception as exc:  # every poll answers, or its vgroup would stall
             result = fx.failed(fetch, exc)
+        self._deliver(fetch.ticket, result)
+
+    def _deliver(self, ticket: int, result: fx.Fetched) -> None:
         with self._calls_lock:
-            if self._calls.pop(fetch.ticket, False) is False:
+            if self._calls.pop(ticket, False) is False:
                 return  # cancelled: the core no longer expects it
         self._results.put(result)
 

@@ -8,7 +8,7 @@ server puts a network in front of exactly this object.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from sqltopic.server import (
 from sqltopic.server.limits import Limits
 from sqltopic.server.result import Result, Session
 from sqltopic.server.state import State
-from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic
+from sqltopic.server.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
 from sqltopic.server.vnode import Vnode, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
@@ -154,6 +154,16 @@ class Engine:
         meta events found and the next version to read."""
         with self._state.lock.shared():
             return read_topic(self._state, topic, vgroup, from_version, max_rows, max_bytes)
+
+    def read_topics(
+        self, topics: Collection[str], vgroup: int, from_version: int,
+        max_bytes: int = READ_BYTES,
+    ) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
+        """The shared pass (topic_reader.read_topics): what `read_topic` answers for each
+        of `topics` from `from_version`, the entries read and decoded once. A topic
+        dropped meanwhile is left out of the answer."""
+        with self._state.lock.shared():
+            return read_topics(self._state, topics, vgroup, from_version, max_bytes)
 
     def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
         """The database of `topic` and its vgroups; TopicNotFound when there is none."""

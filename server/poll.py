@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from sqltopic.errors import NoCommittedOffset, OffsetOutOfRange
 from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock, TopicMeta
+from sqltopic.server.topic_reader import TopicBlock, TopicItem, TopicMeta
 from sqltopic.server.vnode import Vnode
 
 Reset = Literal["earliest", "latest", "none"]
@@ -144,8 +144,23 @@ def read_message(
     return Message("data", position, at, _merged(blocks, _is_query(engine, topic)))
 
 
+def first_message(
+    engine: Engine, topic: str, items: list[TopicItem], position: int, next_version: int
+) -> Message:
+    """The message `read_message` answers from `position` when one read of everything up
+    to the WAL's end gave `items` and `next_version`: what a shared pass
+    (server/live.py) found for a caught-up poll."""
+    meta_at = next((i for i, item in enumerate(items) if isinstance(item, TopicMeta)), None)
+    if meta_at is not None:
+        return _before_meta(items, meta_at, [], position, position)
+    blocks = [item for item in items if isinstance(item, TopicBlock) and item.data.num_rows]
+    if not blocks:
+        return Message("empty", position, next_version)
+    return Message("data", position, next_version, _merged(blocks, _is_query(engine, topic)))
+
+
 def _before_meta(
-    items: list[TopicBlock | TopicMeta], meta_at: int, blocks: list[TopicBlock],
+    items: list[TopicItem], meta_at: int, blocks: list[TopicBlock],
     position: int, at: int,
 ) -> Message:  # fmt: skip
     """A meta event ends a message: the blocks before it go first, the event next time."""

@@ -52,6 +52,12 @@ class State:
     grant_scopes: dict[tuple[str, str, Any], tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> the share of rows its last large read kept
     kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
+    # (db, vgroup) -> (generation, the database's tables in the vgroup)
+    vnode_tables: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
+    # (db, super table) -> (generation, topic -> the children its condition keeps)
+    kept: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    # vgroup -> (generation, table name -> the topics that may deliver its rows there)
+    interest: dict[int, tuple[int, Any]] = field(default_factory=dict)
 
     def now_us(self) -> int:
         return self.clock()

@@ -11,7 +11,7 @@ META topics also return the DDL events, in WAL order among the blocks.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,12 @@ from sqltopic.errors import NotFoundError
 from sqltopic.server.batches import conform, with_context
 from sqltopic.server.duck import SPLIT_PARTS, query
 from sqltopic.server.state import State
-from sqltopic.server.vnode import entry_table_keyed
+from sqltopic.server.topic_tables import interest, topic_tables
+from sqltopic.server.vnode import EntryTable, entry_table_keyed
 from sqltopic.sql import layout
-from sqltopic.sql.layout import data_schema, tags_schema
+from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
-from sqltopic.sql.topic import matching_tables, topic_schema
+from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
@@ -85,38 +86,142 @@ def read_topic(
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
     topic = state.catalog.topic(topic_name)
-    if vgroup not in state.catalog.database(topic.db).vgroups:
-        raise NotFoundError(f"vgroup {vgroup} is not a vgroup of database {topic.db}")
-    scope = _Scope.of(state, topic, vgroup)
-    items: list[TopicItem] = []
-    pending: list[_Entry] = []
-    rows = size = 0
+    _check_vgroup(state, topic, vgroup)
+    collector = _Collector(_Scope.of(state, topic, vgroup))
+    size = 0
     next_version = from_version
     records = _records(state.vnode(vgroup).reader(), from_version)
     for seen, rec in enumerate(records, start=1):
         next_version = rec.version + 1
         size += rec.body.nbytes
         if rec.entry_type is EntryType.META and topic.meta != "none":
-            event = rec.json()
-            if scope.wants_event(event):
-                items += scope.flush(pending)
-                pending = []
-                items.append(TopicMeta(rec.version, event))
+            collector.meta(rec.version, rec.json())
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
-            entry = scope.entry(rec)
-            if entry is not None:
-                pending.append(entry)
-                rows += entry.batch.num_rows
-        if rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
+            batch, key = rec.arrow_keyed()
+            collector.data(rec.version, entry_table_keyed(batch, key), batch)
+        if collector.rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
             break
-    items += scope.flush(pending)
-    return items, next_version
+    return collector.finish(), next_version
+
+
+def read_topics(
+    state: State, topic_names: Collection[str], vgroup: int, from_version: int,
+    max_bytes: int = READ_BYTES,
+) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
+    """The shared pass: what `read_topic` answers for each of `topic_names` (topics of
+    `vgroup`'s database; one dropped meanwhile is left out) from `from_version`, the
+    entries read and decoded once for all of them. Only the topics with a table among
+    the entries (or a DDL event, for WITH META topics) are evaluated; the others, which
+    have no items, are left out of the answer. Reads every entry up to the WAL's end, at
+    most READ_ENTRIES of them and `max_bytes` of bodies; its caller (server/live.py)
+    uses it for topics whose readers are caught up, where that is a few entries.
+
+    Raises `VersionNotRetained` when retention removed `from_version`.
+    """
+    known = state.catalog.topics
+    topics = [known[name] for name in topic_names if name in known]
+    for topic in topics:
+        _check_vgroup(state, topic, vgroup)
+    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics)
+    owners = {e.owner.name for e in entries if e.owner is not None}
+    has_meta = any(e.owner is None for e in entries)
+    index = interest(state, vgroup)
+    wanted = {name for table in owners for name in index.get(table, ())}
+    found: dict[str, list[TopicItem]] = {}
+    for topic in topics:
+        if topic.name not in wanted and not (has_meta and topic.meta != "none"):
+            continue
+        collector = _Collector(_Scope.of(state, topic, vgroup))
+        for e in entries:
+            if e.owner is None:
+                if topic.meta != "none":
+                    collector.meta(e.version, e.event())
+            elif topic.meta != "only":
+                collector.data(e.version, e.owner, e.batch)
+        found[topic.name] = collector.finish()
+    return found, next_version
+
+
+def _check_vgroup(state: State, topic: Topic, vgroup: int) -> None:
+    if vgroup not in state.catalog.database(topic.db).vgroups:
+        raise NotFoundError(f"vgroup {vgroup} is not a vgroup of database {topic.db}")
 
 
 def _records(reader: WalReader, from_version: int) -> Iterator[WalRecord]:
     """The WAL's entries from `from_version`, fetched a few at a time."""
     for batch in reader.batches(from_version, max_entries=FETCH_ENTRIES):
         yield from batch
+
+
+@dataclass
+class _Decoded:
+    """One WAL entry, decoded once for every topic of a shared pass: a data entry's
+    owner and batch, or (owner None) a DDL event, parsed on first use."""
+
+    version: int
+    owner: EntryTable | None
+    batch: pa.RecordBatch | None
+    record: WalRecord | None
+    _event: dict[str, Any] | None = None
+
+    def event(self) -> dict[str, Any]:
+        if self._event is None:
+            assert self.record is not None
+            self._event = self.record.json()
+        return self._event
+
+
+def _decoded(
+    state: State, vgroup: int, from_version: int, max_bytes: int, topics: list[Topic]
+) -> tuple[list[_Decoded], int]:
+    """The entries from `from_version` (at most READ_ENTRIES, `max_bytes` of bodies),
+    decoded, and the version after the last; data entries are decoded only when a topic
+    delivers data, events kept only when one delivers them."""
+    data = any(t.meta != "only" for t in topics)
+    meta = any(t.meta != "none" for t in topics)
+    out: list[_Decoded] = []
+    next_version = from_version
+    records = (
+        state.vnode(vgroup)
+        .reader()
+        .read(from_version, max_entries=READ_ENTRIES, max_bytes=max_bytes)
+    )
+    for rec in records:
+        next_version = rec.version + 1
+        if rec.entry_type is EntryType.META and meta:
+            out.append(_Decoded(rec.version, None, None, rec))
+        elif rec.entry_type is EntryType.DATA and data:
+            arrow, key = rec.arrow_keyed()
+            out.append(_Decoded(rec.version, entry_table_keyed(arrow, key), arrow, None))
+    return out, next_version
+
+
+class _Collector:
+    """One topic's items from entries fed in WAL order: data entries of its tables
+    gathered and evaluated together, its DDL events in order among them."""
+
+    def __init__(self, scope: _Scope) -> None:
+        self.scope = scope
+        self.items: list[TopicItem] = []
+        self.pending: list[_Entry] = []
+        self.rows = 0
+
+    def meta(self, version: int, event: dict[str, Any]) -> None:
+        if self.scope.wants_event(event):
+            self.items += self.scope.flush(self.pending)
+            self.pending = []
+            self.items.append(TopicMeta(version, event))
+
+    def data(self, version: int, owner: EntryTable, batch: pa.RecordBatch) -> None:
+        table = self.scope.table_of(owner)
+        if table is not None:
+            self.pending.append(_Entry(version, table, batch))
+            self.rows += batch.num_rows
+
+    def finish(self) -> list[TopicItem]:
+        self.items += self.scope.flush(self.pending)
+        self.pending = []
+        return self.items
 
 
 @dataclass(frozen=True)
@@ -136,33 +241,16 @@ class _Scope:
 
     @classmethod
     def of(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
-        """The topic's tables in `vgroup`, recomputed only when the catalog changed (a
-        stable topic's tag filter costs a DuckDB query)."""
-        key = (topic.name, topic.create_us, vgroup)
-        tables = state.derived(state.scopes, key, lambda: cls._tables(state, topic, vgroup))
-        return cls(state, topic, tables)
+        """The topic's tables in `vgroup` (server/topic_tables.py)."""
+        return cls(state, topic, topic_tables(state, topic, vgroup))
 
-    @staticmethod
-    def _tables(state: State, topic: Topic, vgroup: int) -> dict[str, Table]:
-        cat = state.catalog
-        in_vnode = [t for t in cat.tables.values() if t.db == topic.db and t.vgroup == vgroup]
-        if topic.kind == "database":
-            tables = in_vnode
-        elif (topic.db, topic.target) in cat.stables:
-            tables = [t for t in in_vnode if t.stable == topic.target]
-            if topic.kind == "stable" and topic.filter_sql:
-                tables = _matching(state, topic, tables)
-        else:
-            tables = [t for t in in_vnode if t.name == topic.target]
-        return {t.name: t for t in tables}
-
-    def entry(self, rec: WalRecord) -> _Entry | None:
-        batch, key = rec.arrow_keyed()
-        owner = entry_table_keyed(batch, key)
+    def table_of(self, owner: EntryTable) -> Table | None:
+        """The topic's table that owns an entry, or None: another table's, or an
+        earlier table's of the same name."""
         table = self.tables.get(owner.name)
         if table is None or not owner.is_of(table):
-            return None  # another table's, or an earlier table's of the same name
-        return _Entry(rec.version, table, batch)
+            return None
+        return table
 
     def wants_event(self, event: dict[str, Any]) -> bool:
         if self.topic.kind == "database":
@@ -182,17 +270,6 @@ class _Scope:
         if self.topic.kind == "query":
             return [_run_query(self.state, self.topic, pending)]
         return _runs(self.state.catalog, pending)
-
-
-def _matching(state: State, topic: Topic, children: list[Table]) -> list[Table]:
-    """The children whose tags pass a stable topic's condition (evaluated by DuckDB)."""
-    stb = state.catalog.stable(topic.db, topic.target or "")
-    db = state.catalog.database(topic.db)
-    schema = tags_schema(stb.tags, db.precision)
-    rows = [{TBNAME: t.name, **t.tags} for t in children]
-    tags = pa.Table.from_pylist(rows, schema=schema)
-    keep = set(matching_tables(topic, tags, state.duck.get()))
-    return [t for t in children if t.name in keep]
 
 
 def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:

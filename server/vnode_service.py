@@ -32,6 +32,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import Coordinator, check_group_id
 from sqltopic.server.engine import Engine
+from sqltopic.server.live import LiveHub, Waiter
 from sqltopic.server.poll import (
     DEFAULT_MAX_BYTES,
     Message,
@@ -41,7 +42,6 @@ from sqltopic.server.poll import (
     start_position,
 )
 from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
-from sqltopic.server.push import wait_for_version
 from sqltopic.server.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.slots import Slots
@@ -70,18 +70,31 @@ class VnodeService(pb_grpc.VnodeServicer):
         self._coordinator = coordinator
         self._executor = executor
         self._stopping = stopping
-        # replaced by a fresh event at every assignment change, after setting the old one
-        self._reassigned = asyncio.Event()
+        self._hubs: dict[int, LiveHub] = {}  # vgroup -> its held polls
         loop = asyncio.get_running_loop()
 
         def on_change() -> None:
             loop.call_soon_threadsafe(self._on_reassign)
 
         coordinator.listeners.append(on_change)
+        self._stop_watch = loop.create_task(self._on_stop())
 
     def _on_reassign(self) -> None:
-        event, self._reassigned = self._reassigned, asyncio.Event()
-        event.set()
+        """End the held polls whose consumer's assignment moved on (its epoch rose, or
+        it left): they answer now, and the consumer learns its new epoch."""
+
+        def stale(waiter: Waiter) -> bool:
+            member = self._coordinator.member(waiter.consumer_id)
+            return member is None or member.epoch > waiter.epoch
+
+        for hub in self._hubs.values():
+            hub.wake_if(stale)
+
+    async def _on_stop(self) -> None:
+        """At shutdown every held poll answers at once."""
+        await self._stopping.wait()
+        for hub in self._hubs.values():
+            hub.close()
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -123,16 +136,31 @@ class VnodeService(pb_grpc.VnodeServicer):
             done = remaining <= 0 or self._stopping.is_set() or epoch > request.epoch
             if message.kind != "empty" or done:
                 return frames
-            position = message.end_offset
-            reassigned = self._reassigned
-            await wait_for_version(
-                vnode.wal.notifier, position, remaining, self._stopping, reassigned
-            )
+            outcome, served, position = await self._hub(vnode).wait(
+                request.topic, message.end_offset, request.consumer_id, request.epoch,
+                limits, remaining,
+            )  # fmt: skip
             # the vgroup may have moved while the poll waited: its new owner reads now
             self._coordinator.check_owner(*fence)
-            message, frames = await self._soon(
-                position, vnode.reader(), self._read, vnode, request, limits, position, first
-            )
+            if outcome == "look":
+                message, frames = await self._soon(
+                    position, vnode.reader(), self._read, vnode, request, limits, position, first
+                )
+                continue
+            if served is None:
+                served = Message("empty", position, position)
+            message = dataclasses.replace(served, offset=first)
+            frames = frames_of(message, with_names(request))
+
+    def _hub(self, vnode: Vnode) -> LiveHub:
+        """The shared pass of `vnode`'s held polls (a new one for a vnode created again
+        under its vgroup id)."""
+        hub = self._hubs.get(vnode.vgroup)
+        if hub is None or hub.vnode is not vnode:
+            if hub is not None:
+                hub.close()
+            hub = self._hubs[vnode.vgroup] = LiveHub(self._engine, vnode, self._run)
+        return hub
 
     async def _begin(
         self, request: pb.PollRequest, user: str, max_bytes: int

@@ -36,7 +36,7 @@ DEFAULTS = {
     "session_timeout_ms": 12000,
     "max_poll_interval_ms": 300000,
     "heartbeat_interval_ms": 3000,
-    "fetch_max_wait_ms": 1000,
+    "fetch_max_wait_ms": 60_000,
     "min_poll_rows": 4096,
     "max_poll_rows": None,
     "msg_with_table_name": True,

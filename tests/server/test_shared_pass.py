@@ -1,0 +1,210 @@
+"""The shared pass (topic_reader.read_topics, server/live.py): every topic reads exactly
+what it reads alone, from every position; a topic without a table among the entries is
+not evaluated; held polls are answered only when their topic has rows."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sqltopic.server.engine import Engine
+from sqltopic.server.live import LiveHub
+from sqltopic.server.poll import PollLimits, read_message
+from sqltopic.server.topic_reader import READ_BYTES
+from tests.server.support import block_rows, vgroups_of
+
+# Topics of every kind over the power fixture's `meters`: device sets, tag and value
+# filters, a child table, stable and database topics with and without DDL events.
+TOPICS = {
+    "dev_ab": "SELECT ts, current, voltage FROM meters WHERE tbname IN ('a', 'b')",
+    "dev_c": "SELECT ts, voltage, tbname FROM meters WHERE tbname = 'c' AND voltage > 2",
+    "site_x": "SELECT ts, current, location FROM meters WHERE location = 'x'",
+    "group_2": "SELECT * FROM meters WHERE groupid = 2 OR voltage > 7",
+    "loud": "SELECT ts, voltage FROM meters WHERE voltage >= 5",
+    "now_tag": "SELECT ts, voltage FROM meters WHERE groupid < 100 AND ts < NOW()",
+    "child_b": "SELECT ts, voltage * 2 AS double FROM b",
+    "st_x": "STABLE meters WHERE location = 'x'",
+    "st_all_meta": "WITH META AS STABLE meters",
+    "db_meta": "WITH META AS DATABASE power",
+    "db_only_meta": "ONLY META AS DATABASE power",
+}
+
+
+def _topic_sql(name: str, body: str) -> str:
+    if body.startswith("SELECT"):
+        return f"CREATE TOPIC {name} AS {body}"
+    if body.startswith(("WITH META", "ONLY META")):
+        head, _, rest = body.partition(" AS ")
+        return f"CREATE TOPIC {name} {head} AS {rest}"
+    return f"CREATE TOPIC {name} AS {body}"
+
+
+def _history(power: Engine) -> None:
+    """Data of several tables in several vgroups, with DDL among it."""
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1); CREATE TABLE b USING meters TAGS ('y', 2);"
+        "CREATE TABLE c USING meters TAGS ('x', 3); CREATE TABLE d USING meters TAGS ('z', 4)"
+    )
+    for name, body in TOPICS.items():
+        power.execute(_topic_sql(name, body))
+    for k in range(10):
+        c = "(ts, current, voltage, phase)"
+        d = f"d {c} VALUES ({k}, 3, {k + 3}, 1)" if k <= 6 else ""
+        power.execute(
+            f"INSERT INTO a {c} VALUES ({k}, {k}.5, {k}, 1) b {c} VALUES ({k}, 1, {k + 1}, 1) "
+            f"c {c} VALUES ({k}, 2, {k + 2}, 1) {d}"
+        )
+        if k == 4:
+            power.execute("ALTER STABLE meters ADD COLUMN extra INT")
+        if k == 6:
+            power.execute("CREATE TABLE e USING meters TAGS ('x', 5); DROP TABLE d")
+    power.execute("INSERT INTO e VALUES (100, 1, 9, 1, 7)")
+
+
+def _comparable(items: list[Any]) -> list[Any]:
+    return [dataclasses.astuple(item) if not hasattr(item, "data") else
+            (item.table_name, item.data.to_pylist(), item.first_version, item.last_version)
+            for item in items]  # fmt: skip
+
+
+def test_every_topic_reads_in_the_shared_pass_what_it_reads_alone(power: Engine) -> None:
+    _history(power)
+    names = list(TOPICS)
+    for vgroup in vgroups_of(power, "power"):
+        end = power.state.vnode(vgroup).wal.next_version
+        for position in range(1, end + 1):
+            found, next_version = power.read_topics(names, vgroup, position)
+            assert next_version == end
+            for name in names:
+                alone, alone_next = power.read_topic(name, vgroup, position, 10**9, READ_BYTES)
+                assert alone_next == end
+                assert _comparable(found.get(name, [])) == _comparable(alone), (
+                    name, vgroup, position,
+                )  # fmt: skip
+
+
+def test_a_dropped_topic_is_left_out_and_the_others_still_read(power: Engine) -> None:
+    _history(power)
+    power.execute("DROP TOPIC dev_ab")
+    vgroup = vgroups_of(power, "power")[0]
+    found, _ = power.read_topics(["dev_ab", "loud"], vgroup, 1)
+    assert "dev_ab" not in found
+    assert found.get("loud", []) == power.read_topic("loud", vgroup, 1, 10**9)[0]
+
+
+def test_tables_a_query_topic_cannot_deliver_are_not_in_its_interest(power: Engine) -> None:
+    _history(power)
+    interest: dict[str, set[str]] = {}
+    for vgroup in vgroups_of(power, "power"):
+        power.read_topics(["dev_ab"], vgroup, 1)
+        _, index = power.state.interest[vgroup]
+        for table, topics in index.items():
+            interest.setdefault(table, set()).update(topics)
+    holders = {table for table, topics in interest.items() if "dev_ab" in topics}
+    assert holders == {"a", "b"}
+    assert {t for t, topics in interest.items() if "site_x" in topics} == {"a", "c", "e"}
+    # a condition on the clock decides nothing about tables: every table stays in
+    assert {t for t, topics in interest.items() if "now_tag" in topics} == {"a", "b", "c", "e"}
+    assert {t for t, topics in interest.items() if "group_2" in topics} == {"a", "b", "c", "e"}
+
+
+async def _worker(fn: Callable[..., Any], *args: object) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def test_held_polls_wake_only_for_their_rows_and_move_past_the_others(power: Engine) -> None:
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a';"
+        "CREATE TOPIC tz AS SELECT ts, voltage FROM meters WHERE location = 'z'"
+    )
+    vgroup = power.state.catalog.tables[("power", "a")].vgroup
+    vnode = power.state.vnode(vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        start = vnode.wal.next_version
+        limits = PollLimits()
+        wait_a = asyncio.ensure_future(hub.wait("ta", start, 1, 1, limits, 30.0))
+        wait_z = asyncio.ensure_future(hub.wait("tz", start, 2, 1, limits, 30.0))
+        await asyncio.sleep(0)
+        assert hub.waiting == 2
+        await asyncio.get_running_loop().run_in_executor(
+            None, power.execute, "INSERT INTO a VALUES (1, 1, 11, 1) (2, 1, 12, 1)"
+        )
+        outcome, message, position = await asyncio.wait_for(wait_a, 30)
+        assert outcome == "data"
+        assert message is not None
+        assert [r[1] for r in block_rows(message.blocks)] == [11, 12]
+        assert position == vnode.wal.next_version == message.end_offset
+        # tz had nothing among those entries: still waiting, now past them
+        await _until(lambda: hub.waiting == 1 and _bucket_position(hub) == position)
+        assert not wait_z.done()
+        hub.wake_if(lambda waiter: waiter.topic == "tz")
+        outcome, message, moved = await asyncio.wait_for(wait_z, 30)
+        assert (outcome, message, moved) == ("quiet", None, position)
+        # what the hub gave equals what the poll reads alone
+        alone = read_message(power, vnode, "ta", start, limits)
+        assert alone.end_offset == position
+        assert alone.rows == 2
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_held_poll_behind_the_end_is_told_to_read_for_itself(power: Engine) -> None:
+    power.execute("CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a")
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        assert await hub.wait("ta", 1, 1, 1, PollLimits(), 30.0) == ("look", None, 1)
+        outcome, _, position = await hub.wait(
+            "ta", vnode.wal.next_version, 1, 1, PollLimits(), 0.01
+        )
+        assert (outcome, position) == ("quiet", vnode.wal.next_version)
+        assert hub.waiting == 0
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_message_over_a_polls_row_limit_is_read_by_the_poll_itself(power: Engine) -> None:
+    power.execute("CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a")
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        start = vnode.wal.next_version
+        small = asyncio.ensure_future(hub.wait("ta", start, 1, 1, PollLimits(max_rows=1), 30.0))
+        large = asyncio.ensure_future(hub.wait("ta", start, 2, 1, PollLimits(), 30.0))
+        await asyncio.sleep(0)
+        await asyncio.get_running_loop().run_in_executor(
+            None, power.execute, "INSERT INTO a VALUES (1, 1, 1, 1) (2, 1, 2, 1)"
+        )
+        assert (await asyncio.wait_for(small, 30))[:2] == ("look", None)
+        outcome, message, _ = await asyncio.wait_for(large, 30)
+        assert outcome == "data"
+        assert message is not None
+        assert message.rows == 2
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def _bucket_position(hub: LiveHub) -> int | None:
+    positions = [level.position for level in hub._at.values()]
+    return positions[0] if len(positions) == 1 else None
+
+
+async def _until(condition: Callable[[], bool], deadline_s: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not condition():
+        if loop.time() > end:
+            pytest.fail("condition not met before the deadline")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,66 @@
+"""topic_tables: the tables each topic delivers, its conditions evaluated for every topic of
+a super table in a few queries, exactly as one topic alone; a failing condition fails its
+own topic only."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from sqltopic.errors import SqlError
+from sqltopic.server import topic_tables as tt
+from sqltopic.server.engine import Engine
+from tests.server.support import vgroups_of
+
+
+def test_conditions_of_many_topics_keep_what_each_keeps_alone(
+    power: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    power.execute(
+        "CREATE TABLE "
+        + " ".join(f"d{i} USING meters TAGS ('site{i % 5}', {i})" for i in range(40))
+    )
+    conditions = {}
+    for k in range(30):
+        if k % 3 == 0:
+            body = f"SELECT ts, voltage FROM meters WHERE tbname IN ('d{k}', 'd{k + 1}')"
+        elif k % 3 == 1:
+            body = f"SELECT * FROM meters WHERE location = 'site{k % 5}' AND voltage > {k}"
+        else:
+            body = f"STABLE meters WHERE groupid BETWEEN {k} AND {k + 4}"
+        power.execute(f"CREATE TOPIC t{k} AS {body}")
+        conditions[f"t{k}"] = body
+    monkeypatch.setattr(tt, "CONDITIONS_PER_QUERY", 7)  # several queries of a few topics
+    together = _tables_by_topic(power)
+    monkeypatch.setattr(tt, "CONDITIONS_PER_QUERY", 1)  # one topic a query
+    power.execute("CREATE TABLE later USING meters TAGS ('site1', 100)")  # a catalog change
+    power.execute("DROP TABLE later")
+    alone = _tables_by_topic(power)
+    assert together == alone
+    assert together["t0"] == {"d0", "d1"}
+    assert together["t1"] == {f"d{i}" for i in range(40) if i % 5 == 1}
+    assert together["t2"] == {f"d{i}" for i in range(2, 7)}
+
+
+def test_a_failing_condition_fails_its_topic_only() -> None:
+    # the compiler refuses conditions that can fail; DuckDB's error() stands in for one
+    con = duckdb.connect()
+    tags = pa.table({"tbname": ["a", "b"], "groupid": [1, 2]})
+    conditions = ["groupid = 2", "error('boom') IS NULL", "tbname = 'a'"]
+    kept = tt._evaluate(con, tags, ["good", "bad", "other"], conditions)
+    assert kept["good"] == frozenset({"b"})
+    assert kept["other"] == frozenset({"a"})
+    failed = kept["bad"]
+    assert isinstance(failed, SqlError)
+    assert "the tag condition of topic 'bad' failed" in str(failed)
+    assert "boom" in str(failed)
+
+
+def _tables_by_topic(power: Engine) -> dict[str, set[str]]:
+    state = power.state
+    found: dict[str, set[str]] = {}
+    for topic in state.catalog.topics.values():
+        for vgroup in vgroups_of(power, "power"):
+            found.setdefault(topic.name, set()).update(tt.topic_tables(state, topic, vgroup))
+    return found

@@ -1,0 +1,36 @@
+"""table_condition: which conjuncts of a compiled WHERE decide per table (table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqltopic.sql.topic.scope import table_condition
+
+TABLE_COLUMNS = frozenset({"tbname", "location", "groupid"})
+SELECT = 'SELECT "ts" AS "ts" FROM "__batch"'
+
+CASES = [
+    ("no where", "", None),
+    ("tbname list", "WHERE \"tbname\" IN ('a', 'b')", "(\"tbname\" IN ('a', 'b'))"),
+    ("data column only", 'WHERE "current" > 1', None),
+    (
+        "mixed conjuncts keep the per-table ones",
+        'WHERE "tbname" = \'a\' AND "current" > 1 AND "groupid" BETWEEN 1 AND 3',
+        '("tbname" = \'a\') AND ("groupid" BETWEEN 1 AND 3)',
+    ),
+    ("an OR with a data column decides nothing", 'WHERE "tbname" = \'a\' OR "current" > 1', None),
+    (
+        "an OR of tags is one conjunct",
+        'WHERE ("location" = \'x\' OR "groupid" = 2) AND "current" > 1',
+        '("location" = \'x\' OR "groupid" = 2)',
+    ),
+    ("a function may depend on the clock", 'WHERE "groupid" < EPOCH_MS(NOW())', None),
+    ("a constant alone decides nothing", "WHERE 1 = 1", None),
+    ("nulls and negation", 'WHERE NOT "location" IS NULL', '(NOT "location" IS NULL)'),
+    ("a cast of a tag", 'WHERE CAST("groupid" AS BIGINT) = 3', '(CAST("groupid" AS BIGINT) = 3)'),
+]
+
+
+@pytest.mark.parametrize(("where", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_table_condition(where: str, expected: str | None) -> None:
+    assert table_condition(f"{SELECT} {where}".strip(), TABLE_COLUMNS) == expected
