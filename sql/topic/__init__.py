@@ -90,6 +90,7 @@ def compile_topic(
         select_sql=compiled.select_sql,
         filter_sql=compiled.filter_sql,
         uses=compiled.uses,
+        params=compiled.params,
         owner=owner,
         create_us=now_us,
     )
@@ -101,7 +102,9 @@ def topic_schema(topic: Topic, catalog: Catalog) -> pa.Schema:
     if topic.kind != "query" or topic.target is None:
         raise SqlError(f"topic {topic.name!r} is not a query topic; it has no fixed schema")
     target = find_target(catalog, topic.db, topic.target)
-    return schema_of(topic.select_sql, target.batch_schema())
+    schema = schema_of(topic.select_sql, target.batch_schema())
+    # a parameterized topic's shared form ends with its hidden parameter columns
+    return pa.schema(list(schema)[: len(schema) - len(topic.params)])
 
 
 def matching_tables(topic: Topic, tags: pa.Table, con: duckdb.DuckDBPyConnection) -> list[str]:
