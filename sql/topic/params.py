@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
-from sqltopic.errors import ConfigError, InvalidTopicQuery, excerpt
+from sqltopic.errors import ConfigError, InvalidTopicQuery, excerpt, shorten
 from sqltopic.sql.dialect import TDengine
 from sqltopic.sql.model import TBNAME, Param, ParamKind, ParamOp, Topic
 from sqltopic.sql.topic.compare import epoch_of
@@ -437,7 +437,7 @@ def _to_timestamp(topic: Topic, p: Param, value: object) -> int:
 def _wrong(topic: Topic, p: Param, value: object, expected: str) -> ConfigError:
     return ConfigError(
         f"parameter {p.name!r} of topic {topic.name!r} ({_what(p)}): "
-        f"{excerpt(repr(value))} is not {expected}"
+        f"{shorten(repr(value))} is not {expected}"
     )
 
 
@@ -487,9 +487,7 @@ class Partitioner:
         if found is None:
             return {}
         binding, row = found
-        data = result.select(list(range(self._outputs))).take(row)
-        if self.schema is not None:
-            data = data.cast(self.schema)
+        data = _plain(result.select(list(range(self._outputs))), self.schema).take(row)
         runs = pc.run_end_encode(binding)
         out: dict[int, pa.Table] = {}
         start = 0
@@ -508,6 +506,16 @@ class Partitioner:
             )
         column = _lookup(result.column(name), ix.param)
         return pc.index_in(column, value_set=ix.values).combine_chunks()
+
+
+def _plain(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
+    """`data` in `schema`, or with dictionaries decoded: a take over chunks whose
+    dictionaries differ (a tag per WAL entry) cannot unify dictionaries holding NULL."""
+    if schema is not None:
+        return data.cast(schema)
+    fields = [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+              for f in data.schema]  # fmt: skip
+    return data.cast(pa.schema(fields))
 
 
 def _matches(
