@@ -14,26 +14,18 @@ topics"):
   converts each to its column's type; a `Binding` has a canonical text key (compact
   JSON, names sorted, IN lists sorted and deduplicated) that `Binding.from_key` reads
   back, validated again.
-* **Partition.** `Partitioner.split` sends the rows of one evaluation of the shared
-  form to every binding they match, with pyarrow compute over whole columns: one hash
-  lookup per parameter column, candidates expanded through list arrays, one sort, one
-  take; Python loops only over the bindings that receive rows.
 
-A bound value matches exactly where the topic with that value written as a literal
-would: NULL never matches, a FLOAT column compares in DOUBLE (as with a decimal literal),
--0.0 equals 0.0, a TIMESTAMP compares in the database precision.
+The partition of the shared form's rows among bindings is `sql/topic/partition.py`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
@@ -439,147 +431,3 @@ def _wrong(topic: Topic, p: Param, value: object, expected: str) -> ConfigError:
         f"parameter {p.name!r} of topic {topic.name!r} ({_what(p)}): "
         f"{shorten(repr(value))} is not {expected}"
     )
-
-
-# --- partition --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Index:
-    """One parameter over a set of bindings: its distinct bound values, and which
-    bindings bound each."""
-
-    param: Param
-    values: pa.Array  # the distinct values, in the lookup type
-    bindings_of: pa.ListArray  # per value: the indexes of the bindings that bound it
-    pairs: pa.Array  # binding * len(values) + value, for every value a binding bound
-    fanout: float  # bindings per value: the smallest goes first
-
-
-class Partitioner:
-    """The rows of one evaluation of a parameterized topic's shared form, split among
-    its bindings. Build one per set of bindings (its cost is linear in them); `split`
-    then costs a hash lookup per parameter column and work in the rows delivered."""
-
-    def __init__(
-        self, topic: Topic, bindings: Sequence[Binding], schema: pa.Schema | None = None
-    ) -> None:
-        """`schema`: the output's (default `topic.output_schema`)."""
-        if not topic.params:
-            raise ValueError(f"topic {topic.name!r} has no parameters")
-        for binding in bindings:
-            if binding.topic != topic.name or binding.names != tuple(p.name for p in topic.params):
-                raise ValueError(f"binding {binding.key} is not one of topic {topic.name!r}")
-        self.topic = topic
-        self.count = len(bindings)
-        self.schema = schema if schema is not None else topic.output_schema
-        self._outputs = len(topic.output)
-        indexes = [_index(p, [b.values[i] for b in bindings]) for i, p in enumerate(topic.params)]
-        self._indexes = sorted(indexes, key=lambda ix: ix.fanout)
-
-    def split(self, result: pa.Table) -> dict[int, pa.Table]:
-        """Binding index -> its rows of `result` (the shared form's output), in order,
-        in the topic's output schema; bindings without rows are left out."""
-        if result.num_rows == 0 or self.count == 0:
-            return {}
-        codes = [self._codes(result, ix) for ix in self._indexes]
-        found = _matches(result.num_rows, self._indexes, codes)
-        if found is None:
-            return {}
-        binding, row = found
-        data = _plain(result.select(list(range(self._outputs))), self.schema).take(row)
-        runs = pc.run_end_encode(binding)
-        out: dict[int, pa.Table] = {}
-        start = 0
-        for index, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
-            out[index] = data.slice(start, end - start)
-            start = end
-        return out
-
-    def _codes(self, result: pa.Table, ix: _Index) -> pa.Array:
-        """Per row, the index of its value among the bound ones (null: none, or NULL)."""
-        name = hidden_name(ix.param.name)
-        if name not in result.column_names:
-            raise ValueError(
-                f"the result has no column {name!r}: evaluate topic {self.topic.name!r}'s "
-                "select_sql (its shared form)"
-            )
-        column = _lookup(result.column(name), ix.param)
-        return pc.index_in(column, value_set=ix.values).combine_chunks()
-
-
-def _plain(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
-    """`data` in `schema`, or with dictionaries decoded: a take over chunks whose
-    dictionaries differ (a tag per WAL entry) cannot unify dictionaries holding NULL."""
-    if schema is not None:
-        return data.cast(schema)
-    fields = [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
-              for f in data.schema]  # fmt: skip
-    return data.cast(pa.schema(fields))
-
-
-def _matches(
-    rows: int, indexes: list[_Index], codes: list[pa.Array]
-) -> tuple[pa.Array, pa.Array] | None:
-    """The (binding, row) pairs where every parameter matches, sorted by binding, then
-    row; None when there are none."""
-    valid = codes[0].is_valid()
-    for more in codes[1:]:
-        valid = pc.and_(valid, more.is_valid())
-    at = pc.indices_nonzero(valid).cast(pa.int64())
-    if len(at) == 0:
-        return None
-    # every binding of the first (most selective) parameter's value is a candidate ...
-    lists = indexes[0].bindings_of.take(codes[0].take(at))
-    binding = pc.list_flatten(lists)
-    row = at.take(pc.list_parent_indices(lists))
-    # ... kept when it bound the row's value of every other parameter too
-    for ix, code in zip(indexes[1:], codes[1:], strict=True):
-        pair = pc.add(pc.multiply(binding, len(ix.values)), code.take(row).cast(pa.int64()))
-        keep = pc.is_in(pair, value_set=ix.pairs)
-        binding, row = binding.filter(keep), row.filter(keep)
-    if len(binding) == 0:
-        return None
-    order = pc.sort_indices(pc.add(pc.multiply(binding, rows), row))
-    return binding.take(order), row.take(order)
-
-
-def _index(param: Param, bound: list[tuple[Any, ...]]) -> _Index:
-    distinct = sorted({v for values in bound for v in values})
-    position = {v: i for i, v in enumerate(distinct)}
-    of: list[list[int]] = [[] for _ in distinct]
-    pairs: list[int] = []
-    for b, values in enumerate(bound):
-        for v in values:
-            of[position[v]].append(b)
-            pairs.append(b * len(distinct) + position[v])
-    return _Index(
-        param=param,
-        values=pa.array(distinct, _lookup_type(param)),
-        bindings_of=pa.array(of, pa.list_(pa.int64())),
-        pairs=pa.array(pairs, pa.int64()),
-        fanout=len(pairs) / max(len(distinct), 1),
-    )
-
-
-def _lookup_type(p: Param) -> pa.DataType:
-    """The type a parameter's column is compared in: a FLOAT in DOUBLE (as a decimal
-    literal compares), a TIMESTAMP as its integer ticks."""
-    if p.type.is_float:
-        return pa.float64()
-    if p.type.name == "TIMESTAMP":
-        return pa.int64()
-    return p.type.arrow(p.precision)
-
-
-def _lookup(column: pa.ChunkedArray, p: Param) -> pa.ChunkedArray:
-    """A hidden column in its lookup type (dictionaries of that type kept: looking up
-    only their values is cheaper)."""
-    target = _lookup_type(p)
-    kind = column.type
-    if pa.types.is_dictionary(kind) and kind.value_type == target:
-        return column
-    if p.type.name == "TIMESTAMP":
-        return pc.cast(pc.cast(column, pa.timestamp(p.precision)), target)
-    column = column if kind == target else pc.cast(column, target)
-    return pc.add(column, 0.0) if p.type.is_float else column  # -0.0 is 0.0

@@ -19,7 +19,8 @@ from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Topic
 from sqltopic.sql.topic.arrow_eval import arrow_plan
-from sqltopic.sql.topic.params import Binding, Partitioner, bind
+from sqltopic.sql.topic.params import Binding, bind
+from sqltopic.sql.topic.partition import Partitioner
 from tests.server.support import EngineFactory, block_rows, norm_rows, read_all, vgroups_of
 
 PARAMETERIZED = (

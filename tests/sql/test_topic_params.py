@@ -25,15 +25,10 @@ from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.model import Catalog, Column, Database, Param, SuperTable, Table, Topic
 from sqltopic.sql.parse import parse
 from sqltopic.sql.statements import CreateTopic
-from sqltopic.sql.topic import compile_tag_condition, compile_topic, topic_schema
+from sqltopic.sql.topic import compile_tag_condition, compile_topic, partition, topic_schema
 from sqltopic.sql.topic.arrow_eval import arrow_plan
-from sqltopic.sql.topic.params import (
-    HIDDEN_PREFIX,
-    MAX_IN_VALUES,
-    Binding,
-    Partitioner,
-    bind,
-)
+from sqltopic.sql.topic.params import HIDDEN_PREFIX, MAX_IN_VALUES, Binding, bind
+from sqltopic.sql.topic.partition import Partitioner
 from sqltopic.sql.types import ColumnType
 
 # --- the catalog --------------------------------------------------------------------------
@@ -489,10 +484,18 @@ CASES: list[tuple[str, list[dict[str, Any]]]] = [
 ]
 
 
+@pytest.mark.parametrize("lookup", ["dict", "vectorised"])
 @pytest.mark.parametrize(("sql", "bound"), CASES)
 def test_each_binding_gets_the_rows_of_the_topic_with_its_literals(
-    catalog: Catalog, duck: duckdb.DuckDBPyConnection, sql: str, bound: list[dict[str, Any]]
+    catalog: Catalog,
+    duck: duckdb.DuckDBPyConnection,
+    monkeypatch: pytest.MonkeyPatch,
+    sql: str,
+    bound: list[dict[str, Any]],
+    lookup: str,
 ) -> None:
+    if lookup == "vectorised":  # as with more distinct values than Python looks up
+        monkeypatch.setattr(partition, "PY_LOOKUP_MAX", 0)
     topic = create(catalog, sql)
     bindings = [bind(topic, params) for params in bound]
     partitioner = Partitioner(topic, bindings)
