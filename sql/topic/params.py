@@ -252,7 +252,7 @@ class Binding:
             )
         try:
             raw = json.loads(key)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
             raw = None
         if not isinstance(raw, dict):
             raise ConfigError(

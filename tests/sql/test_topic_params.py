@@ -331,6 +331,7 @@ def test_the_key_is_canonical_and_reads_back(every: Topic) -> None:
         ),
         (json.dumps(GOOD), "is not canonical"),
         ("x" * 70_000, "a string of at most 65536 bytes"),
+        ("[" * 60_000, "is not a JSON object"),
     ],
 )
 def test_a_bad_key_is_refused(every: Topic, key: str, part: str) -> None:
