@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import sqlite3
 from contextlib import closing
@@ -535,6 +536,58 @@ def test_each_binding_gets_the_rows_of_the_topic_with_its_literals(
 def test_simple_topics_keep_the_pyarrow_path(catalog: Catalog) -> None:
     topic = create(catalog, "SELECT ts, current FROM meters WHERE tbname = ? AND current > 1")
     assert arrow_plan(topic.select_sql) is not None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_bindings_match_a_row_by_row_reference(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Random batches (NULLs, tags in dictionary chunks of several values) and random,
+    overlapping bindings of three parameters: each binding gets exactly the rows whose
+    values it bound, in order (the reference is a Python loop per row and binding)."""
+    rng = random.Random(seed)
+    if seed % 2:
+        monkeypatch.setattr(partition, "PY_LOOKUP_MAX", 0)
+    topic = create(
+        catalog,
+        "SELECT ts, voltage FROM meters WHERE groupid IN (?) AND code = ? AND tbname IN (?)",
+    )
+    groups, codes, names = [None, 1, 2, 3], [None, "a", "b", "é"], ["d1", "d2", "d3", "d4"]
+
+    def chunk(n: int) -> pa.Array:
+        dictionary = pa.array(rng.sample(groups, rng.randint(1, 3)), pa.int32())
+        return pa.DictionaryArray.from_arrays(
+            pa.array([rng.randrange(len(dictionary)) for _ in range(n)], pa.int32()), dictionary
+        )
+
+    sizes = [rng.randint(0, 9) for _ in range(rng.randint(1, 6))]
+    rows = sum(sizes)
+    result = pa.table({
+        "ts": pa.array(range(rows), pa.timestamp("ms")),
+        "voltage": pa.array(range(rows), pa.int32()),
+        f"{HIDDEN_PREFIX}groupid": pa.chunked_array([chunk(n) for n in sizes], chunk(0).type),
+        f"{HIDDEN_PREFIX}code": pa.array([rng.choice(codes) for _ in range(rows)]),
+        f"{HIDDEN_PREFIX}tbname": pa.array([rng.choice(names) for _ in range(rows)]),
+    })  # fmt: skip
+    bound: list[dict[str, Any]] = [
+        {
+            "groupid": rng.sample(groups[1:], rng.randint(1, 3)),
+            "code": rng.choice(codes[1:]),
+            "tbname": rng.sample(names, rng.randint(1, 4)),
+        }
+        for _ in range(rng.randint(1, 12))
+    ]
+    got = Partitioner(topic, [bind(topic, b) for b in bound]).split(result)
+    columns = [
+        result.column(f"{HIDDEN_PREFIX}{n}").to_pylist() for n in ("groupid", "code", "tbname")
+    ]
+    for i, b in enumerate(bound):
+        want = [
+            r for r in range(rows)
+            if columns[0][r] in b["groupid"] and columns[1][r] == b["code"]
+            and columns[2][r] in b["tbname"]
+        ]  # fmt: skip
+        assert (got[i].column("voltage").to_pylist() if i in got else []) == want, (seed, i)
 
 
 def test_many_bindings_each_get_exactly_their_rows(catalog: Catalog) -> None:
