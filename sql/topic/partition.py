@@ -164,7 +164,8 @@ def _distinct(column: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     encoded = pc.dictionary_encode(pa.concat_arrays([c.dictionary for c in chunks]))
     sizes = [len(c.dictionary) for c in chunks]
     chunk = _chunk_of_rows([len(c) for c in chunks])
-    if all(size == 1 for size in sizes):  # constants: chunk k's rows are value k
+    if all(size == 1 and c.null_count == 0 for size, c in zip(sizes, chunks, strict=True)):
+        # constants: chunk k's rows are all value k
         return encoded.dictionary, encoded.indices.take(chunk)
     starts = pa.array(list(itertools.accumulate(sizes, initial=0))[:-1], pa.int64())
     rows = pc.add(

@@ -556,10 +556,10 @@ def test_random_bindings_match_a_row_by_row_reference(
     groups, codes, names = [None, 1, 2, 3], [None, "a", "b", "é"], ["d1", "d2", "d3", "d4"]
 
     def chunk(n: int) -> pa.Array:
+        # one value (a vnode's constant) or several; NULL as a value and as an index
         dictionary = pa.array(rng.sample(groups, rng.randint(1, 3)), pa.int32())
-        return pa.DictionaryArray.from_arrays(
-            pa.array([rng.randrange(len(dictionary)) for _ in range(n)], pa.int32()), dictionary
-        )
+        at = [rng.choice([None, *range(len(dictionary))]) for _ in range(n)]
+        return pa.DictionaryArray.from_arrays(pa.array(at, pa.int32()), dictionary)
 
     sizes = [rng.randint(0, 9) for _ in range(rng.randint(1, 6))]
     rows = sum(sizes)
