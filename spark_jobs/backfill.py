@@ -96,6 +96,12 @@ def prepare(data_dir: Path, topic: str) -> BackfillPlan:
 
 
 def _check_kind(topic: Topic) -> None:
+    if topic.params:
+        raise BackfillUnsupported(
+            f"topic {topic.name!r} has parameters ({', '.join(p.name for p in topic.params)}); "
+            "the backfill does not bind them yet: create a topic with the values written in "
+            "its WHERE (e.g. tbname = 'd1001' instead of tbname = ?) and backfill that"
+        )
     if topic.kind == "query":
         return
     what = "AS STABLE" if topic.kind == "stable" else "AS DATABASE"

@@ -24,6 +24,7 @@ from sqltopic.sql.model import (
     Catalog,
     Column,
     Database,
+    Param,
     Privilege,
     SuperTable,
     Table,
@@ -214,6 +215,10 @@ def _dump_topic(t: Topic) -> dict[str, Any]:
             value = {"arrow_schema": _schema_to_json(value)}
         elif name == "output":
             value = _cols(value)
+        elif name == "params":
+            if not value:
+                continue  # as before parameters existed: an older server still loads it
+            value = [p.to_json() for p in value]
         elif isinstance(value, tuple):
             value = list(value)
         out[name] = value
@@ -231,6 +236,8 @@ def _topic_field(name: str, value: Any) -> Any:
         return _schema_from_json(value["arrow_schema"])
     if name == "output":
         return _uncols(value)
+    if name == "params":
+        return tuple(Param.from_json(p) for p in value)
     return tuple(value) if isinstance(value, list) else value
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
@@ -18,6 +18,10 @@ from sqltopic.sql.types import ColumnType, Precision
 TopicKind = Literal["query", "stable", "database"]
 MetaMode = Literal["none", "with", "only"]
 TableKind = Literal["child", "normal"]
+# What a topic parameter compares: a tag, the table name, or a data column.
+ParamKind = Literal["tag", "tbname", "column"]
+# How: `col = ?` binds one value, `col IN (?)` a list.
+ParamOp = Literal["=", "in"]
 
 # The pseudo-column naming a row's table, as in TDengine.
 TBNAME = "tbname"
@@ -92,6 +96,32 @@ class Table:
 
 
 @dataclass(frozen=True, slots=True)
+class Param:
+    """A parameter of a query topic (`WHERE col = ?` or `col IN (?)`), named after its
+    column; `precision` is the database's, in which a TIMESTAMP value is bound."""
+
+    name: str
+    kind: ParamKind
+    type: ColumnType
+    op: ParamOp
+    precision: Precision = "ms"
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "kind": self.kind, "type": self.type.sql(), "op": self.op,
+                "precision": self.precision}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, raw: dict[str, str]) -> Param:
+        """A parameter as `to_json` wrote it; ValueError on anything else."""
+        kind, op, precision = raw["kind"], raw["op"], raw.get("precision", "ms")
+        if kind not in get_args(ParamKind) or op not in get_args(ParamOp):
+            raise ValueError(f"a topic parameter of kind {kind!r} and op {op!r}")
+        if precision not in get_args(Precision):
+            raise ValueError(f"a topic parameter of precision {precision!r}")
+        return cls(raw["name"], kind, ColumnType.parse(raw["type"]), op, precision)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
 class Topic:
     name: str
     db: str
@@ -106,6 +136,10 @@ class Topic:
     owner: str
     create_us: int
     output_schema: pa.Schema | None = None  # exact Arrow output of a query topic
+    # A parameterized query topic's parameters, in the order written; its `select_sql`
+    # is then the shared form (sql/topic/params.py): the WHERE without them, and the
+    # parameters' columns as hidden outputs after `output`.
+    params: tuple[Param, ...] = ()
 
 
 Right = Literal["read", "write"]

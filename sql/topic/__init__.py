@@ -29,9 +29,15 @@ This module is the public API. The modules beneath it, each importing only those
 before it: `text` (positions and errors), `rules` (TDengine's rules, as data, and the
 expression rules), `probe` (DuckDB), `target` (the table a topic reads), `shape` (the
 SELECT's clauses and FROM), `names` (output columns and column binding), `compare`
-(comparisons), `translate` (translation to DuckDB), `schema` (output types), `compile`
-(each kind of topic). Beside them, `arrow_eval` runs the simplest compiled topics with
-pyarrow instead of DuckDB (small reads, where DuckDB's fixed cost per query dominates).
+(comparisons), `params` (parameterized topics: `?` in the WHERE, bindings and their
+keys), `translate` (translation to DuckDB), `schema` (output types), `compile` (each kind
+of topic). Beside them, `arrow_eval` runs the simplest compiled topics with pyarrow
+instead of DuckDB (small reads, where DuckDB's fixed cost per query dominates), and
+`partition` splits one evaluation of a parameterized topic among its bindings.
+
+A parameterized topic's `select_sql` is its *shared form*: the SELECT without the
+parameter conditions, the parameters' columns as hidden outputs after its own
+(`topic_schema` and `Topic.output` leave them out).
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ def compile_topic(
         select_sql=compiled.select_sql,
         filter_sql=compiled.filter_sql,
         uses=compiled.uses,
+        params=compiled.params,
         owner=owner,
         create_us=now_us,
     )
@@ -101,7 +108,9 @@ def topic_schema(topic: Topic, catalog: Catalog) -> pa.Schema:
     if topic.kind != "query" or topic.target is None:
         raise SqlError(f"topic {topic.name!r} is not a query topic; it has no fixed schema")
     target = find_target(catalog, topic.db, topic.target)
-    return schema_of(topic.select_sql, target.batch_schema())
+    schema = schema_of(topic.select_sql, target.batch_schema())
+    # a parameterized topic's shared form ends with its hidden parameter columns
+    return pa.schema(list(schema)[: len(schema) - len(topic.params)])
 
 
 def matching_tables(topic: Topic, tags: pa.Table, con: duckdb.DuckDBPyConnection) -> list[str]:

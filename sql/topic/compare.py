@@ -115,6 +115,12 @@ def coerce_timestamp_literals(tree: exp.Expr, timestamps: dict[str, Precision]) 
                 other.replace(timestamp_literal(other, precision))
 
 
+def epoch_of(text: str, precision: Precision) -> int | None:
+    """A date-time string as a topic's literals read it (UTC unless it names an offset),
+    as an epoch in `precision`; None when it is not one."""
+    return _parse_datetime(text, precision)
+
+
 def _literal_epoch(node: exp.Expr, precision: Precision) -> int | None:
     """An integer literal as is, or a date-time string, in the database precision."""
     negative = isinstance(node, exp.Neg)

@@ -13,9 +13,16 @@ from sqlglot import exp
 from sqltopic.errors import InvalidTopicQuery, NotFoundError, SqlError
 from sqltopic.sql import layout
 from sqltopic.sql.functions import normalize_now
-from sqltopic.sql.model import TBNAME, Catalog, Column
+from sqltopic.sql.model import TBNAME, Catalog, Column, Param
 from sqltopic.sql.statements import CreateTopic
 from sqltopic.sql.topic.names import Scope, bind_columns, outputs
+from sqltopic.sql.topic.params import (
+    add_hidden,
+    bind_params,
+    refuse_in_condition,
+    refuse_outside_where,
+    take_params,
+)
 from sqltopic.sql.topic.probe import Probe, duckdb_sql, quoted, relation
 from sqltopic.sql.topic.rules import check_parts
 from sqltopic.sql.topic.schema import fix_output_types, output_columns
@@ -36,6 +43,7 @@ class Compiled:
     select_sql: str = ""
     filter_sql: str | None = None
     uses: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
 
 
 def _database_topic(
@@ -77,6 +85,7 @@ def _stable_topic(
 def tag_filter(cond: exp.Expr, target: Target, text: Text) -> tuple[str, tuple[str, ...]]:
     """A stable topic's (or a privilege's) condition as DuckDB SQL over the tags
     relation, and the tags used."""
+    refuse_in_condition(cond, text)
     normalize_now(cond)
     check_parts([cond], text)
     used = bind_columns(cond, Scope(target, frozenset({target.name}), tags_only=True), text)
@@ -100,24 +109,31 @@ def _query_topic(
     select = check_root(stmt.query.copy(), text)
     normalize_now(select)
     table = check_from(select, text)
+    refuse_outside_where(select, text)
+    written = take_params(select, text)  # a parameterized topic: its shared form
     check_parts(parts(select), text)
     db, name = table.text("db").lower() or None, table.name.lower()
     target = resolve_target(catalog, db, name, current_db, text, at=table)
     alias = table.alias.lower()
     scope = Scope(target, frozenset({name, alias} - {""}))
+    params, param_uses = bind_params(written, scope, text)
     outs, used = outputs(select, scope, text)
     where = select.args.get("where")
     tree = batch_select(outs, where.this if where is not None else None)
     with closing(Probe(layout.BATCH, target.batch_schema())) as probe:
         translate(tree, probe, target.precision, text, _nchar((*target.columns, *target.tags)))
         schema = fix_output_types(tree, outs, probe, target.precision, text)
+        if params:
+            add_hidden(tree, params)
+            probe.check(tree, text)
     return Compiled(
         db=target.db,
         target=target.name,
         output=output_columns(outs, schema, target.precision),
         output_schema=schema,
         select_sql=duckdb_sql(tree, text),
-        uses=target.in_order(used),
+        uses=target.in_order(used | param_uses),
+        params=params,
     )
 
 

@@ -1,0 +1,147 @@
+"""Parameterized topics in the engine: CREATE TOPIC with `?` (SHOW TOPICS and
+information_schema show it as written, a restart keeps its parameters, a misplaced `?`
+is refused and creates nothing), the partition of a real WAL read equal to the topics
+with each binding's values written as literals, and the Spark backfill's refusal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.errors import BackfillUnsupported, InvalidTopicQuery
+from sqltopic.server.batches import conform, data_entries, with_context
+from sqltopic.server.duck import query
+from sqltopic.server.engine import Engine
+from sqltopic.spark_jobs.backfill import prepare
+from sqltopic.sql import layout
+from sqltopic.sql.layout import data_schema
+from sqltopic.sql.model import Topic
+from sqltopic.sql.topic.arrow_eval import arrow_plan
+from sqltopic.sql.topic.params import Binding, bind
+from sqltopic.sql.topic.partition import Partitioner
+from tests.server.support import EngineFactory, block_rows, norm_rows, read_all, vgroups_of
+
+PARAMETERIZED = (
+    "CREATE TOPIC tp AS SELECT ts, current, voltage, location FROM meters "
+    "WHERE tbname IN (?) AND location = ? AND voltage > 1"
+)
+# Children (name, location, groupid): d4 has no location, so no binding matches it.
+CHILDREN = [("d1", "'x'", 1), ("d2", "'x'", 2), ("d3", "'y'", 1), ("d4", "NULL", 2)]
+BINDINGS: list[dict[str, Any]] = [
+    {"tbname": ["d1"], "location": "x"},
+    {"tbname": ["D1", "d2", "d3"], "location": "x"},  # d3 is in y: only d1 and d2
+    {"tbname": ["d3", "d4"], "location": "y"},
+    {"tbname": ["d4"], "location": "x"},  # nothing
+    {"tbname": ["d1"], "location": "x"},  # the same as the first
+]
+
+
+@pytest.fixture
+def written(power: Engine) -> Engine:
+    """`power` with four children, 40 rows (NULL voltages among them) and topic tp."""
+    for name, location, group in CHILDREN:
+        power.execute(f"CREATE TABLE {name} USING meters TAGS ({location}, {group})")
+    values: dict[str, list[str]] = {name: [] for name, _, _ in CHILDREN}
+    for k in range(40):
+        name = CHILDREN[k % 4][0]
+        voltage = "NULL" if k % 7 == 0 else str(k % 5)
+        values[name].append(f"({1_000 + k}, {k / 4}, {voltage}, 0.5)")
+    for name, rows in values.items():
+        power.execute(f"INSERT INTO {name} VALUES " + " ".join(rows[:5]))
+        power.execute(f"INSERT INTO {name} VALUES " + " ".join(rows[5:]))
+    power.execute(PARAMETERIZED)
+    return power
+
+
+def test_the_topic_is_shown_as_written_and_keeps_its_parameters(
+    written: Engine, make_engine: EngineFactory
+) -> None:
+    shown = {r[0]: r[3] for r in written.execute("SHOW TOPICS").rows}
+    assert shown["tp"] == PARAMETERIZED
+    info = written.execute("SELECT topic_name, sql FROM information_schema.ins_topics").rows
+    assert info == [("tp", PARAMETERIZED)]
+    before = written.state.catalog.topic("tp")
+    assert [(p.name, p.kind, p.op) for p in before.params] == [
+        ("tbname", "tbname", "in"),
+        ("location", "tag", "="),
+    ]
+    again = make_engine.reopen(written)
+    assert again.state.catalog.topic("tp") == before
+
+
+@pytest.mark.parametrize(
+    ("sql", "part"),
+    [
+        ("CREATE TOPIC bad AS SELECT ts FROM meters WHERE current > ?", "only = and IN"),
+        ("CREATE TOPIC bad AS STABLE meters WHERE groupid = ?", "only in a query topic"),
+        ("CREATE TOPIC bad AS SELECT ts, ? FROM meters", "in the SELECT list"),
+    ],
+)
+def test_a_misplaced_parameter_creates_nothing(power: Engine, sql: str, part: str) -> None:
+    with pytest.raises(InvalidTopicQuery) as info:
+        power.execute(sql)
+    assert part in info.value.message
+    assert (info.value.line, info.value.column) == (1, sql.index("?") + 1)
+    assert power.execute("SHOW TOPICS").rows == []
+
+
+def _batch(engine: Engine, topic: Topic, vgroup: int) -> pa.Table:
+    """Every data entry of the topic's tables in `vgroup` as one batch, built as the
+    vnode builds it (server/topic_reader.py): current columns, the tags the topic uses
+    and tbname added as constants per entry."""
+    catalog = engine.state.catalog
+    precision = catalog.database(topic.db).precision
+    stb = catalog.stable(topic.db, topic.target or "")
+    schema = data_schema(stb.columns, precision)
+    entries = [
+        (catalog.table(topic.db, e.table.name), e.batch)
+        for e in data_entries(engine.state.vnode(vgroup).reader())
+    ]
+    data = pa.Table.from_batches([conform(b, schema) for _, b in entries], schema=schema)
+    tags = [t for t in stb.tags if t.name in topic.uses]
+    owners, lengths = [t for t, _ in entries], [b.num_rows for _, b in entries]
+    return with_context(data, owners, lengths, tags, precision, tbname=True)
+
+
+def test_a_read_splits_among_bindings_as_literal_topics_read(written: Engine) -> None:
+    topic = written.state.catalog.topic("tp")
+    bindings = [bind(topic, params) for params in BINDINGS]
+    for i, binding in enumerate(bindings):
+        written.execute(_literal_topic(f"lit{i}", binding))
+    partitioner = Partitioner(topic, bindings)
+    delivered = dict.fromkeys(range(len(bindings)), 0)
+    plan = arrow_plan(topic.select_sql)
+    assert plan is not None
+    for vgroup in vgroups_of(written, "power"):
+        batch = _batch(written, topic, vgroup)
+        by_duckdb = query(written.state.duck.get(), topic.select_sql, layout.BATCH, batch)
+        by_arrow = plan.run(batch)
+        assert by_arrow is not None
+        for result in (by_duckdb, by_arrow):
+            got = partitioner.split(result)
+            for i in range(len(bindings)):
+                want = block_rows(read_all(written, f"lit{i}", vgroup, max_rows=1_000))
+                rows = got[i].to_pylist() if i in got else []
+                assert norm_rows(tuple(r.values()) for r in rows) == norm_rows(want), (i, vgroup)
+                delivered[i] += len(rows)
+    # each binding got rows except the one matching nothing; equal bindings equal rows
+    assert delivered[3] == 0
+    assert delivered[0] == delivered[4] > 0
+    assert delivered[1] > delivered[0]
+    assert delivered[2] > 0
+
+
+def _literal_topic(name: str, binding: Binding) -> str:
+    params = binding.as_params()
+    tables = ", ".join(f"'{t}'" for t in params["tbname"])
+    return (
+        f"CREATE TOPIC {name} AS SELECT ts, current, voltage, location FROM meters "
+        f"WHERE tbname IN ({tables}) AND location = '{params['location']}' AND voltage > 1"
+    )
+
+
+def test_the_backfill_refuses_a_parameterized_topic(written: Engine) -> None:
+    with pytest.raises(BackfillUnsupported, match=r"topic 'tp' has parameters \(tbname, loc"):
+        prepare(written.state.data_dir, "tp")
