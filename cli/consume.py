@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from sqltopic.cli.connect import (
     ServerOptions,
@@ -83,7 +83,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="commit each message once printed (default: with --group only)",
     )
+    parser.add_argument(
+        "--param",
+        dest="params",
+        action="append",
+        type=param,
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value of a parameterized topic's parameter (repeat for each): VALUE is "
+        'read as JSON when it is JSON (3, 2.5, true, [1,2], "text"), else as text',
+    )
     parser.set_defaults(run=run)
+
+
+def param(text: str) -> tuple[str, Any]:
+    """`NAME=VALUE` of --param: the value as JSON when it is JSON, else the text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE, e.g. tbname=d1001")
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        return name.strip(), value
 
 
 @dataclass(frozen=True)
@@ -95,12 +116,17 @@ class Settings:
     max_rows: int | None
     timeout: float | None
     commit: bool
+    params: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
         group = args.group or GROUP_PREFIX + secrets.token_hex(4)
         commit = args.commit if args.commit is not None else args.group is not None
-        return cls(args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit)
+        params = dict(args.params) or None
+        return cls(
+            args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit,
+            params,
+        )  # fmt: skip
 
     def config(self, server: ServerOptions) -> dict[str, str]:
         return server.consumer_config() | {
@@ -120,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with Consumer(settings.config(options)) as consumer:
-            consumer.subscribe([settings.topic])
+            consumer.subscribe([settings.topic], params=settings.params)
             # Ctrl-C is how a follow without limits ends; the consumer closes all the same
             with contextlib.suppress(KeyboardInterrupt):
                 follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings)

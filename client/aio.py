@@ -173,11 +173,13 @@ class Consumer:
         on_assign: RebalanceCallback | None = None,
         on_revoke: RebalanceCallback | None = None,
         on_lost: RebalanceCallback | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         """As `sqltopic.Consumer.subscribe`; a callback may be a function or a coroutine
         function (awaited)."""
         self._callbacks = callbacks(on_assign, on_revoke, on_lost)
-        await self._run(self._core.subscribe(topics))
+        await self._run(self._core.subscribe(topics, params))
         if self._heartbeat is None and self._core.consumer_id:
             self._heartbeat = asyncio.create_task(self._heartbeats())
 

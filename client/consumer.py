@@ -81,14 +81,19 @@ class Consumer:
         on_assign: RebalanceCallback | None = None,
         on_revoke: RebalanceCallback | None = None,
         on_lost: RebalanceCallback | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         """Join the group for `topics` (replacing any earlier list; [] = unsubscribe).
-        Raises TopicNotFound, NoPermission. The callbacks, as confluent-kafka's, get
-        `(consumer, [TopicPartition])`: `on_assign` from poll before new vgroups are
-        fetched, `on_revoke` before vgroups are let go (commit them there), `on_lost`
-        when they were taken away (`on_revoke` if not given). See docs/client.md."""
+        Raises TopicNotFound, NoPermission. A parameterized topic takes its values in
+        `params` (with several topics: `{topic: {name: value}}`); each binding is its own
+        subscription, for groups and offsets (docs/sql.md, "Parameterized topics").
+        The callbacks, as confluent-kafka's, get `(consumer, [TopicPartition])`:
+        `on_assign` from poll before new vgroups are fetched, `on_revoke` before vgroups
+        are let go (commit them there), `on_lost` when they were taken away (`on_revoke`
+        if not given). See docs/client.md."""
         self._callbacks = callbacks(on_assign, on_revoke, on_lost)
-        self._run(self._core.subscribe(topics))
+        self._run(self._core.subscribe(topics, params))
         self._start_heartbeat()
 
     def unsubscribe(self) -> None:

@@ -5,7 +5,8 @@ heartbeat, and following the mnode's assignment (refresh, rejoin after removal).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from sqltopic.client.effects import Flow, Rpc, Wake
 from sqltopic.client.message import TopicPartition
@@ -16,6 +17,7 @@ from sqltopic.client.state import (
     Held,
     one,
     topic_names,
+    with_params,
 )
 from sqltopic.errors import ConsumerFenced, Error, NoPermission, NotFoundError, TopicDropped
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -26,10 +28,12 @@ log = logging.getLogger("sqltopic.consumer")
 class Membership(Rebalancing):
     """Flows of the group membership."""
 
-    def subscribe(self, topics: Sequence[str]) -> Flow[None]:
+    def subscribe(
+        self, topics: Sequence[str], params: Mapping[str, Any] | None = None
+    ) -> Flow[None]:
         self.check_open()
         self.check_not_in_callback("subscribe")
-        names = topic_names(topics)
+        names = with_params(topic_names(topics), params)
         if not names:
             yield from self.unsubscribe()
             return
@@ -132,7 +136,9 @@ class Membership(Rebalancing):
         request = self._subscribe_request(names)
         answer: pb.SubscribeResponse = yield from self._rpc("mnode", "Subscribe", request)
         self.consumer_id = answer.consumer_id
-        self.topics = names
+        # the server's names of the subscriptions (a binding's canonical key); a server
+        # from before parameterized topics sends none
+        self.topics = list(answer.subscriptions) or names
         self.status = answer.status
         if answer.heartbeat_interval_ms > 0:
             self.heartbeat_s = answer.heartbeat_interval_ms / 1000

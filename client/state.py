@@ -8,10 +8,11 @@ core.py (polling), which `Consumer` and `aio.Consumer` drive.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -235,6 +236,37 @@ def topic_names(topics: Sequence[str]) -> list[str]:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"subscribe: {name!r} in {list(topics)!r} is not a topic name")
     return list(dict.fromkeys(name.strip() for name in topics))
+
+
+def with_params(names: list[str], params: Mapping[str, Any] | None) -> list[str]:
+    """The subscription names of `subscribe(names, params=...)`: a parameterized topic
+    is named with its values as a JSON object after `?` (the server checks them and
+    answers with the canonical names). With one topic `params` are its values; with
+    several, a mapping of topic name to values, for those that take some."""
+    if params is None:
+        return names
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"subscribe: params {params!r} is not a mapping of names to values")
+    if len(names) == 1:
+        return [_bound_name(names[0], params)]
+    unknown = [t for t in params if t not in names]
+    if unknown or not all(isinstance(v, Mapping) for v in params.values()):
+        raise ConfigError(
+            f"subscribe: with several topics, params maps a topic of {names} to its values, "
+            f'e.g. params={{"{names[0]}": {{"tbname": "d1"}}}}; got {params!r}'
+        )
+    return [_bound_name(n, params[n]) if n in params else n for n in names]
+
+
+def _bound_name(topic: str, values: Mapping[str, Any]) -> str:
+    try:
+        text = json.dumps(dict(values), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"subscribe: the parameters of topic {topic} must be JSON values (numbers, "
+            f"strings, booleans, lists of them): {err}"
+        ) from None
+    return f"{topic}?{text}"
 
 
 def offset_of(topic: str, vgroup: int, offset: int) -> pb.TopicVgroupOffset:

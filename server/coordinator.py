@@ -27,6 +27,7 @@ from sqltopic.errors import (
 )
 from sqltopic.server.assign import assign
 from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
+from sqltopic.sql.topic.params import topic_of
 
 Status = Literal["ready", "rebalancing", "removed"]
 Clock = Callable[[], float]
@@ -368,7 +369,8 @@ class Coordinator:
         with self._lock:
             return [
                 m for m in self.members.values()
-                if topic in m.topics and (group is None or m.group == group)
+                if any(topic_of(t) == topic for t in m.topics)
+                and (group is None or m.group == group)
             ]  # fmt: skip
 
     def remove(self, consumer_ids: Iterable[int]) -> None:
@@ -401,14 +403,15 @@ class Coordinator:
             return [m.id for m in members]
 
     def forget_topic(self, topic: str, group: str | None = None) -> None:
-        """Drop the assignments and counters of a dropped topic (or of one group on it);
-        subscribers keep the name and learn from their heartbeat that it is gone."""
+        """Drop the assignments and counters of a dropped topic, its bindings' included
+        (or of one group on it); subscribers keep the name and learn from their heartbeat
+        that it is gone."""
         with self._lock:
             self._version += 1
-            for key in [k for k in self.owners if k[0] == topic and group in (None, k[1])]:
+            for key in [k for k in self.owners if _of(k, topic, group)]:
                 del self.owners[key]
             for table in (self.progress, self.rows_before):
-                for sub in [k for k in table if k[0] == topic and group in (None, k[1])]:
+                for sub in [k for k in table if _of(k, topic, group)]:
                     del table[sub]
 
     def expire(self) -> list[Member]:
@@ -674,3 +677,8 @@ def check_text(key: str, value: str, max_length: int) -> None:
         )
     if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
         raise ConfigError(f"{key}: {excerpt(value)} holds control characters; remove them")
+
+
+def _of(key: tuple[str, str, *tuple[object, ...]], topic: str, group: str | None) -> bool:
+    """Whether a (subscription, group, ...) key is of `topic` (and `group`, if given)."""
+    return topic_of(key[0]) == topic and group in (None, key[1])

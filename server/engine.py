@@ -37,6 +37,7 @@ from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import no_topic
 from sqltopic.sql.parse import parse
+from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType, Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
@@ -168,9 +169,9 @@ class Engine:
     def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
         """The database of `topic` and its vgroups; TopicNotFound when there is none."""
         with self._state.lock.shared():
-            found = self._state.catalog.topics.get(topic)
+            found = self._state.catalog.topics.get(topic_of(topic))
             if found is None:
-                raise no_topic(topic)
+                raise no_topic(topic_of(topic))
             return found.db, list(self._state.catalog.database(found.db).vgroups)
 
     def vnode_of(self, topic: str, vgroup: int) -> Vnode:

@@ -30,6 +30,7 @@ from sqltopic.server.poll import Message, PollLimits, first_message
 from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.topic_reader import TopicItem
 from sqltopic.server.vnode import Vnode
+from sqltopic.sql.topic.params import topic_of
 
 log = logging.getLogger("sqltopic.server")
 
@@ -193,7 +194,7 @@ class LiveHub:
             _release(list(level.buckets.values()))
             return
         known = self._engine.state.catalog.topics
-        for topic in [t for t in level.buckets if t not in known]:
+        for topic in [t for t in level.buckets if topic_of(t) not in known]:
             _release([level.buckets.pop(topic)])  # dropped: each poll finds out itself
         args = (list(level.buckets), self.vnode.vgroup, position)
         try:

@@ -24,6 +24,7 @@ from sqltopic.server.coordinator import (
 from sqltopic.server.engine import Engine
 from sqltopic.server.rpc import RESETS, Context, unary
 from sqltopic.server.users import check_consumer_user, check_subscribe, may_subscribe
+from sqltopic.sql.topic.params import subscribed, topic_of
 
 log = logging.getLogger("sqltopic.server")
 
@@ -56,11 +57,15 @@ class MnodeService(pb_grpc.MnodeServicer):
         self, request: pb.SubscribeRequest, context: Context
     ) -> pb.SubscribeResponse:
         session = self._sessions.session(context.invocation_metadata())
-        topics = check_subscribe_request(request)
+        names = check_subscribe_request(request)
         self._check_user(request.consumer_id, session.user)
-        for topic in topics:
-            self._engine.topic_vgroups(topic)  # TopicNotFound
-            check_subscribe(self._engine.state, session.user, topic)  # NoPermission
+        topics = []
+        for name in names:
+            self._engine.topic_vgroups(name)  # TopicNotFound
+            check_subscribe(self._engine.state, session.user, name)  # NoPermission
+            topic = self._engine.state.catalog.topic(topic_of(name))
+            topics.append(subscribed(topic, name))  # ConfigError for a bad binding
+        topics = list(dict.fromkeys(topics))
         liveness = Liveness.of(
             request.session_timeout_ms,
             request.max_poll_interval_ms,
@@ -82,6 +87,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             epoch=member.epoch,
             status=STATUS[member.status],
             heartbeat_interval_ms=liveness.heartbeat_interval_ms,
+            subscriptions=topics,
         )
 
     @unary

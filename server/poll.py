@@ -20,6 +20,7 @@ from sqltopic.errors import NoCommittedOffset, OffsetOutOfRange
 from sqltopic.server.engine import Engine
 from sqltopic.server.topic_reader import TopicBlock, TopicItem, TopicMeta
 from sqltopic.server.vnode import Vnode
+from sqltopic.sql.topic.params import topic_of
 
 Reset = Literal["earliest", "latest", "none"]
 Kind = Literal["data", "meta", "data_lost", "empty"]
@@ -197,7 +198,7 @@ def _cap(limits: PollLimits, rows: int, matched: int) -> int:
 
 
 def _is_query(engine: Engine, topic: str) -> bool:
-    return engine.state.catalog.topic(topic).kind == "query"
+    return engine.state.catalog.topic(topic_of(topic)).kind == "query"
 
 
 def _merged(blocks: list[TopicBlock], query: bool = False) -> list[TopicBlock]:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from sqltopic.server.coordinator import Coordinator, Member, Owner
 from sqltopic.server.result import Result
 from sqltopic.server.state import State
+from sqltopic.sql.topic.params import topic_of
 
 Row = tuple[Any, ...]
 Owners = dict[tuple[str, str], dict[int, Owner]]
@@ -43,7 +44,7 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
     by_id = {m.id: m for m in members}
     rows: list[Row] = []
     for topic, group in sorted(_pairs(state, members, owners)):
-        db = state.catalog.databases[state.catalog.topics[topic].db]
+        db = state.catalog.databases[state.catalog.topics[topic_of(topic)].db]
         for vgroup in db.vgroups:
             owner = owners.get((topic, group), {}).get(vgroup)
             holder = by_id.get(owner.consumer) if owner else None
@@ -60,7 +61,7 @@ def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tupl
         for vgroup in state.catalog.databases[topic.db].vgroups:
             candidates += [(name, g) for g in state.vnode(vgroup).offsets.groups(name)]
     for pair in candidates:
-        if pair[0] in topics and pair not in seen:
+        if topic_of(pair[0]) in topics and pair not in seen:
             seen.add(pair)
             yield pair
 

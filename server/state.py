@@ -58,6 +58,8 @@ class State:
     kept: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     # vgroup -> (generation, table name -> the topics that may deliver its rows there)
     interest: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    # (topic, its creation time) -> its bindings read so far (server/bindings.py)
+    binding_sets: dict[tuple[str, int], Any] = field(default_factory=dict)
 
     def now_us(self) -> int:
         return self.clock()

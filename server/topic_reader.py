@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from sqltopic.errors import NotFoundError
 from sqltopic.server.batches import conform, with_context
+from sqltopic.server.bindings import BindingSet
 from sqltopic.server.duck import SPLIT_PARTS, query
 from sqltopic.server.state import State
 from sqltopic.server.topic_tables import interest, topic_tables
@@ -28,6 +29,7 @@ from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
 from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
+from sqltopic.sql.topic.params import split_subscription, subscribed, topic_of
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
@@ -85,7 +87,8 @@ def read_topic(
 
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
-    topic = state.catalog.topic(topic_name)
+    base, bound = split_subscription(topic_name)
+    topic = state.catalog.topic(base)
     _check_vgroup(state, topic, vgroup)
     collector = _Collector(_Scope.of(state, topic, vgroup))
     size = 0
@@ -101,7 +104,11 @@ def read_topic(
             collector.data(rec.version, entry_table_keyed(batch, key), batch)
         if collector.rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
             break
-    return collector.finish(), next_version
+    items = collector.finish()
+    if topic.params or bound is not None:  # ConfigError for a bad or missing binding
+        name = subscribed(topic, topic_name)
+        items = _bound(state, topic, items, [name]).get(name, [])
+    return items, next_version
 
 
 def read_topics(
@@ -119,7 +126,11 @@ def read_topics(
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
     known = state.catalog.topics
-    topics = [known[name] for name in topic_names if name in known]
+    by_topic: dict[str, list[str]] = {}  # topic -> the subscriptions to it asked for
+    for name in topic_names:
+        if topic_of(name) in known:
+            by_topic.setdefault(topic_of(name), []).append(name)
+    topics = [known[name] for name in by_topic]
     for topic in topics:
         _check_vgroup(state, topic, vgroup)
     entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics)
@@ -138,8 +149,43 @@ def read_topics(
                     collector.meta(e.version, e.event())
             elif topic.meta != "only":
                 collector.data(e.version, e.owner, e.batch)
-        found[topic.name] = collector.finish()
+        items = collector.finish()
+        if topic.params:  # one evaluation, one partition among the bindings
+            found |= _bound(state, topic, items, by_topic[topic.name])
+        else:
+            found[topic.name] = items
     return found, next_version
+
+
+def _bound(
+    state: State, topic: Topic, items: list[TopicItem], names: list[str]
+) -> dict[str, list[TopicItem]]:
+    """The items of each subscription in `names` (bindings of parameterized `topic`),
+    from items of its shared form: each block split among the bindings (only those
+    with rows are in the answer). A block's table is the bound `tbname` when the topic
+    binds one by `=`, as its only source."""
+    bindings = _binding_set(state, topic)
+    keys = {split_subscription(name)[1] or "": name for name in names}
+    tbname = next((i for i, p in enumerate(topic.params) if p.name == TBNAME and p.op == "="),
+                  None)  # fmt: skip
+    out: dict[str, list[TopicItem]] = {}
+    for item in items:
+        assert isinstance(item, TopicBlock)
+        for key, rows in bindings.split(item.data, list(keys)).items():
+            name = item.table_name
+            if name is None and tbname is not None:
+                name = bindings.binding(key).values[tbname][0]
+            block = TopicBlock(name, rows, item.first_version, item.last_version)
+            out.setdefault(keys[key], []).append(block)
+    return out
+
+
+def _binding_set(state: State, topic: Topic) -> BindingSet:
+    key = (topic.name, topic.create_us)
+    found = state.binding_sets.get(key)
+    if found is None:
+        found = state.binding_sets.setdefault(key, BindingSet(topic, _Shape.of(state, topic).out))
+    return found  # type: ignore[no-any-return]
 
 
 def _check_vgroup(state: State, topic: Topic, vgroup: int) -> None:
@@ -296,7 +342,9 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
         data, [e.table for e in pending], [e.batch.num_rows for e in pending], shape.tags,
         shape.precision, tbname=shape.tbname,
     )  # fmt: skip
-    out = _evaluate(state, topic, batch).cast(shape.out)
+    out = _evaluate(state, topic, batch)
+    if not topic.params:  # a shared form keeps its hidden columns for the partition
+        out = out.cast(shape.out)
     names = {e.table.name for e in pending}
     only = next(iter(names)) if len(names) == 1 else None
     return TopicBlock(only, out, pending[0].version, pending[-1].version)

@@ -31,6 +31,7 @@ from sqltopic.server.state import State
 from sqltopic.sql import statements as st
 from sqltopic.sql.model import Catalog, Topic, User, no_topic
 from sqltopic.sql.names import check_name
+from sqltopic.sql.topic.params import topic_of
 
 
 def create_user(state: State, session: Session, stmt: st.CreateUser) -> Result:
@@ -105,6 +106,7 @@ def check_subscribe(state: State, user: str, topic: str, *, hide: bool = True) -
     too, with `hide`, when it may not even read what the topic reads (names do not
     leak; a consumer already subscribed to it is told NoPermission)."""
     catalog = state.catalog  # read once: a failed commit replaces the whole catalog
+    topic = topic_of(topic)  # a binding's rights are its topic's
     found = catalog.topic(topic)
     if not may_consume(catalog, user, found):
         if hide and not Rights(state, user).reads_topic_source(found):
@@ -141,7 +143,7 @@ def check_evict(member: Member, user: str) -> None:
 def may_subscribe(state: State, user: str, topic: str) -> bool:
     """Whether `user` may consume `topic` (False when there is no such topic)."""
     catalog = state.catalog
-    found = catalog.topics.get(topic)
+    found = catalog.topics.get(topic_of(topic))
     return found is not None and may_consume(catalog, user, found)
 
 

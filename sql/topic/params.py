@@ -431,3 +431,51 @@ def _wrong(topic: Topic, p: Param, value: object, expected: str) -> ConfigError:
         f"parameter {p.name!r} of topic {topic.name!r} ({_what(p)}): "
         f"{shorten(repr(value))} is not {expected}"
     )
+
+
+# --- subscriptions ----------------------------------------------------------------------
+
+# Between a topic's name and a binding's key in a subscription's name (`t?{"tbname":"d1"}`):
+# no topic name holds it, so the first one splits the two.
+SUBSCRIPTION_SEP = "?"
+
+
+def subscription_name(topic: str, key: str | None) -> str:
+    """The name a subscription goes by in groups, assignments, polls and offsets: the
+    topic's, or for a binding of a parameterized topic, the topic's and the binding's key."""
+    return topic if key is None else f"{topic}{SUBSCRIPTION_SEP}{key}"
+
+
+def split_subscription(name: str) -> tuple[str, str | None]:
+    """(topic, binding key or None) of a subscription's name."""
+    topic, sep, key = name.partition(SUBSCRIPTION_SEP)
+    return (topic, key) if sep else (topic, None)
+
+
+def topic_of(name: str) -> str:
+    """The topic a subscription's name is about."""
+    return name.partition(SUBSCRIPTION_SEP)[0]
+
+
+def subscribed(topic: Topic, name: str) -> str:
+    """The canonical subscription name of `name` (a topic name, or one with a binding of
+    parameters as a JSON object after `?`, canonical or not). ConfigError for parameters
+    of a topic that has none, a parameterized topic named without them, or a bad binding."""
+    _, raw = split_subscription(name)
+    if raw is None:
+        if topic.params:
+            raise ConfigError(
+                f"topic {topic.name!r} has parameters ({_listed(topic)}): subscribe with their "
+                'values, e.g. subscribe(["' + topic.name + '"], params={...})'
+            )
+        return topic.name
+    try:
+        values = json.loads(raw)
+    except (ValueError, RecursionError):
+        values = None
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"the parameters after {SUBSCRIPTION_SEP!r} in {excerpt(name)} are not a JSON object "
+            'of parameter values, e.g. t?{"tbname":"d1"}'
+        )
+    return subscription_name(topic.name, bind(topic, values).key)

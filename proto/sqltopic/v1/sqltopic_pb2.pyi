@@ -520,7 +520,11 @@ class SubscribeRequest(_message.Message):
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Topics to consume, replacing any earlier list. Empty = unsubscribe."""
+        """Topics to consume, replacing any earlier list. Empty = unsubscribe. A
+        parameterized topic is named with its parameters' values as a JSON object after
+        `?` (`t?{"tbname":"d1"}`): each binding is its own subscription, for groups and
+        offsets (docs/sql.md, "Parameterized topics").
+        """
 
     def __init__(
         self,
@@ -556,6 +560,7 @@ class SubscribeResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id: new, or the one given. Use it in every later call."""
     epoch: _builtins.int
@@ -566,6 +571,14 @@ class SubscribeResponse(_message.Message):
     """
     heartbeat_interval_ms: _builtins.int
     """Heartbeat period to use, in ms (the requested one, or the server's override)."""
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The canonical name of each subscription, in the order of the request's topics
+        (repeats dropped): a topic's name, or for a parameterized topic named with its
+        values (`t?{"tbname":"d1"}`), the topic's name, `?` and the binding's canonical
+        key. Use these names in every later call (assignment, Poll, Commit, Committed).
+        """
+
     def __init__(
         self,
         *,
@@ -573,10 +586,11 @@ class SubscribeResponse(_message.Message):
         epoch: _builtins.int = ...,
         status: Global___ConsumerStatus.ValueType = ...,
         heartbeat_interval_ms: _builtins.int = ...,
+        subscriptions: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "status", b"status", "subscriptions", b"subscriptions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
