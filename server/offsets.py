@@ -57,10 +57,11 @@ _Row = tuple[str, str, int, int]
 @dataclass(slots=True)
 class _Commit:
     """One caller's commit in the queue: its rows, then its outcome, set by the leader
-    whose group took it. `wake` shares the store's mutex."""
+    whose group took it. `wake` (on the store's mutex) exists only once the caller waits:
+    a commit that leads at once never makes one."""
 
     rows: list[_Row]
-    wake: threading.Condition
+    wake: threading.Condition | None = None
     done: bool = False
     error: BaseException | None = None
 
@@ -107,10 +108,12 @@ class OffsetStore:
         rows = [(topic, group, offset, now_us) for topic, group, offset in offsets]
         if not rows:
             return
-        mine = _Commit(rows, threading.Condition(self._mutex))
+        mine = _Commit(rows)
         with self._mutex:
             self._queue.append(mine)
             while self._leading and not mine.done:
+                if mine.wake is None:
+                    mine.wake = threading.Condition(self._mutex)
                 mine.wake.wait()
             lead = not mine.done
             if lead:
@@ -139,12 +142,15 @@ class OffsetStore:
                 for commit in batch:
                     commit.error = error
                     commit.done = True
-                    commit.wake.notify()
+                    if commit.wake is not None:
+                        commit.wake.notify()
                 if not mine.done:  # interrupted before taking the queue: withdraw
                     self._queue.remove(mine)
                 self._leading = False
-                if self._queue:  # arrived during our transaction: the next group's leader
-                    self._queue[0].wake.notify()
+                # Arrived during our transaction: the first leads the next group. (Every
+                # queued commit waits, so has its `wake`.)
+                if self._queue and (first := self._queue[0].wake) is not None:
+                    first.notify()
 
     def _store(self, rows: list[_Row]) -> BaseException | None:
         """One transaction of `rows`, then the cache in their order; the error, if any,
