@@ -57,11 +57,14 @@ _Row = tuple[str, str, int, int]
 @dataclass(slots=True)
 class _Commit:
     """One caller's commit in the queue: its rows, then its outcome, set by the leader
-    whose group took it. `wake` (on the store's mutex) exists only once the caller waits:
-    a commit that leads at once never makes one."""
+    whose group took it. A caller that must wait blocks on `wake`, a lock taken for it
+    that the leader releases once: when its group is done, or to make it the next leader.
+    (A bare lock, not a Condition: the woken caller need not take the store's mutex
+    again, so a group of followers does not convoy on it; and a commit that leads at once
+    makes none.)"""
 
     rows: list[_Row]
-    wake: threading.Condition | None = None
+    wake: threading.Lock | None = None
     done: bool = False
     error: BaseException | None = None
 
@@ -111,17 +114,17 @@ class OffsetStore:
         mine = _Commit(rows)
         with self._mutex:
             self._queue.append(mine)
-            while self._leading and not mine.done:
-                if mine.wake is None:
-                    mine.wake = threading.Condition(self._mutex)
-                mine.wake.wait()
-            lead = not mine.done
-            if lead:
+            if self._leading:
+                mine.wake = threading.Lock()
+                mine.wake.acquire()
+            else:
                 self._leading = True
-        if lead:
+        if mine.wake is not None:
+            mine.wake.acquire()  # released by a leader: our group is done, or we lead next
+        if not mine.done:
             self._lead(mine)
-        # Only the leader of its group writes the outcome, under the mutex, before waking
-        # us (or it is us): reading it here needs no lock.
+        # Only the leader of its group writes the outcome, before releasing us (or it is
+        # us): reading it here needs no lock.
         if mine.error is not None:
             # The same exception object in every thread of the group, as
             # concurrent.futures.Future.result() does for its waiters.
@@ -129,7 +132,7 @@ class OffsetStore:
 
     def _lead(self, mine: _Commit) -> None:
         """Store every queued commit (`mine` among them) in one transaction, then hand
-        over to the next leader."""
+        over to the next leader: the first commit queued meanwhile, if any."""
         batch: list[_Commit] = []
         error: BaseException | None = None
         try:
@@ -143,14 +146,15 @@ class OffsetStore:
                     commit.error = error
                     commit.done = True
                     if commit.wake is not None:
-                        commit.wake.notify()
+                        commit.wake.release()
                 if not mine.done:  # interrupted before taking the queue: withdraw
                     self._queue.remove(mine)
-                self._leading = False
-                # Arrived during our transaction: the first leads the next group. (Every
-                # queued commit waits, so has its `wake`.)
+                # Leadership passes straight to the first waiter (every queued commit
+                # waits: only the leader's own had no `wake`, and it is gone from the
+                # queue), so no newcomer can slip ahead of those queued.
+                self._leading = bool(self._queue)
                 if self._queue and (first := self._queue[0].wake) is not None:
-                    first.notify()
+                    first.release()
 
     def _store(self, rows: list[_Row]) -> BaseException | None:
         """One transaction of `rows`, then the cache in their order; the error, if any,
