@@ -9,11 +9,13 @@ exclusive locking mode: SQLite then keeps its WAL index in memory instead of a `
 file, so a vnode's offsets keep two descriptors open (the file and its `-wal`), not three.
 
 Commits that arrive together share one transaction (group commit), so that hundreds of
-auto-committing consumers cost a few fsyncs, not one each. The first committer to find
-no transaction running becomes the leader: it takes every queued commit, stores them in
-one transaction, updates the cache in queue order and wakes them all; commits arriving
-meanwhile queue for the next leader. A lone commit never waits for company. When the
-transaction fails, every commit of its group gets the error and none reaches the cache.
+auto-committing consumers cost a few fsyncs, not one each. A committer that finds no
+leader becomes one: it takes every queued commit, stores them in one transaction,
+updates the cache in queue order and wakes them all; commits arriving meanwhile queue,
+and the first of them leads the next group. A lone commit never waits for company. When
+the transaction fails, every commit of its group gets the error and none reaches the
+cache. A waiting commit cannot be interrupted (Ctrl-C): the server commits from worker
+threads, which are never interrupted.
 """
 
 from __future__ import annotations
