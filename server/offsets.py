@@ -14,8 +14,9 @@ leader becomes one: it takes every queued commit, stores them in one transaction
 updates the cache in queue order and wakes them all; commits arriving meanwhile queue,
 and the first of them leads the next group. A lone commit never waits for company. When
 the transaction fails, every commit of its group gets the error and none reaches the
-cache. A waiting commit cannot be interrupted (Ctrl-C): the server commits from worker
-threads, which are never interrupted.
+cache. Interrupting a waiting commit (KeyboardInterrupt in the main thread) is not
+supported: its commit stays queued and may stall the next hand-over; the server commits
+from worker threads, which never get one.
 """
 
 from __future__ import annotations
