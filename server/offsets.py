@@ -7,6 +7,16 @@ survives `kill -9` and power loss exactly like an acknowledged write. A commit o
 offsets is one transaction: all of them or none. The connection holds the file in
 exclusive locking mode: SQLite then keeps its WAL index in memory instead of a `-shm`
 file, so a vnode's offsets keep two descriptors open (the file and its `-wal`), not three.
+
+Commits that arrive together share one transaction (group commit), so that hundreds of
+auto-committing consumers cost a few fsyncs, not one each. A committer that finds no
+leader becomes one: it takes every queued commit, stores them in one transaction,
+updates the cache in queue order and wakes them all; commits arriving meanwhile queue,
+and the first of them leads the next group. A lone commit never waits for company. When
+the transaction fails, every commit of its group gets the error and none reaches the
+cache. Interrupting a waiting commit (KeyboardInterrupt in the main thread) is not
+supported: its commit stays queued and may stall the next hand-over; the server commits
+from worker threads, which never get one.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqltopic.sql.catalog_store import damage_reported
@@ -37,6 +48,28 @@ CREATE TABLE IF NOT EXISTS committed (
     PRIMARY KEY (topic, grp)
 ) WITHOUT ROWID
 """
+_UPSERT = (
+    "INSERT INTO committed VALUES (?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
+    "UPDATE SET next_version = excluded.next_version, updated_us = excluded.updated_us"
+)
+
+# A stored row: topic, group, next version, commit time in µs.
+_Row = tuple[str, str, int, int]
+
+
+@dataclass(slots=True)
+class _Commit:
+    """One caller's commit in the queue: its rows, then its outcome, set by the leader
+    whose group took it. A caller that must wait blocks on `wake`, a lock taken for it
+    that the leader releases once: when its group is done, or to make it the next leader.
+    (A bare lock, not a Condition: the woken caller need not take the store's mutex
+    again, so a group of followers does not convoy on it; and a commit that leads at once
+    makes none.)"""
+
+    rows: list[_Row]
+    wake: threading.Lock | None = None
+    done: bool = False
+    error: BaseException | None = None
 
 
 class OffsetStore:
@@ -44,7 +77,17 @@ class OffsetStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        # Guards the queue, `_leading`, each queued commit's outcome, and the cache; held
+        # only for moments, never across SQLite calls, so reads never wait for a fsync.
+        self._mutex = threading.Lock()
+        # Owns the connection: one group transaction, `forget` or `close` at a time. The
+        # cache changes under it too, so cache and file see writes in the same order.
+        self._write = threading.Lock()
+        self._queue: list[_Commit] = []
+        self._leading = False
+        # Group transactions committed since open: with `commit` calls counted by the
+        # caller, how well commits were grouped (tests and bench/offsets_bench.py).
+        self.transactions = 0
         self._con = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
         )
@@ -62,40 +105,94 @@ class OffsetStore:
 
     def get(self, topic: str, group: str) -> int | None:
         """The group's committed offset on this vnode, or None if it never committed."""
-        with self._lock:
+        with self._mutex:
             return self._cache.get((topic, group))
 
     def commit(self, offsets: Iterable[tuple[str, str, int]], now_us: int) -> None:
-        """Store (topic, group, next_version) rows in one durable transaction."""
+        """Store (topic, group, next_version) rows durably and all or none; returns once
+        the transaction holding them (shared with concurrent commits) is on disk."""
         rows = [(topic, group, offset, now_us) for topic, group, offset in offsets]
         if not rows:
             return
-        with self._lock:
-            self._transaction(
-                "INSERT INTO committed VALUES (?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
-                "UPDATE SET next_version = excluded.next_version, updated_us = excluded.updated_us",
-                rows,
-            )
+        mine = _Commit(rows)
+        with self._mutex:
+            self._queue.append(mine)
+            if self._leading:
+                mine.wake = threading.Lock()
+                mine.wake.acquire()
+            else:
+                self._leading = True
+        if mine.wake is not None:
+            mine.wake.acquire()  # released by a leader: our group is done, or we lead next
+        if not mine.done:
+            self._lead(mine)
+        # Only the leader of its group writes the outcome, before releasing us (or it is
+        # us): reading it here needs no lock.
+        if mine.error is not None:
+            # The same exception object in every thread of the group, as
+            # concurrent.futures.Future.result() does for its waiters.
+            raise mine.error
+
+    def _lead(self, mine: _Commit) -> None:
+        """Store every queued commit (`mine` among them) in one transaction, then hand
+        over to the next leader: the first commit queued meanwhile, if any."""
+        batch: list[_Commit] = []
+        error: BaseException | None = None
+        try:
+            with self._write:
+                with self._mutex:  # under the write lock: all that queued while it waited
+                    batch, self._queue = self._queue, []
+                error = self._store([row for commit in batch for row in commit.rows])
+        finally:
+            with self._mutex:
+                for commit in batch:
+                    commit.error = error
+                    commit.done = True
+                    if commit.wake is not None:
+                        commit.wake.release()
+                if not mine.done:  # interrupted before taking the queue: withdraw
+                    self._queue.remove(mine)
+                # Leadership passes straight to the first waiter (every queued commit
+                # waits: only the leader's own had no `wake`, and it is gone from the
+                # queue), so no newcomer can slip ahead of those queued.
+                self._leading = bool(self._queue)
+                if self._queue and (first := self._queue[0].wake) is not None:
+                    first.release()
+
+    def _store(self, rows: list[_Row]) -> BaseException | None:
+        """One transaction of `rows`, then the cache in their order; the error, if any,
+        for every commit of the group (the cache then keeps the previous offsets)."""
+        try:
+            self._transaction(_UPSERT, rows)
+        except BaseException as exc:  # reported to each committer, the leader included
+            return exc
+        self.transactions += 1
+        with self._mutex:
             for topic, group, offset, _ in rows:
                 self._cache[topic, group] = offset
+        return None
 
     def forget(self, topic: str, group: str | None = None) -> None:
         """Remove the offsets of `topic` (DROP TOPIC), or of one group on it (DROP
-        CONSUMER GROUP)."""
-        with self._lock:
+        CONSUMER GROUP). A commit of them queued meanwhile lands after: ordered like one
+        that arrived after the drop."""
+        with self._write:
             if group is None:
                 self._transaction("DELETE FROM committed WHERE topic = ?", [(topic,)])
-                for key in [k for k in self._cache if k[0] == topic]:
-                    del self._cache[key]
             else:
                 self._transaction(
                     "DELETE FROM committed WHERE topic = ? AND grp = ?", [(topic, group)]
                 )
-                self._cache.pop((topic, group), None)
+            with self._mutex:
+                gone = [
+                    k for k in self._cache if k[0] == topic and (group is None or k[1] == group)
+                ]
+                for key in gone:
+                    del self._cache[key]
 
     def groups(self, topic: str) -> dict[str, int]:
         """Every group with an offset on `topic` here, and that offset."""
-        with self._lock:
+        with self._mutex:
             return {g: off for (t, g), off in self._cache.items() if t == topic}
 
     def _transaction(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
@@ -105,11 +202,12 @@ class OffsetStore:
             con.executemany(sql, rows)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:  # SQLite may have rolled back already (I/O error, full disk)
+                con.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
-        with self._lock:
+        with self._write:
             self._con.close()
 
 
