@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqltopic.sql.catalog_store import damage_reported
+from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, topic_of
 
 OFFSETS_FILE = "offsets.sqlite"
 OFFSETS_DAMAGED = (
@@ -174,19 +175,22 @@ class OffsetStore:
 
     def forget(self, topic: str, group: str | None = None) -> None:
         """Remove the offsets of `topic` (DROP TOPIC), or of one group on it (DROP
-        CONSUMER GROUP). A commit of them queued meanwhile lands after: ordered like one
-        that arrived after the drop."""
+        CONSUMER GROUP), its bindings' (`topic?key`) included. A commit of them queued
+        meanwhile lands after: ordered like one that arrived after the drop."""
+        of_topic = "(topic = ? OR substr(topic, 1, ?) = ?)"
+        bound = (topic, len(topic) + 1, topic + SUBSCRIPTION_SEP)
         with self._write:
             if group is None:
-                self._transaction("DELETE FROM committed WHERE topic = ?", [(topic,)])
+                self._transaction(f"DELETE FROM committed WHERE {of_topic}", [bound])
             else:
                 self._transaction(
-                    "DELETE FROM committed WHERE topic = ? AND grp = ?", [(topic, group)]
+                    f"DELETE FROM committed WHERE {of_topic} AND grp = ?", [(*bound, group)]
                 )
             with self._mutex:
                 gone = [
-                    k for k in self._cache if k[0] == topic and (group is None or k[1] == group)
-                ]
+                    k for k in self._cache
+                    if topic_of(k[0]) == topic and (group is None or k[1] == group)
+                ]  # fmt: skip
                 for key in gone:
                     del self._cache[key]
 
@@ -194,6 +198,11 @@ class OffsetStore:
         """Every group with an offset on `topic` here, and that offset."""
         with self._mutex:
             return {g: off for (t, g), off in self._cache.items() if t == topic}
+
+    def subscriptions(self, topic: str) -> list[tuple[str, str]]:
+        """Every (subscription, group) with an offset here on `topic` or its bindings."""
+        with self._mutex:
+            return [(t, g) for t, g in self._cache if topic_of(t) == topic]
 
     def _transaction(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
         con = self._con

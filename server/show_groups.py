@@ -59,7 +59,7 @@ def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tupl
     candidates = [(t, m.group) for m in members for t in m.topics] + list(owners)
     for name, topic in topics.items():
         for vgroup in state.catalog.databases[topic.db].vgroups:
-            candidates += [(name, g) for g in state.vnode(vgroup).offsets.groups(name)]
+            candidates += state.vnode(vgroup).offsets.subscriptions(name)
     for pair in candidates:
         if topic_of(pair[0]) in topics and pair not in seen:
             seen.add(pair)

@@ -77,6 +77,12 @@ def test_each_binding_receives_exactly_its_rows(live_power: Connection, server: 
     finally:
         for consumer in consumers.values():
             consumer.close()
+    # the committed binding is still shown; a dropped topic's bindings' offsets go with it
+    shown = {r[0] for r in live_power.execute("SHOW SUBSCRIPTIONS").rows}
+    assert 'bydev?{"tbname":"d1"}' in shown
+    live_power.execute("DROP TOPIC bydev")
+    live_power.execute(TOPIC)
+    assert live_power.execute("SHOW SUBSCRIPTIONS").rows == []
 
 
 def test_several_parameters_and_an_in_list_with_the_aio_consumer(
