@@ -21,7 +21,7 @@ from sqltopic.errors import NotFoundError
 from sqltopic.server.batches import conform, with_context
 from sqltopic.server.duck import SPLIT_PARTS, query
 from sqltopic.server.state import State
-from sqltopic.server.vnode import entry_table_keyed
+from sqltopic.server.vnode import entry_runs
 from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema, tags_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
@@ -103,8 +103,7 @@ def read_topic(
                 pending = []
                 items.append(TopicMeta(rec.version, event))
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
-            entry = scope.entry(rec)
-            if entry is not None:
+            for entry in scope.entries(rec):
                 pending.append(entry)
                 rows += entry.batch.num_rows
         if rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
@@ -156,13 +155,16 @@ class _Scope:
             tables = [t for t in in_vnode if t.name == topic.target]
         return {t.name: t for t in tables}
 
-    def entry(self, rec: WalRecord) -> _Entry | None:
+    def entries(self, rec: WalRecord) -> list[_Entry]:
+        """The runs of a data entry (either form: sql/entries.py) that are the topic's
+        tables' rows; not another table's, nor an earlier table's of the same name."""
         batch, key = rec.arrow_keyed()
-        owner = entry_table_keyed(batch, key)
-        table = self.tables.get(owner.name)
-        if table is None or not owner.is_of(table):
-            return None  # another table's, or an earlier table's of the same name
-        return _Entry(rec.version, table, batch)
+        out = []
+        for owner, rows in entry_runs(batch, key, self.tables):
+            table = self.tables[owner.name]
+            if owner.is_of(table):
+                out.append(_Entry(rec.version, table, rows))
+        return out
 
     def wants_event(self, event: dict[str, Any]) -> bool:
         if self.topic.kind == "database":
