@@ -354,34 +354,94 @@ def _resolve(
     per_row: pa.Array, now: int,
 ) -> tuple[pa.Array, pa.Array]:  # fmt: skip
     """The uid and vgroup of each named table (int64, int32), rights checked. When every
-    name is an existing child of `stb`: one hash lookup. Otherwise name by name, creating
-    the missing children from their first row's tag values."""
+    name is an existing child of `stb`: one hash lookup in its ChildIndex. Otherwise a
+    catalog lookup per name, creating the missing children from their first row's tag
+    values (gathered for all of them at once)."""
     index = _child_index(state, db, stb)
-    found = index.find(names)
-    if found.null_count == 0:
-        _check_writes(plan, db, stb, index, found)
-        return pc.take(index.uids, found), pc.take(index.vgroups, found)
-    firsts = _first_rows(per_row, len(names)).to_pylist()
-    tables = [
-        _child(state, plan, db, stb, name, rows.slice(first, 1), now)
-        for name, first in zip(names.to_pylist(), firsts, strict=True)
-    ]
+    if index is not None:
+        found = index.find(names)
+        if found.null_count == 0:
+            if not _whole(plan, db, stb):
+                for i in found.to_pylist():
+                    plan.check_write(db, index.tables[i])
+            return pc.take(index.uids, found), pc.take(index.vgroups, found)
+    tables = _children(state, plan, db, stb, rows, names, per_row, now)
     return (
         pa.array([t.uid for t in tables], pa.int64()),
         pa.array([t.vgroup for t in tables], pa.int32()),
     )
 
 
-def _check_writes(
-    plan: Plan, db: Database, stb: SuperTable, index: ChildIndex, found: pa.Array
-) -> None:
-    """NotFoundError or NoPermission unless the user may write every child found. One
-    check when the right covers the whole super table; else exactly, table by table."""
+def _whole(plan: Plan, db: Database, stb: SuperTable) -> bool:
+    """Whether the user may write every child of `stb`, existing or new (no condition):
+    then no table needs a check of its own."""
     scope = plan.rights.scope("write", db, stb.name)
-    if scope is not None and scope.condition is None:
-        return
-    for i in found.to_pylist():
-        plan.check_write(db, index.tables[i])
+    return scope is not None and scope.condition is None
+
+
+def _children(
+    state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, names: pa.Array,
+    per_row: pa.Array, now: int,
+) -> list[Table]:  # fmt: skip
+    """The child table of each name, created if missing; checked in the names' order."""
+    name_list = names.to_pylist()
+    found = [
+        state.catalog.tables.get((db.name, n)) or plan.created.get((db.name, n)) for n in name_list
+    ]
+    missing = [i for i, t in enumerate(found) if t is None]
+    tags = _tags_of(stb, rows, per_row, len(name_list), missing) if missing else {}
+    whole = _whole(plan, db, stb)
+    out = []
+    for i, (name, table) in enumerate(zip(name_list, found, strict=True)):
+        if table is None:
+            out.append(_new_child(state, plan, db, stb, name, tags[i], now, checked=whole))
+            continue
+        if table.stable != stb.name:
+            raise SqlError(f"table {name} is not a child table of {stb.name}")
+        if not whole and (db.name, name) not in plan.created:  # those passed check_create
+            plan.check_write(db, table)
+        out.append(table)
+    return out
+
+
+def _tags_of(
+    stb: SuperTable, rows: pa.Table, per_row: pa.Array, count: int, wanted: list[int]
+) -> dict[int, dict[str, Any] | None]:
+    """For the names at positions `wanted` (of `count`, in first-appearance order), the
+    tag values of their first row, as the catalog stores them (timestamps as integers);
+    None when the write gives no tag column. One `take` for all of them."""
+    given = [t.name for t in stb.tags if t.name in set(rows.column_names)]
+    if not given:
+        return dict.fromkeys(wanted)
+    firsts = pc.take(_first_rows(per_row, count), pa.array(wanted, pa.int32()))
+    picked = rows.select(given).take(firsts)
+    for i, tag in enumerate(picked.schema):
+        if pa.types.is_timestamp(tag.type):
+            picked = picked.set_column(i, tag.name, picked.column(i).cast(pa.int64()))
+    empty: dict[str, Any] = dict.fromkeys(t.name for t in stb.tags)
+    return {i: empty | row for i, row in zip(wanted, picked.to_pylist(), strict=True)}
+
+
+def _new_child(
+    state: State, plan: Plan, db: Database, stb: SuperTable, name: str,
+    tags: dict[str, Any] | None, now: int, *, checked: bool,
+) -> Table:  # fmt: skip
+    """Child table `name` of `stb` with these tags, to be created by the write;
+    `checked`: the user's right covers every child of `stb` already."""
+    check_name("table", name)
+    if (db.name, name) in state.catalog.stables:
+        raise AlreadyExistsError(f"{db.name}.{name} is a super table, not a child table name")
+    if tags is None:
+        raise NotFoundError(
+            f"table {db.name}.{name} does not exist; give its tag columns to create it"
+        )
+    if not checked:
+        plan.check_create(db, stb, name, tags)
+    table = Table(
+        db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
+    )
+    plan.add_create(table)
+    return table
 
 
 def _first_rows(per_row: pa.Array, count: int) -> pa.Array:
@@ -425,61 +485,35 @@ def _add_grouped(
         plan.add_piece(in_order[lo].as_py(), piece)
 
 
-def _child_index(state: State, db: Database, stb: SuperTable) -> ChildIndex:
-    """The children of `stb` as a ChildIndex, kept until the catalog next changes."""
+def _child_index(state: State, db: Database, stb: SuperTable) -> ChildIndex | None:
+    """The children of `stb` as a ChildIndex, kept until the catalog next changes; None
+    while the catalog keeps changing. Building one costs a look at every table, so it is
+    built only when the catalog did not change since the previous write through `stb`:
+    a run of writes that create children each resolves names one by one instead, at a
+    cost that follows the write's size rather than the catalog's."""
     cache = _INDEXES.get(id(state))
     if cache is None:
         cache = _INDEXES[id(state)] = {}
         weakref.finalize(state, _INDEXES.pop, id(state), None)
-    if len(cache) >= INDEXES_KEPT:
-        cache.clear()
-    children = state.catalog.children
-    return state.derived(
-        cache, (db.name, stb.name), lambda: ChildIndex.of(children(db.name, stb.name))
-    )
+    key = (db.name, stb.name)
+    generation, index = cache.get(key, (-1, None))
+    if generation == state.generation and index is not None:
+        return index
+    if generation != state.generation:  # first write since a change: only note it
+        if len(cache) >= INDEXES_KEPT:
+            cache.clear()
+        cache[key] = (state.generation, None)
+        return None
+    built = ChildIndex.of(state.catalog.children(db.name, stb.name))
+    cache[key] = (state.generation, built)
+    return built
 
 
 # Super tables whose ChildIndex an engine keeps: one per super table written through.
 INDEXES_KEPT = 1024
-# id(State) -> (db, super table) -> (catalog generation, its ChildIndex); an entry goes
-# with its State (weakref.finalize)
-_INDEXES: dict[int, dict[tuple[str, str], tuple[int, ChildIndex]]] = {}
-
-
-def _child(
-    state: State, plan: Plan, db: Database, stb: SuperTable, name: str, rows: pa.Table, now: int
-) -> Table:
-    """The child table `name` of `stb`, created from the rows' tag values if missing."""
-    existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
-    if existing is not None:
-        if existing.stable != stb.name:
-            raise SqlError(f"table {name} is not a child table of {stb.name}")
-        if (db.name, name) not in plan.created:  # those passed check_create
-            plan.check_write(db, existing)
-        return existing
-    check_name("table", name)
-    if (db.name, name) in state.catalog.stables:
-        raise AlreadyExistsError(f"{db.name}.{name} is a super table, not a child table name")
-    given = [t for t in stb.tags if t.name in rows.column_names]
-    if not given:
-        raise NotFoundError(
-            f"table {db.name}.{name} does not exist; give its tag columns to create it"
-        )
-    tags: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
-    tags.update({t.name: _first(rows.column(t.name)) for t in given})
-    plan.check_create(db, stb, name, tags)
-    table = Table(
-        db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
-    )
-    plan.add_create(table)
-    return table
-
-
-def _first(values: pa.ChunkedArray) -> Any:
-    """The first value as the catalog stores tags: timestamps as integers."""
-    if pa.types.is_timestamp(values.type):
-        values = values.cast(pa.int64())
-    return values[0].as_py()
+# id(State) -> (db, super table) -> (catalog generation, its ChildIndex, or None: not
+# built yet); an entry goes with its State (weakref.finalize)
+_INDEXES: dict[int, dict[tuple[str, str], tuple[int, ChildIndex | None]]] = {}
 
 
 # --- Arrow writes ----------------------------------------------------------------------

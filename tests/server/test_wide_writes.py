@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import NoPermission, NotFoundError
+from sqltopic.server import writes
 from sqltopic.server.engine import Engine
 from sqltopic.server.result import Session
 from sqltopic.spark_jobs.pieces import list_pieces
@@ -146,15 +147,19 @@ def test_a_wide_write_is_one_entry_per_vgroup_and_reads_as_narrow_ones(
     wide, narrow = pair
     data = interleaved(200, 1_000)
     before = {v: len(data_entries(wide, v)) for v in vgroups_of(wide, "w")}
-    assert wide.write("w.meters", data) == 200
+    assert wide.write("w.meters", data) == 200  # names resolved one by one
     write_narrow(narrow, data)
     for vgroup in vgroups_of(wide, "w"):
         added = data_entries(wide, vgroup)[before[vgroup] :]
         assert len(added) == 1, "one multi-table entry per vgroup"
         assert added[0].schema.metadata[TABLES_KEY] == b"runs/1"
+    # the catalog did not change since: this write resolves names with the ChildIndex
+    assert wide.write("w.meters", interleaved(150, 2_000)) == 150
+    assert writes._INDEXES[id(wide.state)][("w", "meters")][1] is not None
+    write_narrow(narrow, interleaved(150, 2_000))
     assert_same_reads(wide, narrow)
     total = sum(len(block_rows(i)) for i in read_vgroups(wide, "s", "w", 1_000_000).values())
-    assert total == 200
+    assert total == 350
 
 
 def test_old_single_table_entries_and_a_schema_change_in_one_wal(
@@ -266,3 +271,27 @@ def test_a_multi_table_insert_reads_as_its_parts_one_by_one(pair: tuple[Engine, 
     assert_same_reads(wide, narrow)
     entries = [len(data_entries(wide, v)) for v in vgroups_of(wide, "w")]
     assert sum(entries) == 5, "a multi-table entry per vgroup, and `other`'s own"
+
+
+def test_created_children_take_their_first_rows_tags(engine: Engine) -> None:
+    engine.execute(
+        "CREATE DATABASE t VGROUPS 2; USE t;"
+        "CREATE STABLE s (ts TIMESTAMP, v INT) TAGS (since TIMESTAMP, g INT, label NCHAR(4))"
+    )
+    data = pa.table({
+        "tbname": ["c1", "c2", "c1", "c3"],
+        "ts": pa.array([1, 2, 3, 4], pa.timestamp("ms")),
+        "v": pa.array([1, 2, 3, 4], pa.int32()),
+        "since": pa.array([5_000, None, 9_000, 1], pa.timestamp("ms")),
+        "g": pa.array([7, 8, 9, None], pa.int32()),
+        "label": ["a", "b", "z", None],
+    })  # fmt: skip
+    assert engine.write("s", data) == 4
+    engine.execute("INSERT INTO c4 USING s TAGS (5000, 7, 'a') VALUES (5, 5)")
+    tags = {t.name: t.tags for t in engine.state.catalog.children("t", "s")}
+    assert tags == {
+        "c1": {"since": 5_000, "g": 7, "label": "a"},
+        "c2": {"since": None, "g": 8, "label": "b"},
+        "c3": {"since": 1, "g": None, "label": None},
+        "c4": {"since": 5_000, "g": 7, "label": "a"},  # as INSERT ... USING stores them
+    }
