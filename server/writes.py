@@ -467,20 +467,22 @@ def _add_grouped(
     rank = pc.sort_indices(tables)  # the inverse permutation: each table's place
     grouped = data.take(pc.sort_indices(pc.take(rank, per_row)))  # stable sort of rows
     counts = pc.value_counts(per_row).field("counts")  # tables in first-appearance order
-    ends = pc.cumulative_sum(pc.take(counts, tables)).cast(pa.int32())
-    in_order = pc.take(vgroups, tables)
+    ends = pc.cast(pc.cumulative_sum(pc.take(counts, tables)), pa.int32())
+    names, uids, in_order = (pc.take(a, tables) for a in (names, uids, vgroups))
     cuts = pc.indices_nonzero(pc.not_equal(in_order.slice(1), in_order.slice(0, len(in_order) - 1)))
     bounds = [0, *(i + 1 for i in cuts.to_pylist()), len(names)]
     for lo, hi in itertools.pairwise(bounds):
         first_row = ends[lo - 1].as_py() if lo else 0
         last_row = ends[hi - 1].as_py()
-        part = tables.slice(lo, hi - lo)
+        part_ends = ends.slice(lo, hi - lo)
+        if first_row:  # a run's end counts from its piece's first row
+            part_ends = pc.subtract(part_ends, pa.scalar(first_row, pa.int32()))
         piece = _Piece(
             stable,
             grouped.slice(first_row, last_row - first_row),
-            names=pc.take(names, part),
-            uids=pc.take(uids, part),
-            ends=pc.subtract(ends.slice(lo, hi - lo), pa.scalar(first_row, pa.int32())),
+            names=names.slice(lo, hi - lo),
+            uids=uids.slice(lo, hi - lo),
+            ends=part_ends,
         )
         plan.add_piece(in_order[lo].as_py(), piece)
 

@@ -75,8 +75,8 @@ def multi_batch(
     )
     directory.validate()
     meta = {**(data.schema.metadata or {}), STABLE_KEY: stable.encode(), TABLES_KEY: TABLES_FORMAT}
-    schema = data.schema.append(DIRECTORY_FIELD).with_metadata(meta)
-    return pa.RecordBatch.from_arrays([*data.columns, directory], schema=schema)
+    # (append_column: a third of the cost of from_arrays with a new schema)
+    return data.append_column(DIRECTORY_FIELD, directory).replace_schema_metadata(meta)
 
 
 def entry_runs(
