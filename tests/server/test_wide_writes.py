@@ -263,9 +263,12 @@ def test_a_multi_table_insert_reads_as_its_parts_one_by_one(pair: tuple[Engine, 
         + (f" ({1_000 + i}, NULL, {i}, NULL)" if i % 3 == 0 else "")
         for i in range(30)
     ]  # d0..d8 named several times each, their parts not adjacent
+    parts.insert(
+        10, "w.meters (tbname, ts, voltage) VALUES ('d2', 50, 1) ('d3', 51, 2) ('d2', 52, 3)"
+    )
     parts.append("w.d1 USING w.meters TAGS ('late', 9) VALUES (7, 1, 2, 'x')")
     parts.append("w.other VALUES (5, 1)")  # a normal table: an entry of its own
-    assert wide.execute("INSERT INTO " + " ".join(parts)).affected_rows == 42
+    assert wide.execute("INSERT INTO " + " ".join(parts)).affected_rows == 45
     for part in parts:
         narrow.execute("INSERT INTO " + part)
     assert_same_reads(wide, narrow)
