@@ -9,7 +9,7 @@ besides the data: tag values, `tbname`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,14 @@ class DataEntry:
     batch: pa.RecordBatch
 
 
-def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry]:
+def data_entries(
+    reader: WalReader, from_version: int = 0, keep: Container[str] | None = None
+) -> Iterator[DataEntry]:
     """Every run of rows of one table in the data entries the WAL retains from
     `from_version` to the readable end, in WAL order (a single-table entry is one run;
     a multi-table entry one per table run, zero-copy slices); versions retention has
-    deleted are skipped, even while this runs."""
+    deleted are skipped, even while this runs. With `keep`, only runs of the tables named
+    there."""
     version = max(from_version, reader.first_version)
     while True:
         try:
@@ -53,7 +56,7 @@ def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry
             return
         for rec in records:
             if rec.entry_type is EntryType.DATA:
-                for owner, rows in entry_runs(*rec.arrow_keyed()):
+                for owner, rows in entry_runs(*rec.arrow_keyed(), keep):
                     yield DataEntry(rec.version, owner, rows)
         version = records[-1].version + 1
 
