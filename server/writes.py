@@ -374,7 +374,8 @@ def _resolve(
     name is an existing child of `stb`: one hash lookup in its ChildIndex. Otherwise a
     catalog lookup per name, creating the missing children from their first row's tag
     values (gathered for all of them at once)."""
-    index = _child_index(state, db, stb)
+    # (a write planned alone creates children: an index built now is stale at once)
+    index = None if plan.exclusive else _child_index(state, db, stb)
     if index is not None:
         found = index.find(names)
         if found.null_count == 0:
