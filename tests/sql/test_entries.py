@@ -88,3 +88,11 @@ def test_an_unknown_form_is_refused() -> None:
     meta = {**entry.schema.metadata, TABLES_KEY: b"runs/9"}
     with pytest.raises(ValueError, match=r"form b'runs/9'.*newer sqltopic"):
         entry_runs(entry.replace_schema_metadata(meta))
+
+
+def test_run_ends_that_do_not_cover_the_rows_are_refused() -> None:
+    with pytest.raises(pa.ArrowInvalid, match="run end"):
+        multi_batch(
+            _data(6), "meters", pa.array(["d1", "d2"]), pa.array([1, 2], pa.int64()),
+            pa.array([2, 5], pa.int32()),
+        )  # fmt: skip
