@@ -483,13 +483,16 @@ def _add_grouped(
         return
     tables = pc.sort_indices(vgroups)  # stable: by vgroup, then first appearance
     rank = pc.sort_indices(tables)  # the inverse permutation: each table's place
-    grouped = data.take(pc.sort_indices(pc.take(rank, per_row)))  # stable sort of rows
-    counts = pc.value_counts(per_row).field("counts")  # tables in first-appearance order
-    ends = pc.cast(pc.cumulative_sum(pc.take(counts, tables)), pa.int32())
-    names, uids, in_order = (pc.take(a, tables) for a in (names, uids, vgroups))
-    cuts = pc.indices_nonzero(pc.not_equal(in_order.slice(1), in_order.slice(0, len(in_order) - 1)))
-    bounds = [0, *(i + 1 for i in cuts.to_pylist()), len(names)]
-    for lo, hi in itertools.pairwise(bounds):
+    order = pc.sort_indices(pc.take(rank, per_row))  # stable: a table's rows keep order
+    grouped = data.take(order)
+    # one run per table, in entry order: where its rows end, and which table it is
+    runs = pc.run_end_encode(pc.take(per_row, order), run_end_type=pa.int32())
+    ends, which = runs.run_ends, runs.values
+    names, uids, run_vgroups = (pc.take(a, which) for a in (names, uids, vgroups))
+    # one run per vgroup over those runs: where its tables end, and which vgroup it is
+    parts = pc.run_end_encode(run_vgroups, run_end_type=pa.int32())
+    lo = 0
+    for hi, vgroup in zip(parts.run_ends.to_pylist(), parts.values.to_pylist(), strict=True):
         first_row = ends[lo - 1].as_py() if lo else 0
         last_row = ends[hi - 1].as_py()
         part_ends = ends.slice(lo, hi - lo)
@@ -502,7 +505,8 @@ def _add_grouped(
             uids=uids.slice(lo, hi - lo),
             ends=part_ends,
         )
-        plan.add_piece(in_order[lo].as_py(), piece)
+        plan.add_piece(vgroup, piece)
+        lo = hi
 
 
 def _child_index(state: State, db: Database, stb: SuperTable) -> ChildIndex | None:
