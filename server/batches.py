@@ -9,14 +9,14 @@ besides the data: tag values, `tbname`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
-from sqltopic.sql.entries import EntryTable, conform, entry_table
+from sqltopic.sql.entries import EntryTable, conform, entry_runs
 from sqltopic.sql.model import TBNAME, Column, Table
 from sqltopic.wal import EntryType, WalReader
 
@@ -30,14 +30,21 @@ SCAN_ENTRIES = 4096
 
 @dataclass(frozen=True, slots=True)
 class DataEntry:
+    """One table's run of rows in the data entry of `version`."""
+
     version: int
     table: EntryTable
     batch: pa.RecordBatch
 
 
-def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry]:
-    """Every data entry the WAL retains from `from_version` to the readable end, in WAL
-    order (versions retention has deleted are skipped, even while this runs)."""
+def data_entries(
+    reader: WalReader, from_version: int = 0, keep: Container[str] | None = None
+) -> Iterator[DataEntry]:
+    """Every run of rows of one table in the data entries the WAL retains from
+    `from_version` to the readable end, in WAL order (a single-table entry is one run;
+    a multi-table entry one per table run, zero-copy slices); versions retention has
+    deleted are skipped, even while this runs. With `keep`, only runs of the tables named
+    there."""
     version = max(from_version, reader.first_version)
     while True:
         try:
@@ -49,8 +56,8 @@ def data_entries(reader: WalReader, from_version: int = 0) -> Iterator[DataEntry
             return
         for rec in records:
             if rec.entry_type is EntryType.DATA:
-                batch = rec.arrow()
-                yield DataEntry(rec.version, entry_table(batch), batch)
+                for owner, rows in entry_runs(*rec.arrow_keyed(), keep):
+                    yield DataEntry(rec.version, owner, rows)
         version = records[-1].version + 1
 
 

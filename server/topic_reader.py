@@ -11,7 +11,7 @@ META topics also return the DDL events, in WAL order among the blocks.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqltopic.server.bindings import BindingSet
 from sqltopic.server.duck import SPLIT_PARTS, query
 from sqltopic.server.state import State
 from sqltopic.server.topic_tables import interest, topic_tables
-from sqltopic.server.vnode import EntryTable, entry_table_keyed
+from sqltopic.server.vnode import EntryTable, entry_runs
 from sqltopic.sql import layout
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
@@ -101,7 +101,8 @@ def read_topic(
             collector.meta(rec.version, rec.json())
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
             batch, key = rec.arrow_keyed()
-            collector.data(rec.version, entry_table_keyed(batch, key), batch)
+            for owner, rows in entry_runs(batch, key, collector.scope.tables):
+                collector.data(rec.version, owner, rows)
         if collector.rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
             break
     items = collector.finish()
@@ -133,10 +134,10 @@ def read_topics(
     topics = [known[name] for name in by_topic]
     for topic in topics:
         _check_vgroup(state, topic, vgroup)
-    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics)
+    index = interest(state, vgroup)
+    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics, index)
     owners = {e.owner.name for e in entries if e.owner is not None}
     has_meta = any(e.owner is None for e in entries)
-    index = interest(state, vgroup)
     wanted = {name for table in owners for name in index.get(table, ())}
     found: dict[str, list[TopicItem]] = {}
     for topic in topics:
@@ -218,11 +219,13 @@ class _Decoded:
 
 
 def _decoded(
-    state: State, vgroup: int, from_version: int, max_bytes: int, topics: list[Topic]
-) -> tuple[list[_Decoded], int]:
+    state: State, vgroup: int, from_version: int, max_bytes: int, topics: list[Topic],
+    keep: Container[str],
+) -> tuple[list[_Decoded], int]:  # fmt: skip
     """The entries from `from_version` (at most READ_ENTRIES, `max_bytes` of bodies),
-    decoded, and the version after the last; data entries are decoded only when a topic
-    delivers data, events kept only when one delivers them."""
+    decoded, and the version after the last: a data entry's runs of the tables in
+    `keep` (those some topic delivers), only when a topic delivers data; events only
+    when one delivers them."""
     data = any(t.meta != "only" for t in topics)
     meta = any(t.meta != "none" for t in topics)
     out: list[_Decoded] = []
@@ -238,7 +241,8 @@ def _decoded(
             out.append(_Decoded(rec.version, None, None, rec))
         elif rec.entry_type is EntryType.DATA and data:
             arrow, key = rec.arrow_keyed()
-            out.append(_Decoded(rec.version, entry_table_keyed(arrow, key), arrow, None))
+            for owner, rows in entry_runs(arrow, key, keep):
+                out.append(_Decoded(rec.version, owner, rows, None))
     return out, next_version
 
 
@@ -291,7 +295,7 @@ class _Scope:
         return cls(state, topic, topic_tables(state, topic, vgroup))
 
     def table_of(self, owner: EntryTable) -> Table | None:
-        """The topic's table that owns an entry, or None: another table's, or an
+        """The topic's table that owns an entry's run, or None: another table's, or an
         earlier table's of the same name."""
         table = self.tables.get(owner.name)
         if table is None or not owner.is_of(table):

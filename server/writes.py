@@ -5,10 +5,20 @@ converted and checked) and only then appended, one append per vnode: a bad value
 anywhere writes nothing. Writes to existing tables share the engine lock; a write that
 creates child tables (USING ... TAGS, or new `tbname`s through a super table) takes it
 alone, like DDL.
+
+A write appends one data entry per run of consecutive pieces of one super table in a
+vgroup (sql/entries.py): a write through a super table naming a thousand children makes
+one multi-table entry per vgroup, its rows grouped by table with a few vectorised steps
+(one dictionary encoding of `tbname`, one hash lookup of the names in the super table's
+`ChildIndex`, two stable sorts), not a Python loop per table. A vgroup's DDL events of a
+write (tables it creates) come before its data entries, in the same append.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,17 +37,17 @@ from sqltopic.errors import (
 from sqltopic.server.ddl import tag_values
 from sqltopic.server.privileges import Rights
 from sqltopic.server.result import Result, Session
-from sqltopic.server.routing import vgroup_for
+from sqltopic.server.routing import ChildIndex, vgroup_for
 from sqltopic.server.rwlock import WouldBlock
 from sqltopic.server.state import State
-from sqltopic.server.vnode import tag_batch
+from sqltopic.server.vnode import EntryTable, multi_batch, tag_batch
 from sqltopic.sql import events
 from sqltopic.sql.insert import Insert, InsertPart
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Column, Database, SuperTable, Table, new_uid, no_table
 from sqltopic.sql.names import check_name
 from sqltopic.sql.statements import TableRef
-from sqltopic.sql.types import ColumnType
+from sqltopic.sql.types import ColumnType, Precision
 from sqltopic.sql.values import to_arrow
 from sqltopic.wal import WalEntry, data_entry, meta_entry
 
@@ -49,6 +59,33 @@ class _NeedsExclusive(Exception):
     """Planning under the shared lock found a table to create: plan again, alone."""
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """Rows a write appends to one vgroup: one table's (`owner`), or runs of rows of
+    children of super table `stable` (run i: table names[i] of uid uids[i], the rows up
+    to ends[i])."""
+
+    stable: str | None
+    batch: pa.RecordBatch
+    owner: EntryTable | None = None
+    names: pa.Array | None = None
+    uids: pa.Array | None = None
+    ends: pa.Array | None = None
+
+    def runs(self) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """names, uids and run ends (int32), for either kind."""
+        if self.owner is not None:
+            return (
+                pa.array([self.owner.name], pa.string()),
+                pa.array([self.owner.uid], pa.int64()),
+                pa.array([self.batch.num_rows], pa.int32()),
+            )
+        assert self.names is not None
+        assert self.uids is not None
+        assert self.ends is not None
+        return self.names, self.uids, self.ends
+
+
 @dataclass
 class Plan:
     """What a write will append, per vgroup, and the DDL events among it."""
@@ -58,6 +95,8 @@ class Plan:
     created: dict[tuple[str, str], Table] = field(default_factory=dict)
     rows: int = 0
     exclusive: bool = False
+    # the rows, per vgroup in write order: they become entries at `finish`
+    pieces: dict[int, list[_Piece]] = field(default_factory=dict)
 
     def check_write(self, db: Database, table: Table) -> None:
         """NotFoundError or NoPermission unless the user may write rows to `table`."""
@@ -78,9 +117,27 @@ class Plan:
         )
 
     def add_data(self, table: Table, batch: pa.RecordBatch) -> None:
-        tagged = tag_batch(batch, table)
-        self.entries.setdefault(table.vgroup, []).append(data_entry(tagged))
-        self.rows += batch.num_rows
+        owner = EntryTable(table.name, table.stable, table.uid)
+        self.add_piece(table.vgroup, _Piece(table.stable, batch, owner))
+
+    def add_piece(self, vgroup: int, piece: _Piece) -> None:
+        self.pieces.setdefault(vgroup, []).append(piece)
+        self.rows += piece.batch.num_rows
+
+    def finish(self) -> Plan:
+        """The data entries, after each vgroup's DDL events: one per run of consecutive
+        pieces of one super table (a normal table's pieces stay one entry each)."""
+        for vgroup, pieces in self.pieces.items():
+            out = self.entries.setdefault(vgroup, [])
+            group: list[_Piece] = []
+            for piece in pieces:
+                if group and not _joins(group[-1], piece):
+                    out.append(data_entry(_entry_batch(group)))
+                    group = []
+                group.append(piece)
+            out.append(data_entry(_entry_batch(group)))
+        self.pieces = {}
+        return self
 
     def add_create(self, table: Table) -> None:
         if not self.exclusive:
@@ -90,12 +147,65 @@ class Plan:
         self.created[(table.db, table.name)] = table
 
 
+def _joins(last: _Piece, piece: _Piece) -> bool:
+    """Whether `piece` goes into the entry of `last`: children of the same super table,
+    both holding rows (a run is never empty)."""
+    return (
+        piece.stable is not None
+        and piece.stable == last.stable
+        and piece.batch.num_rows > 0
+        and last.batch.num_rows > 0
+    )
+
+
+def _entry_batch(group: list[_Piece]) -> pa.RecordBatch:
+    """One entry's batch for consecutive pieces: single-table when they hold one run."""
+    first = group[0]
+    if len(group) == 1 and first.owner is not None:
+        return tag_batch(first.batch, first.owner)
+    if len(group) == 1:
+        names, uids, ends = first.runs()
+        data = first.batch
+    else:
+        names, uids, ends = _joined_runs(group)
+        data = pa.concat_batches([p.batch for p in group])
+    if len(ends) == 1:
+        owner = EntryTable(names[0].as_py(), first.stable, uids[0].as_py())
+        return tag_batch(data, owner)
+    assert first.stable is not None
+    return multi_batch(data, first.stable, names, uids, ends)
+
+
+def _joined_runs(group: list[_Piece]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The runs of consecutive pieces as one directory (names, uids, run ends). An
+    INSERT's pieces are one table's each: their runs are built from Python lists at
+    once, not as three tiny arrays per piece."""
+    if all(p.owner is not None for p in group):
+        owners = [p.owner for p in group if p.owner is not None]
+        sizes = [p.batch.num_rows for p in group]
+        return (
+            pa.array([o.name for o in owners], pa.string()),
+            pa.array([o.uid for o in owners], pa.int64()),
+            pa.array(list(itertools.accumulate(sizes)), pa.int32()),
+        )
+    runs = [p.runs() for p in group]
+    ends_parts, offset = [], 0
+    for piece, (_, _, piece_ends) in zip(group, runs, strict=True):
+        ends_parts.append(pc.add(piece_ends, pa.scalar(offset, pa.int32())))
+        offset += piece.batch.num_rows
+    return (
+        pa.concat_arrays([r[0] for r in runs]),
+        pa.concat_arrays([r[1] for r in runs]),
+        pa.concat_arrays(ends_parts),
+    )
+
+
 def _run(state: State, user: str, build: Any) -> int:
     """Plan under the shared lock, or alone if tables must be created; then append. The
     user's rights are read under the lock too: they are the catalog's of the moment."""
     try:
         with state.lock.shared():
-            plan = build(Plan(Rights(state, user)))
+            plan = build(Plan(Rights(state, user))).finish()
             if state.lock.no_wait and any(
                 state.vnode(vgroup).wal.options.level >= 2 for vgroup in plan.entries
             ):
@@ -105,7 +215,7 @@ def _run(state: State, user: str, build: Any) -> int:
     except _NeedsExclusive:
         pass
     with state.lock.exclusive():
-        plan = build(Plan(Rights(state, user), exclusive=True))
+        plan = build(Plan(Rights(state, user), exclusive=True)).finish()
         state.write_entries(plan.entries)
         return int(plan.rows)
 
@@ -197,12 +307,18 @@ def _listed(columns: tuple[Column, ...], names: Sequence[str] | None, table: str
 
 def _fill(batch: pa.RecordBatch, columns: Sequence[Column], db: Database) -> pa.RecordBatch:
     """`batch` with every column of the table, in order; unlisted ones NULL."""
-    schema = data_schema(columns, db.precision)
+    schema = _data_schema(tuple(columns), db.precision)
     arrays = []
     for f in schema:
         i = batch.schema.get_field_index(f.name)
         arrays.append(batch.column(i) if i >= 0 else pa.nulls(batch.num_rows, f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@functools.lru_cache(maxsize=1024)
+def _data_schema(columns: tuple[Column, ...], precision: Precision) -> pa.Schema:
+    """`data_schema`, kept: building it costs more than a one-row entry's other work."""
+    return data_schema(columns, precision)
 
 
 def _plan_through_stable(
@@ -223,6 +339,8 @@ def _plan_through_stable(
 def _split_by_table(
     state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, now: int
 ) -> None:
+    """The rows of a write through `stb`, routed to their child tables (created from
+    the rows' tag values if missing) and grouped per vgroup, with vectorised work."""
     if TBNAME not in rows.column_names:
         raise SqlError(f"writing through super table {stb.name} needs a tbname column")
     if rows.column(TBNAME).null_count:
@@ -230,51 +348,113 @@ def _split_by_table(
     listed = [c for c in stb.columns if c.name in rows.column_names]
     if stb.columns[0] not in listed:
         raise SqlError(f"the timestamp column {stb.columns[0].name} must be given")
-    for name, subset in _by_table(rows):
-        table = _child(state, plan, db, stb, name.lower(), subset, now)
-        batch = subset.select([c.name for c in listed]).combine_chunks().to_batches()[0]
-        plan.add_data(table, _fill(batch, stb.columns, db))
-
-
-def _by_table(rows: pa.Table) -> list[tuple[str, pa.Table]]:
-    """The rows of each `tbname`, in the order the names first appear, each table's rows
-    in their order. One stable sort: a filter per name would cost rows x tables, and a
-    gateway's batch names a table per row."""
     if rows.num_rows == 0:
-        return []
-    order = pc.sort_indices(rows.column(TBNAME))  # stable: equal names keep their order
-    ordered = rows.take(order)
-    names = ordered.column(TBNAME).combine_chunks()
-    changes = pc.not_equal(names.slice(1), names.slice(0, len(names) - 1))
-    starts = [0, *(i + 1 for i in pc.indices_nonzero(changes).to_pylist())]
-    ends = [*starts[1:], len(names)]
-    firsts = order.take(pa.array(starts)).to_pylist()  # where each name first appears
-    runs = sorted(zip(firsts, starts, ends, strict=True))
-    return [(names[a].as_py(), ordered.slice(a, b - a)) for _, a, b in runs]
+        return
+    # unique names in the order they first appear; per row, its name's index there
+    encoded = pc.dictionary_encode(_lower(rows.column(TBNAME).combine_chunks()))
+    names, per_row = encoded.dictionary, encoded.indices
+    uids, vgroups = _resolve(state, plan, db, stb, rows, names, per_row, now)
+    data = rows.select([c.name for c in listed]).combine_chunks().to_batches()[0]
+    _add_grouped(plan, stb.name, _fill(data, stb.columns, db), names, per_row, uids, vgroups)
 
 
-def _child(
-    state: State, plan: Plan, db: Database, stb: SuperTable, name: str, rows: pa.Table, now: int
-) -> Table:
-    """The child table `name` of `stb`, created from the rows' tag values if missing."""
-    existing = state.catalog.tables.get((db.name, name)) or plan.created.get((db.name, name))
-    if existing is not None:
-        if existing.stable != stb.name:
+def _lower(names: pa.Array) -> pa.Array:
+    """Table names lower-case, as Python's `str.lower` makes them (vectorised when they
+    are ASCII, as names nearly always are)."""
+    if pc.all(pc.string_is_ascii(names)).as_py():
+        return pc.ascii_lower(names)
+    return pa.array([n.lower() for n in names.to_pylist()], pa.string())
+
+
+def _resolve(
+    state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, names: pa.Array,
+    per_row: pa.Array, now: int,
+) -> tuple[pa.Array, pa.Array]:  # fmt: skip
+    """The uid and vgroup of each named table (int64, int32), rights checked. When every
+    name is an existing child of `stb`: one hash lookup in its ChildIndex. Otherwise a
+    catalog lookup per name, creating the missing children from their first row's tag
+    values (gathered for all of them at once)."""
+    # (a write planned alone creates children: an index built now is stale at once)
+    index = None if plan.exclusive else _child_index(state, db, stb)
+    if index is not None:
+        found = index.find(names)
+        if found.null_count == 0:
+            if not _whole(plan, db, stb):
+                for i in found.to_pylist():
+                    plan.check_write(db, index.tables[i])
+            return pc.take(index.uids, found), pc.take(index.vgroups, found)
+    tables = _children(state, plan, db, stb, rows, names, per_row, now)
+    return (
+        pa.array([t.uid for t in tables], pa.int64()),
+        pa.array([t.vgroup for t in tables], pa.int32()),
+    )
+
+
+def _whole(plan: Plan, db: Database, stb: SuperTable) -> bool:
+    """Whether the user may write every child of `stb`, existing or new (no condition):
+    then no table needs a check of its own."""
+    scope = plan.rights.scope("write", db, stb.name)
+    return scope is not None and scope.condition is None
+
+
+def _children(
+    state: State, plan: Plan, db: Database, stb: SuperTable, rows: pa.Table, names: pa.Array,
+    per_row: pa.Array, now: int,
+) -> list[Table]:  # fmt: skip
+    """The child table of each name, created if missing; checked in the names' order."""
+    name_list = names.to_pylist()
+    found = [
+        state.catalog.tables.get((db.name, n)) or plan.created.get((db.name, n)) for n in name_list
+    ]
+    missing = [i for i, t in enumerate(found) if t is None]
+    tags = _tags_of(stb, rows, per_row, len(name_list), missing) if missing else {}
+    whole = _whole(plan, db, stb)
+    out = []
+    for i, (name, table) in enumerate(zip(name_list, found, strict=True)):
+        if table is None:
+            out.append(_new_child(state, plan, db, stb, name, tags[i], now, checked=whole))
+            continue
+        if table.stable != stb.name:
             raise SqlError(f"table {name} is not a child table of {stb.name}")
-        if (db.name, name) not in plan.created:  # those passed check_create
-            plan.check_write(db, existing)
-        return existing
+        if not whole and (db.name, name) not in plan.created:  # those passed check_create
+            plan.check_write(db, table)
+        out.append(table)
+    return out
+
+
+def _tags_of(
+    stb: SuperTable, rows: pa.Table, per_row: pa.Array, count: int, wanted: list[int]
+) -> dict[int, dict[str, Any] | None]:
+    """For the names at positions `wanted` (of `count`, in first-appearance order), the
+    tag values of their first row, as the catalog stores them (timestamps as integers);
+    None when the write gives no tag column. One `take` for all of them."""
+    given = [t.name for t in stb.tags if t.name in set(rows.column_names)]
+    if not given:
+        return dict.fromkeys(wanted)
+    firsts = pc.take(_first_rows(per_row, count), pa.array(wanted, pa.int32()))
+    picked = rows.select(given).take(firsts)
+    for i, tag in enumerate(picked.schema):
+        if pa.types.is_timestamp(tag.type):
+            picked = picked.set_column(i, tag.name, picked.column(i).cast(pa.int64()))
+    empty: dict[str, Any] = dict.fromkeys(t.name for t in stb.tags)
+    return {i: empty | row for i, row in zip(wanted, picked.to_pylist(), strict=True)}
+
+
+def _new_child(
+    state: State, plan: Plan, db: Database, stb: SuperTable, name: str,
+    tags: dict[str, Any] | None, now: int, *, checked: bool,
+) -> Table:  # fmt: skip
+    """Child table `name` of `stb` with these tags, to be created by the write;
+    `checked`: the user's right covers every child of `stb` already."""
     check_name("table", name)
     if (db.name, name) in state.catalog.stables:
         raise AlreadyExistsError(f"{db.name}.{name} is a super table, not a child table name")
-    given = [t for t in stb.tags if t.name in rows.column_names]
-    if not given:
+    if tags is None:
         raise NotFoundError(
             f"table {db.name}.{name} does not exist; give its tag columns to create it"
         )
-    tags: dict[str, Any] = dict.fromkeys((t.name for t in stb.tags), None)
-    tags.update({t.name: _first(rows.column(t.name)) for t in given})
-    plan.check_create(db, stb, name, tags)
+    if not checked:
+        plan.check_create(db, stb, name, tags)
     table = Table(
         db.name, name, vgroup_for(db, name), now, stable=stb.name, tags=tags, uid=new_uid()
     )
@@ -282,11 +462,82 @@ def _child(
     return table
 
 
-def _first(values: pa.ChunkedArray) -> Any:
-    """The first value as the catalog stores tags: timestamps as integers."""
-    if pa.types.is_timestamp(values.type):
-        values = values.cast(pa.int64())
-    return values[0].as_py()
+def _first_rows(per_row: pa.Array, count: int) -> pa.Array:
+    """For each of `count` names (indices in order of first appearance), its first row."""
+    order = pc.sort_indices(per_row)  # stable: a name's rows keep their order
+    counts = pc.value_counts(per_row).field("counts")  # names in first-appearance order
+    starts = pc.subtract(pc.cumulative_sum(counts), counts)
+    assert len(starts) == count
+    return pc.take(order, starts)
+
+
+def _add_grouped(
+    plan: Plan, stable: str, data: pa.RecordBatch, names: pa.Array, per_row: pa.Array,
+    uids: pa.Array, vgroups: pa.Array,
+) -> None:  # fmt: skip
+    """`data`'s rows, grouped by table (tables in the order their names first appear,
+    each table's rows in their order), as one piece per vgroup."""
+    if len(names) == 1:
+        owner = EntryTable(names[0].as_py(), stable, uids[0].as_py())
+        plan.add_piece(vgroups[0].as_py(), _Piece(stable, data, owner))
+        return
+    tables = pc.sort_indices(vgroups)  # stable: by vgroup, then first appearance
+    rank = pc.sort_indices(tables)  # the inverse permutation: each table's place
+    order = pc.sort_indices(pc.take(rank, per_row))  # stable: a table's rows keep order
+    grouped = data.take(order)
+    # one run per table, in entry order: where its rows end, and which table it is
+    runs = pc.run_end_encode(pc.take(per_row, order), run_end_type=pa.int32())
+    ends, which = runs.run_ends, runs.values
+    names, uids, run_vgroups = (pc.take(a, which) for a in (names, uids, vgroups))
+    # one run per vgroup over those runs: where its tables end, and which vgroup it is
+    parts = pc.run_end_encode(run_vgroups, run_end_type=pa.int32())
+    lo = 0
+    for hi, vgroup in zip(parts.run_ends.to_pylist(), parts.values.to_pylist(), strict=True):
+        first_row = ends[lo - 1].as_py() if lo else 0
+        last_row = ends[hi - 1].as_py()
+        part_ends = ends.slice(lo, hi - lo)
+        if first_row:  # a run's end counts from its piece's first row
+            part_ends = pc.subtract(part_ends, pa.scalar(first_row, pa.int32()))
+        piece = _Piece(
+            stable,
+            grouped.slice(first_row, last_row - first_row),
+            names=names.slice(lo, hi - lo),
+            uids=uids.slice(lo, hi - lo),
+            ends=part_ends,
+        )
+        plan.add_piece(vgroup, piece)
+        lo = hi
+
+
+def _child_index(state: State, db: Database, stb: SuperTable) -> ChildIndex | None:
+    """The children of `stb` as a ChildIndex, kept until the catalog next changes; None
+    while the catalog keeps changing. Building one costs a look at every table, so it is
+    built only when the catalog did not change since the previous write through `stb`:
+    a run of writes that create children each resolves names one by one instead, at a
+    cost that follows the write's size rather than the catalog's."""
+    cache = _INDEXES.get(id(state))
+    if cache is None:
+        cache = _INDEXES[id(state)] = {}
+        weakref.finalize(state, _INDEXES.pop, id(state), None)
+    key = (db.name, stb.name)
+    generation, index = cache.get(key, (-1, None))
+    if generation == state.generation and index is not None:
+        return index
+    if generation != state.generation:  # first write since a change: only note it
+        if len(cache) >= INDEXES_KEPT:
+            cache.clear()
+        cache[key] = (state.generation, None)
+        return None
+    built = ChildIndex.of(state.catalog.children(db.name, stb.name))
+    cache[key] = (state.generation, built)
+    return built
+
+
+# Super tables whose ChildIndex an engine keeps: one per super table written through.
+INDEXES_KEPT = 1024
+# id(State) -> (db, super table) -> (catalog generation, its ChildIndex, or None: not
+# built yet); an entry goes with its State (weakref.finalize)
+_INDEXES: dict[int, dict[tuple[str, str], tuple[int, ChildIndex | None]]] = {}
 
 
 # --- Arrow writes ----------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Reading one piece in a Spark task: WAL records to Arrow batches in Spark's types.
 
-Runs in a Python worker. Data entries only; an entry counts when its table (name and
-uid, as the live path checks) is one of the spec's tables in that vgroup. Each entry is
-conformed to the current schema (`sql/entries.conform`, exactly as the server does),
-given its tag values, `tbname`, `_vgroup` and `_version`, and entries are coalesced into
-batches of about `BATCH_ROWS` rows before one cast to the Spark schema.
+Runs in a Python worker. Data entries only, of either form (sql/entries.py): a run of
+rows counts when its table (name and uid, as the live path checks) is one of the spec's
+tables in that vgroup. Each run is conformed to the current schema
+(`sql/entries.conform`, exactly as the server does), given its tag values, `tbname`,
+`_vgroup` and `_version`, and runs are coalesced into batches of about `BATCH_ROWS`
+rows before one cast to the Spark schema.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqltopic.errors import BackfillError, VersionNotRetained
 from sqltopic.spark_jobs import types
 from sqltopic.spark_jobs.pieces import Piece, open_wal
 from sqltopic.spark_jobs.spec import VERSION, VGROUP, Spec
-from sqltopic.sql.entries import conform, entry_table_keyed
+from sqltopic.sql.entries import conform, entry_runs
 from sqltopic.sql.model import TBNAME
 from sqltopic.wal import EntryType
 
@@ -76,9 +77,7 @@ def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
                 break
             seen += 1
             if rec.entry_type is EntryType.DATA:
-                batch = _entry(spec, tables, piece.vgroup, rec.version, rec.arrow_keyed())
-                if batch is not None:
-                    yield batch
+                yield from _entry(spec, tables, piece.vgroup, rec.version, rec.arrow_keyed())
         if not records or records[-1].version >= piece.end:
             break
         version = records[-1].version + 1
@@ -92,18 +91,24 @@ def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
 def _entry(
     spec: Spec, tables: dict[str, Any], vgroup: int, version: int,
     keyed: tuple[pa.RecordBatch, bytes],
-) -> pa.RecordBatch | None:  # fmt: skip
-    raw, key = keyed
-    owner = entry_table_keyed(raw, key)
-    table = tables.get(owner.name)
-    if table is None or table.uid != owner.uid:
-        return None  # another table's, or an earlier table's of the same name
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The runs of one data entry (either form) that are the spec's tables' rows."""
+    for owner, rows in entry_runs(*keyed, tables):
+        table = tables[owner.name]
+        if table.uid == owner.uid:  # not an earlier table's of the same name
+            yield _run_batch(spec, table, owner.name, vgroup, version, rows)
+
+
+def _run_batch(
+    spec: Spec, table: Any, name: str, vgroup: int, version: int, raw: pa.RecordBatch
+) -> pa.RecordBatch:
+    """One table's run of rows in Spark's columns: data, tags, tbname, vgroup, version."""
     data = conform(raw, spec.data)
     n = data.num_rows
     columns: dict[str, pa.Array] = dict(zip(spec.data.names, data.columns, strict=True))
     for field, value in zip(spec.tags, table.tags, strict=True):
         columns[field.name] = _constant(value, field.type, n)
-    columns[TBNAME] = _constant(owner.name, pa.string(), n)
+    columns[TBNAME] = _constant(name, pa.string(), n)
     columns[VGROUP] = _constant(vgroup, pa.int32(), n)
     columns[VERSION] = _constant(version, pa.int64(), n)
     return pa.RecordBatch.from_arrays([columns[f] for f in spec.fields], schema=spec.arrow)
