@@ -14,8 +14,11 @@ location)` and its 1,000 children d0..d999, all created before anything is measu
   a dashboard or a tenant watching its own devices, the common shape of many
   subscribers on one server. Sets differ but may overlap, so with 1,000 topics a row
   goes to about 10 of them. One consumer per topic, each in its own group,
-  `auto.offset.reset` latest; the consumers are `sqltopic.aio` consumers sharing one
-  event loop per client process, ceil(N / 250) processes.
+  `auto.offset.reset` latest and session.timeout.ms 300000 (a saturated server answers
+  heartbeats late; an evicted consumer would restart at "latest"), defaults otherwise;
+  the consumers are `sqltopic.aio` consumers sharing one event loop per client process,
+  ceil(N / 250) processes. A consumer survives a failed poll (counted in
+  meta.consumer_errors_nN; it polls the vgroup again from the same position).
 * Producer: one process writing 1,000-row Arrow batches through `meters` with `tbname`,
   10 children per batch (100 rows each), the children rotating through all 1,000,
   paced at 20 batches/s (20,000 rows/s). A late batch goes at once but never shortens
@@ -24,19 +27,23 @@ location)` and its 1,000 children d0..d999, all created before anything is measu
   index, and its voltage is its device's number (d<voltage>): each consumer counts its
   rows per device, and its latency per row is its receive time (wall clock) minus ts.
 * A phase per N in (1, 10, 100, 1,000): consumers subscribed, every one holding its 4
-  vgroups with a position (bounded wait); for the largest N first an idle window (no
-  writes: `idle_cpu_pct_N`); then the producer, a warm-up, and the measured window:
+  vgroups with a position (bounded wait); first an idle window (no writes:
+  `idle_cpu_pct_N`, server CPU %); then the producer, a warm-up, and the measured window:
   server CPU (utime + stime of its /proc/<pid>/stat) and the producer's rows in the
   window; after the producer stops, every consumer is waited for (bounded) and must
   have received exactly the rows of its devices that were written (`rows_exact_nN`);
   then its consumers close and its topics are dropped, so phases do not load each other.
+  A phase whose consumers cannot be set up in time (or whose child process fails) is
+  reported in `phases_failed` and meta.failure_nN (why, with how many consumers were
+  ready), and the run goes on.
 * Writes: back-to-back 1,000-row Arrow batches over 10 children (narrow) and over all
   1,000 children, one row each (wide: what a gateway sends), no topics; rows/s and the
   server's CPU µs per row.
 
 `--json` prints one JSON object on stdout (progress goes to stderr), otherwise a table;
 `--quick` is a small smoke run (N = 1 and 10, short windows). The run exits with status
-1 when any consumer received other rows than its own (the report is printed first).
+1 when any consumer received other rows than its own or a phase failed (the report is
+printed first).
 """
 
 from __future__ import annotations
@@ -101,16 +108,24 @@ READY_CHECK_S = 0.2
 # Setting up 1,000 consumers (1,000 logins, subscribes and a held first poll on each of
 # their vgroups, on a busy 2-core machine) takes a minute or so; this stops a hang.
 SETUP_DEADLINE_S = 240.0
+# A child's exit once told to finish (its consumers are closed by then).
+EXIT_DEADLINE_S = 10.0
+# A long setup says how far it got this often (on stderr, from each client process).
+SETUP_LOG_S = 30.0
 # Starting a Python process that imports grpc and pyarrow takes seconds.
 START_DEADLINE_S = 60.0
 # After the producer stops, consumers of a saturated server still receive its backlog;
 # past this the phase reports rows_exact false instead of waiting on.
-DRAIN_DEADLINE_S = 120.0
+DRAIN_DEADLINE_S = 90.0
 DRAIN_CHECK_S = 0.25
 # A client process answers "count" from its event loop, between its consumers' work.
 ANSWER_DEADLINE_S = 60.0
-# Closing 1,000 consumers (a commit and a leave each) and the processes' exits.
-FINISH_DEADLINE_S = 120.0
+# Stopping the consumers' polls and summing up what they received (a client process
+# answers from its event loop); the producer's answer to "stop" (a write in flight).
+FINISH_DEADLINE_S = 60.0
+# Closing 1,000 consumers (a commit, a leave and a logout each) against a saturated
+# server; the figures are in by then, and a consumer not closed is dropped with FORCE.
+CLOSE_DEADLINE_S = 60.0
 # A pause after setup before the idle window: the last first-poll answers and the
 # subscribes' auto-commit timers start, then the window sees the steady state.
 IDLE_SETTLE_S = 1.0
@@ -135,10 +150,10 @@ log = harness.logger("fanout_bench")
 class Sizes:
     """How long and how wide each phase is."""
 
-    topic_counts: tuple[int, ...]  # N of each fan-out phase; the largest also runs idle
+    topic_counts: tuple[int, ...]  # N of each fan-out phase
     warmup_s: float  # producer running before the measured window
     window_s: float  # the measured window of each fan-out phase
-    idle_s: float  # the idle window (no writes) of the largest N
+    idle_s: float  # the idle window (no writes) of each phase
     write_window_s: float  # back-to-back writes, narrow and wide each
 
 
@@ -347,23 +362,28 @@ class Subscriber:
             await consumer.subscribe(
                 [self.spec.name], on_assign=self.assigned, on_revoke=self.lost, on_lost=self.lost
             )
-        try:
-            while not stop.is_set():
-                try:
-                    message = await consumer.poll(CONSUMER_POLL_S)
-                except Error as err:
-                    self.failed("poll", err)
-                    await asyncio.sleep(CONSUMER_POLL_S)  # not a hot loop on a failing server
-                    continue
-                if message is not None:
-                    self.take(message)
-        finally:
-            self.closing = True
-            async with gate:
-                try:
-                    await consumer.close()
-                except Error as err:
-                    self.failed("close", err)
+        while not stop.is_set():
+            try:
+                message = await consumer.poll(CONSUMER_POLL_S)
+            except Error as err:
+                self.failed("poll", err)
+                await asyncio.sleep(CONSUMER_POLL_S)  # not a hot loop on a failing server
+                continue
+            if message is not None:
+                self.take(message)
+
+    async def close(self, gate: asyncio.Semaphore) -> bool:
+        """Close the consumer (commit, leave, log out); whether that went well."""
+        self.closing = True
+        if self.consumer is None:
+            return False
+        async with gate:
+            try:
+                await self.consumer.close()
+            except Error as err:
+                self.failed("close", err)
+                return False
+        return True
 
     def result(self, start_us: int, end_us: int) -> Received:
         counts: Counter[int] = Counter()
@@ -380,11 +400,23 @@ class Subscriber:
         )  # fmt: skip
 
 
+def setup_progress(subscribers: list[Subscriber]) -> str:
+    """How far the consumers got: ready, holding all their vgroups, and their errors."""
+    ready = sum(s.ready() for s in subscribers)
+    assigned = sum(len(s.parts) == VGROUPS for s in subscribers)
+    errors: Counter[str] = Counter()
+    for s in subscribers:
+        errors.update(s.errors)
+    return (
+        f"{ready} of {len(subscribers)} consumers ready, {assigned} hold all {VGROUPS} "
+        f"vgroups, errors so far {dict(errors)}"
+    )
+
+
 def not_ready(subscribers: list[Subscriber]) -> str:
     """How far the consumers got, for a setup that did not finish in time."""
-    ready = [s for s in subscribers if s.ready()]
-    lagging = [s for s in subscribers if s not in ready][:MAX_EXAMPLES]
-    return f"{len(ready)} of {len(subscribers)} consumers ready; not ready: " + ", ".join(
+    lagging = [s for s in subscribers if not s.ready()][:MAX_EXAMPLES]
+    return f"{setup_progress(subscribers)}; not ready: " + ", ".join(
         f"{s.spec.name} ({len(s.parts)} vgroups assigned, {s.positioned()} positioned)"
         for s in lagging
     )
@@ -399,8 +431,12 @@ async def serve_consumers(address: str, specs: list[TopicSpec], pipe: Pipe) -> N
     subscribers = [Subscriber(spec) for spec in specs]
     tasks = [asyncio.create_task(s.run(address, gate, stop)) for s in subscribers]
     deadline = loop.time() + SETUP_DEADLINE_S
+    report_at = loop.time() + SETUP_LOG_S
     while not all(s.ready() for s in subscribers):
         check_tasks(tasks)
+        if loop.time() > report_at:
+            log(f"client process {os.getpid()}: {setup_progress(subscribers)}")
+            report_at += SETUP_LOG_S
         if loop.time() > deadline:
             raise RuntimeError(
                 f"consumers not set up within {SETUP_DEADLINE_S:g} s (each must hold "
@@ -418,7 +454,15 @@ async def serve_consumers(address: str, specs: list[TopicSpec], pipe: Pipe) -> N
         await asyncio.gather(*tasks)
         _, start_us, end_us = command
         pipe.send(("done", [s.result(start_us, end_us) for s in subscribers]))
+        pipe.send(("closed", await close_all(subscribers, gate)))
         return
+
+
+async def close_all(subscribers: list[Subscriber], gate: asyncio.Semaphore) -> int:
+    """Close every consumer, within CLOSE_DEADLINE_S; how many closed cleanly."""
+    closing = [asyncio.create_task(s.close(gate)) for s in subscribers]
+    done, _ = await asyncio.wait(closing, timeout=CLOSE_DEADLINE_S)
+    return sum(task.result() for task in done if task.exception() is None)
 
 
 def check_tasks(tasks: list[asyncio.Task[None]]) -> None:
@@ -485,7 +529,7 @@ class Child:
 
     def end(self) -> None:
         """Wait a moment for the child's own exit, then kill it."""
-        self.proc.join(timeout=START_DEADLINE_S if self.proc.exitcode is None else 0)
+        self.proc.join(timeout=EXIT_DEADLINE_S if self.proc.exitcode is None else 0)
         if self.proc.exitcode is None:
             self.proc.kill()
             self.proc.join()
@@ -535,10 +579,19 @@ def measure(pid: int, seconds: float) -> Window:
 
 
 def finish(pools: list[Child], window: Window) -> list[Received]:
-    """Close every consumer; what each received (pool by pool, in spec order)."""
+    """Stop every consumer; what each received (pool by pool, in spec order)."""
     for pool in pools:
         pool.pipe.send(("finish", window.start_us, window.end_us))
     return [got for pool in pools for got in pool.expect("done", FINISH_DEADLINE_S)[1]]
+
+
+def closed(pools: list[Child]) -> int:
+    """How many consumers the pools closed cleanly (they close after "done")."""
+    count = 0
+    for pool in pools:
+        with contextlib.suppress(RuntimeError):  # no answer in time: none counted
+            count += pool.expect("closed", CLOSE_DEADLINE_S + ANSWER_DEADLINE_S)[1]
+    return count
 
 
 def in_pool_order(specs: list[TopicSpec], pools: int) -> list[TopicSpec]:
@@ -556,45 +609,47 @@ class Phase:
 
     n: int
     specs: list[TopicSpec] = field(default_factory=list)
-    setup_s: float = 0.0
+    create_s: float = 0.0  # CREATE TOPIC of all its topics
+    setup_s: float = 0.0  # consumers started until all were ready
     idle: Window | None = None
     window: Window | None = None
     written: list[int] = field(default_factory=list)  # rows per device
     sends: list[tuple[int, int]] = field(default_factory=list)  # (wall ns, rows) per write
     drained_s: float = 0.0
     received: list[Received] = field(default_factory=list)
+    closed: int = 0  # consumers closed cleanly at the end
     failure: str | None = None  # why the phase could not be measured
 
 
-def run_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random,
-              idle: bool) -> Phase:  # fmt: skip
-    """Topics, consumers (ready), an idle window if `idle`, the producer's warm-up and
-    measured window, the drain; then consumers closed and topics dropped."""
+def run_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random) -> Phase:
+    """Topics, consumers (ready), an idle window, the producer's warm-up and measured
+    window, the drain; then consumers closed and topics dropped."""
     specs = topic_specs(n, rng)
-    conn.execute("; ".join(spec.sql() for spec in specs))
     phase = Phase(n)
+    began = time.monotonic()
+    conn.execute("; ".join(spec.sql() for spec in specs))
+    phase.create_s = time.monotonic() - began
     try:
-        measure_phase(conn, pid, phase, specs, sizes, idle)
+        measure_phase(conn, pid, phase, specs, sizes)
     except RuntimeError as err:  # a child failed or a deadline passed: report, go on
         phase.failure = str(err)
         log(f"n{n} failed: {err}")
-        # its consumers may still be members (killed, within their session timeout)
-        conn.execute("; ".join(f"DROP TOPIC IF EXISTS FORCE {spec.name}" for spec in specs))
-        return phase
-    conn.execute("; ".join(f"DROP TOPIC {spec.name}" for spec in specs))
+    # FORCE: consumers that did not close in time (a failed phase's were killed) are
+    # members until their session timeout; meta.consumers_closed_nN counts the others
+    conn.execute("; ".join(f"DROP TOPIC IF EXISTS FORCE {spec.name}" for spec in specs))
     return phase
 
 
-def measure_phase(conn: Connection, pid: int, phase: Phase, specs: list[TopicSpec],
-                  sizes: Sizes, idle: bool) -> None:  # fmt: skip
+def measure_phase(
+    conn: Connection, pid: int, phase: Phase, specs: list[TopicSpec], sizes: Sizes
+) -> None:
     n = phase.n
     began = time.monotonic()
     with children(conn.address, specs) as (producer, pools):
         phase.setup_s = time.monotonic() - began
         log(f"n{n}: {n} consumers ready in {phase.setup_s:.1f} s")
-        if idle:
-            time.sleep(IDLE_SETTLE_S)
-            phase.idle = measure(pid, sizes.idle_s)
+        time.sleep(IDLE_SETTLE_S)
+        phase.idle = measure(pid, sizes.idle_s)
         producer.pipe.send(("go",))
         time.sleep(sizes.warmup_s)
         phase.window = measure(pid, sizes.window_s)
@@ -603,6 +658,7 @@ def measure_phase(conn: Connection, pid: int, phase: Phase, specs: list[TopicSpe
         expected = [sum(phase.written[d] for d in s.devices) for s in phase.specs]
         phase.drained_s = drain(pools, expected)
         phase.received = finish(pools, phase.window)
+        phase.closed = closed(pools)
 
 
 def drain(pools: list[Child], expected: list[int]) -> float:
@@ -618,12 +674,14 @@ def drain(pools: list[Child], expected: list[int]) -> float:
         time.sleep(DRAIN_CHECK_S)
 
 
-def fanout_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random,
-                 idle: bool) -> tuple[Report, Report]:  # fmt: skip
+def fanout_phase(
+    conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random
+) -> tuple[Report, Report]:
     """Phase `n`'s figures (keys) and its details (meta)."""
-    phase = run_phase(conn, pid, n, sizes, rng, idle)
+    phase = run_phase(conn, pid, n, sizes, rng)
     if phase.failure is not None or phase.window is None:
-        return {}, {f"failure_n{n}": phase.failure}
+        return {}, {f"create_topics_seconds_n{n}": round(phase.create_s, 2),
+                    f"failure_n{n}": phase.failure}  # fmt: skip
     window = phase.window
     in_window = sum(r for t, r in phase.sends if window.start_us <= t // 1000 < window.end_us)
     latencies = pa.concat_arrays([r.latencies for r in phase.received])
@@ -634,6 +692,7 @@ def fanout_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.R
     for got in phase.received:
         errors.update(got.errors)
     meta: Report = {
+        f"create_topics_seconds_n{n}": round(phase.create_s, 2),
         f"setup_seconds_n{n}": round(phase.setup_s, 2),
         f"rows_written_n{n}": sum(phase.written),
         f"rows_written_in_window_n{n}": in_window,
@@ -645,6 +704,7 @@ def fanout_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.R
         f"processes_n{n}": math.ceil(n / CONSUMERS_PER_PROCESS),
         f"consumer_errors_n{n}": dict(errors),
         f"vgroups_taken_n{n}": sum(r.taken for r in phase.received),
+        f"consumers_closed_n{n}": phase.closed,
     } | mismatches(phase)
     examples = [e for r in phase.received for e in r.error_examples][:MAX_EXAMPLES]
     if examples:
@@ -765,8 +825,8 @@ NOTES = {
         "every consumer received, per device, exactly the rows written to its devices."
     ),
     "idle_note": (
-        "idle_cpu_pct_N: the largest phase's consumers, all assigned and polling, before "
-        "its producer starts: server CPU % over the idle window."
+        "idle_cpu_pct_N: the phase's N consumers, all assigned and polling, before its "
+        "producer starts: server CPU % over the idle window."
     ),
     "write_note": (
         f"Back-to-back Connection.write of prebuilt {ROWS_PER_WRITE:,}-row tables through "
@@ -835,8 +895,7 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
                 report |= run_writes(conn, pid, sizes)
             for n in sizes.topic_counts:
                 with harness.phase(log, f"fanout_n{n}", seconds):
-                    idle = n == max(sizes.topic_counts)
-                    keys, more = fanout_phase(conn, pid, n, sizes, rng, idle)
+                    keys, more = fanout_phase(conn, pid, n, sizes, rng)
                 report |= keys
                 meta |= more
     measured = [n for n in sizes.topic_counts if f"rows_exact_n{n}" in report]

@@ -17,7 +17,7 @@ WINDOW_FIGURES = ["cpu_us_per_row", "kept_rows_s", "latency_ms_p50", "latency_ms
                   "server_cpu_pct"]  # fmt: skip
 FIGURES = [
     *(f"{name}_n{n}" for n in PHASES for name in WINDOW_FIGURES),
-    "idle_cpu_pct_10",
+    *(f"idle_cpu_pct_{n}" for n in PHASES),
     "wide_write_rows_s",
     "wide_write_cpu_us_per_row",
     "narrow_write_rows_s",
@@ -34,9 +34,12 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     assert meta["sizes"]["run"] == "quick"
     # every consumer received exactly the rows written to its devices, in every phase
     assert report["rows_exact"] is True
+    assert report["phases_failed"] == []
     for n in PHASES:
         assert report[f"rows_exact_n{n}"] is True
         assert meta[f"latency_samples_n{n}"] > 0
+        assert meta[f"consumers_closed_n{n}"] == n
+        assert meta[f"consumer_errors_n{n}"] == {}
         # each topic keeps 1 % of the rows: n topics get about n % of them in all
         written, delivered = meta[f"rows_written_n{n}"], meta[f"rows_delivered_n{n}"]
         assert 0 < meta[f"rows_written_in_window_n{n}"] <= written
