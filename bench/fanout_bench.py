@@ -57,7 +57,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
@@ -105,8 +105,9 @@ CONSUMER_SETTINGS = {"auto.offset.reset": "latest", "session.timeout.ms": "30000
 CONSUMER_POLL_S = 0.5
 # How often a client process looks whether its consumers are all ready.
 READY_CHECK_S = 0.2
-# Setting up 1,000 consumers (1,000 logins, subscribes and a held first poll on each of
-# their vgroups, on a busy 2-core machine) takes a minute or so; this stops a hang.
+# Setting up 1,000 consumers (logins, subscribes, a held first poll on each of their
+# vgroups) costs the server work per subscribe that grows with the members; this bounds
+# the wait so that a full run ends within ~12 minutes whatever the server does.
 SETUP_DEADLINE_S = 240.0
 # A child's exit once told to finish (its consumers are closed by then).
 EXIT_DEADLINE_S = 10.0
@@ -139,6 +140,7 @@ KEPT_GOAL_ROWS_S = 19_000
 LATENCY_P99_GOAL_MS = 50.0
 IDLE_CPU_GOAL_PCT = 5.0
 WIDE_WRITE_GOAL_ROWS_S = 1_000_000
+# Tags of child d<i>: groupid i % GROUPS, location LOCATIONS[i % 4] (no topic uses them).
 LOCATIONS = ("California.SanFrancisco", "California.LosAngeles", "California.SanDiego",
              "California.SanJose")  # fmt: skip
 GROUPS = 10
@@ -501,7 +503,7 @@ async def failing_fast(pipe: Pipe, work: Awaitable[None]) -> None:
 class Child:
     """A child process and our end of its pipe."""
 
-    def __init__(self, name: str, target: Any, args: tuple[Any, ...]) -> None:
+    def __init__(self, name: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
         context = multiprocessing.get_context("spawn")
         self.name = name
         self.pipe, theirs = context.Pipe()
@@ -821,8 +823,11 @@ NOTES = {
         f"{CHILDREN_PER_WRITE} children at {PACE_ROWS_S:,} rows/s (late: no catching "
         "up). cpu_us_per_row = server CPU over the window / rows the producer sent in "
         "it; kept_rows_s = those rows / window; latency = receive wall clock - row ts "
-        "(= send wall clock + row index), over rows with ts in the window; rows_exact: "
-        "every consumer received, per device, exactly the rows written to its devices."
+        "(= send wall clock + row index), over rows with ts in the window that arrived "
+        f"by the end of the drain (at most {DRAIN_DEADLINE_S:.0f} s after the producer "
+        "stopped; rows missing then are in meta.rows_missing_nN, not in the "
+        "percentiles); rows_exact: every consumer received, per device, exactly the rows "
+        "written to its devices."
     ),
     "idle_note": (
         "idle_cpu_pct_N: the phase's N consumers, all assigned and polling, before its "
