@@ -10,7 +10,7 @@ NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-rebalance bench-backfill proto
+.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-fanout bench-rebalance bench-backfill proto
 
 setup: $(STAMP) $(NODE_STAMP)
 
@@ -73,6 +73,10 @@ bench: $(STAMP)
 bench-server: $(STAMP)
 	command -v redis-server >/dev/null || (apt-get update && apt-get install -y redis-server)
 	$(BIN)/python bench/server_bench.py
+
+# Many topics and consumers on one server, idle subscribers, wide Arrow writes (issue 14).
+bench-fanout: $(STAMP)
+	$(BIN)/python bench/fanout_bench.py
 
 # Consumer-group rebalances: join, leave, crash takeover (docs/performance.md §6).
 bench-rebalance: $(STAMP)
