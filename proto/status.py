@@ -61,6 +61,10 @@ FALLBACK: dict[Code, type[e.Error]] = {
     Code.UNAUTHENTICATED: e.AuthenticationFailed,
     Code.ABORTED: e.ConsumerFenced,
     Code.UNAVAILABLE: e.ServerUnavailable,
+    # gRPC's own: the call's deadline passed, or the transport gave it up (a server
+    # stopping, an overloaded one); a retry is the answer, as for a lost connection
+    Code.DEADLINE_EXCEEDED: e.ServerUnavailable,
+    Code.CANCELLED: e.ServerUnavailable,
     Code.DATA_LOSS: e.WalCorruptionError,
     Code.RESOURCE_EXHAUSTED: e.TooLarge,
 }

@@ -76,7 +76,10 @@ def test_without_a_class_name_the_code_decides() -> None:
     assert str(back) == "gone"
     unknown = from_status(Code.ABORTED, "fenced", [("sqltopic-error", "SomethingNew")])
     assert type(unknown) is e.ConsumerFenced
-    assert type(from_status(Code.DEADLINE_EXCEEDED, "slow", [])) is e.Error
+    # gRPC's own deadline or cancel (no class name): transient, as a lost connection
+    assert type(from_status(Code.DEADLINE_EXCEEDED, "slow", [])) is e.ServerUnavailable
+    assert type(from_status(Code.CANCELLED, "gone", [])) is e.ServerUnavailable
+    assert type(from_status(Code.INTERNAL, "bug", [])) is e.Error
     assert set(FALLBACK.values()) <= set(CLASSES.values())
 
 
