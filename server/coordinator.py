@@ -161,11 +161,18 @@ class Coordinator:
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
     _progress_dirty: bool = False
+    _revoking_cache: tuple[int, list[tuple[str, str, int, int]]] | None = None
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1
+
+    @property
+    def unsaved(self) -> bool:
+        """Whether members or assignments changed since the last save (a hint, read
+        without the lock: `persist` decides under it)."""
+        return self._version != self._saved
 
     def persist(self, progress: bool = False) -> None:
         """Save the state if members or assignments changed since the last save (and,
@@ -211,6 +218,7 @@ class Coordinator:
         for topic, group, vgroup, position, rows in snap.progress:
             self.progress[topic, group, vgroup] = Progress(position, rows)
         self._saved = self._version
+        self._revoking_cache = None
 
     def _durable(self) -> Snapshot:
         return Snapshot(
@@ -303,13 +311,25 @@ class Coordinator:
     def _release_unreported(self, member: Member, reported: set[tuple[str, int]]) -> None:
         """A heartbeat lists every vgroup the consumer still holds: revoked ones it no
         longer lists were let go."""
-        for (topic, group), owners in list(self.owners.items()):
-            if group != member.group:
-                continue
-            for vgroup, owner in list(owners.items()):
-                mine = owner.consumer == member.id and owner.revoking
-                if mine and (topic, vgroup) not in reported:
-                    self.release(member.id, group, topic, vgroup)
+        for topic, group, vgroup, consumer in self._revoking():
+            if consumer == member.id and (topic, vgroup) not in reported:
+                self.release(member.id, group, topic, vgroup)
+
+    def _revoking(self) -> list[tuple[str, str, int, int]]:
+        """Every vgroup being revoked, with its holder: a heartbeat looks only at these
+        (a scan of every owner per heartbeat costs O(subscriptions) each time), kept
+        until the assignments next change (every change raises `_version`)."""
+        cached = self._revoking_cache
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        found = [
+            (topic, group, vgroup, owner.consumer)
+            for (topic, group), owners in self.owners.items()
+            for vgroup, owner in owners.items()
+            if owner.revoking
+        ]
+        self._revoking_cache = (self._version, found)
+        return found
 
     def _report(
         self, member: Member, progress: Iterable[tuple[str, int, Progress]]

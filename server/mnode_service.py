@@ -98,7 +98,8 @@ class MnodeService(pb_grpc.MnodeServicer):
         progress = _progress(request.progress)
         self._check_user(request.consumer_id, session.user)
         member = self._coordinator.heartbeat(request.consumer_id, request.polled, progress)
-        await asyncio.to_thread(self._coordinator.persist)  # a release in it
+        if self._coordinator.unsaved:  # a release in it; else no trip to a thread
+            await asyncio.to_thread(self._coordinator.persist)
         if member is None:
             return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
         return pb.HeartbeatResponse(
