@@ -89,6 +89,15 @@ PACE_ROWS_S = 20_000
 WRITE_PERIOD_S = ROWS_PER_WRITE / PACE_ROWS_S
 # Consumers on one client process's event loop: a few processes serve 1,000 consumers.
 CONSUMERS_PER_PROCESS = 250
+# Bindings one consumer of the parameterized phases subscribes to (each holds its 4
+# vgroups: 160 held polls, within the server's 256 streams per session), and such
+# consumers per client process.
+BINDINGS_PER_CONSUMER = 40
+BOUND_CONSUMERS_PER_PROCESS = 64
+# Bindings of the parameterized phases: one subscriber, and ten thousand.
+BINDING_COUNTS = (1, 10_000)
+PARAMS_TOPIC_SQL = "SELECT ts, current, voltage FROM {db}.meters WHERE tbname = ?"
+PARAMS_CPU_GOAL = 1.5  # cpu_us_per_row_params_10000 <= this x cpu_us_per_row_params_1
 # Server limits for this many consumers (one session and four waiting polls each) plus
 # the bench's own connections; the defaults (1,024 sessions per user) are just short.
 MAX_SESSIONS_PER_USER = 4_096
@@ -153,25 +162,40 @@ class Sizes:
     """How long and how wide each phase is."""
 
     topic_counts: tuple[int, ...]  # N of each fan-out phase
+    binding_counts: tuple[int, ...]  # bindings of each parameterized phase
     warmup_s: float  # producer running before the measured window
     window_s: float  # the measured window of each fan-out phase
     idle_s: float  # the idle window (no writes) of each phase
     write_window_s: float  # back-to-back writes, narrow and wide each
 
 
-FULL = Sizes(topic_counts=(1, 10, 100, 1_000), warmup_s=3.0, window_s=15.0, idle_s=10.0,
-             write_window_s=5.0)  # fmt: skip
-QUICK = Sizes(topic_counts=(1, 10), warmup_s=1.0, window_s=2.0, idle_s=2.0,
-              write_window_s=1.0)  # fmt: skip
+FULL = Sizes(
+    topic_counts=(1, 10, 100, 1_000),
+    binding_counts=BINDING_COUNTS,
+    warmup_s=3.0,
+    window_s=15.0,
+    idle_s=10.0,
+    write_window_s=5.0,
+)
+QUICK = Sizes(
+    topic_counts=(1, 10),
+    binding_counts=(1, 100),
+    warmup_s=1.0,
+    window_s=2.0,
+    idle_s=2.0,
+    write_window_s=1.0,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """One device-set topic and its consumer's group."""
+    """One consumer's subscriptions and group: a device-set topic, or (`bound`) one
+    binding of the parameterized topic `name` per device, `tbname = 'd<device>'`."""
 
     name: str
     group: str
     devices: tuple[int, ...]
+    bound: bool = False
 
     def sql(self) -> str:
         names = ", ".join(f"'d{d}'" for d in self.devices)
@@ -179,6 +203,26 @@ class TopicSpec:
             f"CREATE TOPIC {self.name} AS SELECT ts, current, voltage FROM {DB}.meters "
             f"WHERE tbname IN ({names})"
         )
+
+    def subscriptions(self) -> list[str]:
+        """The names to subscribe to (a binding: the topic and its values as JSON)."""
+        if not self.bound:
+            return [self.name]
+        return [f'{self.name}?{{"tbname":"d{d}"}}' for d in self.devices]
+
+
+def bound_specs(bindings: int) -> list[TopicSpec]:
+    """Consumers of the parameterized topic with `bindings` bindings in all, each
+    binding one device (`tbname = ?`), BINDINGS_PER_CONSUMER of them per consumer
+    (distinct devices within a consumer), the devices in turn."""
+    name = f"fanp{bindings}"
+    per = min(bindings, BINDINGS_PER_CONSUMER)
+    return [
+        TopicSpec(name, f"{name}_g{c}",
+                  tuple((start + j) % DEVICES for j in range(min(per, bindings - start))),
+                  bound=True)
+        for c, start in enumerate(range(0, bindings, per))
+    ]  # fmt: skip
 
 
 def topic_specs(n: int, rng: random.Random) -> list[TopicSpec]:
@@ -321,6 +365,12 @@ class Subscriber:
     error_examples: list[str] = field(default_factory=list)
     taken: int = 0
     closing: bool = False
+    sought: bool = False  # every vgroup's position set to its end
+
+    @property
+    def wanted(self) -> int:
+        """Vgroups the consumer holds once assigned: 4 per subscription."""
+        return VGROUPS * len(self.spec.subscriptions())
 
     def assigned(self, consumer: AioConsumer, parts: list[TopicPartition]) -> None:
         for part in parts:
@@ -332,8 +382,16 @@ class Subscriber:
             self.taken += held and not self.closing  # close() itself revokes them all
 
     def ready(self) -> bool:
-        """All vgroups assigned, each with a known position (a first poll answered)."""
-        return len(self.parts) == VGROUPS and self.positioned() == VGROUPS
+        """All vgroups assigned, each with a known position: sought to the vnode's end
+        (a held poll answers only when rows arrive, so a first answer cannot be waited
+        for; a position set before the producer starts means no row is missed)."""
+        return self.sought and self.positioned() == self.wanted
+
+    async def seek_to_ends(self, consumer: AioConsumer) -> None:
+        for part in await consumer.assignment():
+            part.offset = part.end
+            await consumer.seek(part)
+        self.sought = True
 
     def positioned(self) -> int:
         if self.consumer is None:
@@ -362,9 +420,12 @@ class Subscriber:
         })  # fmt: skip
         async with gate:
             await consumer.subscribe(
-                [self.spec.name], on_assign=self.assigned, on_revoke=self.lost, on_lost=self.lost
-            )
+                self.spec.subscriptions(), on_assign=self.assigned, on_revoke=self.lost,
+                on_lost=self.lost,
+            )  # fmt: skip
         while not stop.is_set():
+            if not self.sought and len(self.parts) == self.wanted:
+                await self.seek_to_ends(consumer)
             try:
                 message = await consumer.poll(CONSUMER_POLL_S)
             except Error as err:
@@ -405,12 +466,12 @@ class Subscriber:
 def setup_progress(subscribers: list[Subscriber]) -> str:
     """How far the consumers got: ready, holding all their vgroups, and their errors."""
     ready = sum(s.ready() for s in subscribers)
-    assigned = sum(len(s.parts) == VGROUPS for s in subscribers)
+    assigned = sum(len(s.parts) == s.wanted for s in subscribers)
     errors: Counter[str] = Counter()
     for s in subscribers:
         errors.update(s.errors)
     return (
-        f"{ready} of {len(subscribers)} consumers ready, {assigned} hold all {VGROUPS} "
+        f"{ready} of {len(subscribers)} consumers ready, {assigned} hold all their "
         f"vgroups, errors so far {dict(errors)}"
     )
 
@@ -442,7 +503,7 @@ async def serve_consumers(address: str, specs: list[TopicSpec], pipe: Pipe) -> N
         if loop.time() > deadline:
             raise RuntimeError(
                 f"consumers not set up within {SETUP_DEADLINE_S:g} s (each must hold "
-                f"its {VGROUPS} vgroups with a position): {not_ready(subscribers)}"
+                f"its vgroups with a position): {not_ready(subscribers)}"
             )
         await asyncio.sleep(READY_CHECK_S)
     pipe.send(("ready",))
@@ -544,7 +605,8 @@ def children(address: str, specs: list[TopicSpec]) -> Iterator[tuple[Child, list
     try:
         producer = Child("producer", run_producer, (address,))
         started.append(producer)
-        processes = max(1, math.ceil(len(specs) / CONSUMERS_PER_PROCESS))
+        per = BOUND_CONSUMERS_PER_PROCESS if specs and specs[0].bound else CONSUMERS_PER_PROCESS
+        processes = max(1, math.ceil(len(specs) / per))
         pools = [
             Child(f"consumers{p}", run_consumers, (address, specs[p::processes]))
             for p in range(processes)
@@ -609,7 +671,8 @@ class Phase:
     """One fan-out phase as it ran: its topics (in the pools' order), the windows, what
     the producer wrote and what every consumer received."""
 
-    n: int
+    label: str  # n<N> for N device-set topics, params_<B> for B bindings
+    size: int  # N or B
     specs: list[TopicSpec] = field(default_factory=list)
     create_s: float = 0.0  # CREATE TOPIC of all its topics
     setup_s: float = 0.0  # consumers started until all were ready
@@ -623,33 +686,36 @@ class Phase:
     failure: str | None = None  # why the phase could not be measured
 
 
-def run_phase(conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random) -> Phase:
+def run_phase(
+    conn: Connection, pid: int, phase: Phase, specs: list[TopicSpec], sizes: Sizes
+) -> Phase:
     """Topics, consumers (ready), an idle window, the producer's warm-up and measured
     window, the drain; then consumers closed and topics dropped."""
-    specs = topic_specs(n, rng)
-    phase = Phase(n)
     began = time.monotonic()
-    conn.execute("; ".join(spec.sql() for spec in specs))
+    if specs[0].bound:
+        conn.execute(f"CREATE TOPIC {specs[0].name} AS {PARAMS_TOPIC_SQL.format(db=DB)}")
+    else:
+        conn.execute("; ".join(spec.sql() for spec in specs))
     phase.create_s = time.monotonic() - began
     try:
         measure_phase(conn, pid, phase, specs, sizes)
     except RuntimeError as err:  # a child failed or a deadline passed: report, go on
         phase.failure = str(err)
-        log(f"n{n} failed: {err}")
+        log(f"{phase.label} failed: {err}")
     # FORCE: consumers that did not close in time (a failed phase's were killed) are
     # members until their session timeout; meta.consumers_closed_nN counts the others
-    conn.execute("; ".join(f"DROP TOPIC IF EXISTS FORCE {spec.name}" for spec in specs))
+    names = sorted({spec.name for spec in specs})
+    conn.execute("; ".join(f"DROP TOPIC IF EXISTS FORCE {name}" for name in names))
     return phase
 
 
 def measure_phase(
     conn: Connection, pid: int, phase: Phase, specs: list[TopicSpec], sizes: Sizes
 ) -> None:
-    n = phase.n
     began = time.monotonic()
     with children(conn.address, specs) as (producer, pools):
         phase.setup_s = time.monotonic() - began
-        log(f"n{n}: {n} consumers ready in {phase.setup_s:.1f} s")
+        log(f"{phase.label}: {len(specs)} consumers ready in {phase.setup_s:.1f} s")
         time.sleep(IDLE_SETTLE_S)
         phase.idle = measure(pid, sizes.idle_s)
         producer.pipe.send(("go",))
@@ -677,40 +743,42 @@ def drain(pools: list[Child], expected: list[int]) -> float:
 
 
 def fanout_phase(
-    conn: Connection, pid: int, n: int, sizes: Sizes, rng: random.Random
+    conn: Connection, pid: int, phase: Phase, specs: list[TopicSpec], sizes: Sizes
 ) -> tuple[Report, Report]:
-    """Phase `n`'s figures (keys) and its details (meta)."""
-    phase = run_phase(conn, pid, n, sizes, rng)
+    """A phase's figures (keys) and its details (meta)."""
+    phase = run_phase(conn, pid, phase, specs, sizes)
+    n = phase.label
     if phase.failure is not None or phase.window is None:
-        return {}, {f"create_topics_seconds_n{n}": round(phase.create_s, 2),
-                    f"failure_n{n}": phase.failure}  # fmt: skip
+        return {}, {f"create_topics_seconds_{n}": round(phase.create_s, 2),
+                    f"failure_{n}": phase.failure}  # fmt: skip
     window = phase.window
     in_window = sum(r for t, r in phase.sends if window.start_us <= t // 1000 < window.end_us)
     latencies = pa.concat_arrays([r.latencies for r in phase.received])
     keys = window_keys(n, window, in_window, latencies) | exactness(phase)
     if phase.idle is not None:
-        keys[f"idle_cpu_pct_{n}"] = round(100 * phase.idle.cpu_s / phase.idle.seconds, 1)
+        idle_key = f"idle_cpu_pct_{phase.size}" if n.startswith("n") else f"idle_cpu_pct_{n}"
+        keys[idle_key] = round(100 * phase.idle.cpu_s / phase.idle.seconds, 1)
     errors: Counter[str] = Counter()
     for got in phase.received:
         errors.update(got.errors)
     meta: Report = {
-        f"create_topics_seconds_n{n}": round(phase.create_s, 2),
-        f"setup_seconds_n{n}": round(phase.setup_s, 2),
-        f"rows_written_n{n}": sum(phase.written),
-        f"rows_written_in_window_n{n}": in_window,
-        f"rows_delivered_n{n}": sum(sum(r.counts.values()) for r in phase.received),
-        f"drain_seconds_n{n}": round(phase.drained_s, 2),
-        f"latency_samples_n{n}": len(latencies),
-        f"latency_ms_max_n{n}": round(pc.max(latencies).as_py() or 0.0, 1),
-        f"window_seconds_n{n}": round(window.seconds, 2),
-        f"processes_n{n}": math.ceil(n / CONSUMERS_PER_PROCESS),
-        f"consumer_errors_n{n}": dict(errors),
-        f"vgroups_taken_n{n}": sum(r.taken for r in phase.received),
-        f"consumers_closed_n{n}": phase.closed,
+        f"create_topics_seconds_{n}": round(phase.create_s, 2),
+        f"setup_seconds_{n}": round(phase.setup_s, 2),
+        f"rows_written_{n}": sum(phase.written),
+        f"rows_written_in_window_{n}": in_window,
+        f"rows_delivered_{n}": sum(sum(r.counts.values()) for r in phase.received),
+        f"drain_seconds_{n}": round(phase.drained_s, 2),
+        f"latency_samples_{n}": len(latencies),
+        f"latency_ms_max_{n}": round(pc.max(latencies).as_py() or 0.0, 1),
+        f"window_seconds_{n}": round(window.seconds, 2),
+        f"consumers_{n}": len(specs),
+        f"consumer_errors_{n}": dict(errors),
+        f"vgroups_taken_{n}": sum(r.taken for r in phase.received),
+        f"consumers_closed_{n}": phase.closed,
     } | mismatches(phase)
     examples = [e for r in phase.received for e in r.error_examples][:MAX_EXAMPLES]
     if examples:
-        meta[f"consumer_error_examples_n{n}"] = examples
+        meta[f"consumer_error_examples_{n}"] = examples
     for name, value in keys.items():
         log(f"{name}: {value}")
     return keys, meta
@@ -724,13 +792,13 @@ def expected_counts(phase: Phase, spec: TopicSpec) -> dict[int, int]:
 def exactness(phase: Phase) -> Report:
     pairs = zip(phase.specs, phase.received, strict=True)
     exact = all(expected_counts(phase, s) == r.counts for s, r in pairs)
-    return {f"rows_exact_n{phase.n}": exact}
+    return {f"rows_exact_{phase.label}": exact}
 
 
 def mismatches(phase: Phase) -> Report:
     """For consumers that did not receive exactly their rows: how many, the rows missing
     and extra (per device, summed), and the first few."""
-    n, missing, extra, examples = phase.n, 0, 0, []
+    n, missing, extra, examples = phase.label, 0, 0, []
     for spec, got in zip(phase.specs, phase.received, strict=True):
         want = expected_counts(phase, spec)
         if want == got.counts:
@@ -741,23 +809,23 @@ def mismatches(phase: Phase) -> Report:
         examples.append(f"{spec.name}: expected rows per device {want}, received {got.counts}")
     if not examples:
         return {}
-    return {f"mismatched_consumers_n{n}": len(examples), f"rows_missing_n{n}": missing,
-            f"rows_extra_n{n}": extra,
-            f"mismatch_examples_n{n}": examples[:MAX_EXAMPLES]}  # fmt: skip
+    return {f"mismatched_consumers_{n}": len(examples), f"rows_missing_{n}": missing,
+            f"rows_extra_{n}": extra,
+            f"mismatch_examples_{n}": examples[:MAX_EXAMPLES]}  # fmt: skip
 
 
-def window_keys(n: int, window: Window, rows: int, latencies: pa.Array) -> Report:
-    """The figures of phase `n`'s measured window."""
+def window_keys(n: str, window: Window, rows: int, latencies: pa.Array) -> Report:
+    """The figures of phase `n`'s measured window (n: its label)."""
     if len(latencies):
         p50, p99 = pc.quantile(latencies, q=[0.5, 0.99]).to_pylist()
     else:
         p50 = p99 = math.inf  # nothing arrived: what a goal must not take for fast
     return {
-        f"cpu_us_per_row_n{n}": round(window.cpu_s * 1e6 / rows, 2) if rows else math.inf,
-        f"kept_rows_s_n{n}": round(rows / window.seconds),
-        f"latency_ms_p50_n{n}": round(p50, 2),
-        f"latency_ms_p99_n{n}": round(p99, 2),
-        f"server_cpu_pct_n{n}": round(100 * window.cpu_s / window.seconds, 1),
+        f"cpu_us_per_row_{n}": round(window.cpu_s * 1e6 / rows, 2) if rows else math.inf,
+        f"kept_rows_s_{n}": round(rows / window.seconds),
+        f"latency_ms_p50_{n}": round(p50, 2),
+        f"latency_ms_p99_{n}": round(p99, 2),
+        f"server_cpu_pct_{n}": round(100 * window.cpu_s / window.seconds, 1),
     }
 
 
@@ -851,6 +919,8 @@ def goals(report: Report) -> Report:
         "latency_p99_goal_met": report.get("latency_ms_p99_n1000", math.inf) <= LATENCY_P99_GOAL_MS,
         "idle_cpu_goal_met": report.get("idle_cpu_pct_1000", math.inf) <= IDLE_CPU_GOAL_PCT,
         "wide_write_goal_met": report["wide_write_rows_s"] >= WIDE_WRITE_GOAL_ROWS_S,
+        "params_cpu_goal_met": report.get("cpu_us_per_row_params_10000", math.inf)
+        <= PARAMS_CPU_GOAL * report.get("cpu_us_per_row_params_1", math.inf),
     }
     return met | {
         "all_goals_met": all(met.values()),
@@ -859,6 +929,7 @@ def goals(report: Report) -> Report:
         "latency_p99_goal_ms": LATENCY_P99_GOAL_MS,
         "idle_cpu_goal_pct": IDLE_CPU_GOAL_PCT,
         "wide_write_goal_rows_s": WIDE_WRITE_GOAL_ROWS_S,
+        "params_cpu_goal": PARAMS_CPU_GOAL,
     }
 
 
@@ -898,14 +969,17 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
         with connect(server.address, database=DB) as conn:
             with harness.phase(log, "writes", seconds):
                 report |= run_writes(conn, pid, sizes)
-            for n in sizes.topic_counts:
-                with harness.phase(log, f"fanout_n{n}", seconds):
-                    keys, more = fanout_phase(conn, pid, n, sizes, rng)
+            phases = [(Phase(f"n{n}", n), topic_specs(n, rng)) for n in sizes.topic_counts]
+            phases += [(Phase(f"params_{b}", b), bound_specs(b)) for b in sizes.binding_counts]
+            for phase, specs in phases:
+                with harness.phase(log, f"fanout_{phase.label}", seconds):
+                    keys, more = fanout_phase(conn, pid, phase, specs, sizes)
                 report |= keys
                 meta |= more
-    measured = [n for n in sizes.topic_counts if f"rows_exact_n{n}" in report]
-    report["rows_exact"] = all(report[f"rows_exact_n{n}"] for n in measured)
-    report["phases_failed"] = [n for n in sizes.topic_counts if n not in measured]
+    labels = [phase.label for phase, _ in phases]
+    measured = [label for label in labels if f"rows_exact_{label}" in report]
+    report["rows_exact"] = all(report[f"rows_exact_{label}"] for label in measured)
+    report["phases_failed"] = [label for label in labels if label not in measured]
     return report | goals(report) | {"meta": meta | {"phase_seconds": seconds}}
 
 
