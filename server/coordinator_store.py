@@ -12,7 +12,7 @@ rows) are saved on the mnode's timer.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,5 +68,7 @@ class CoordinatorStore:
         )
 
     def save(self, snapshot: Snapshot) -> None:
-        doc = {"format": FORMAT, **asdict(snapshot)}
+        # the snapshot's fields are JSON-ready lists already: asdict's deep copy of every
+        # member and owner would cost most of a save with a thousand consumers
+        doc = {"format": FORMAT, **{f.name: getattr(snapshot, f.name) for f in fields(snapshot)}}
         atomic_write(self.path, json.dumps(doc, separators=(",", ":")).encode())

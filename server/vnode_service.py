@@ -83,8 +83,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         """End the held polls whose consumer's assignment moved on (its epoch rose, or
         it left): they answer now, and the consumer learns its new epoch."""
 
+        members = self._coordinator.members  # read without the lock: one dict get each
+
         def stale(waiter: Waiter) -> bool:
-            member = self._coordinator.member(waiter.consumer_id)
+            member = members.get(waiter.consumer_id)
             return member is None or member.epoch > waiter.epoch
 
         for hub in self._hubs.values():
