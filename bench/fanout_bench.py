@@ -75,7 +75,7 @@ from sqltopic.aio import Consumer as AioConsumer
 from sqltopic.cli.spawn import ServerChild
 from sqltopic.client import Connection, connect
 from sqltopic.client.message import Message, TopicPartition
-from sqltopic.errors import Error
+from sqltopic.errors import Error, ServerUnavailable
 
 DB = "fan"
 VGROUPS = 4
@@ -418,15 +418,21 @@ class Subscriber:
         self.consumer = consumer = AioConsumer(CONSUMER_SETTINGS | {
             "server": address, "group.id": self.spec.group, "client.id": self.spec.name,
         })  # fmt: skip
-        async with gate:
-            await consumer.subscribe(
-                self.spec.subscriptions(), on_assign=self.assigned, on_revoke=self.lost,
-                on_lost=self.lost,
-            )  # fmt: skip
         while not stop.is_set():
-            if not self.sought and len(self.parts) == self.wanted:
-                await self.seek_to_ends(consumer)
+            try:  # a saturated server may time calls out: count, and try again
+                async with gate:
+                    await consumer.subscribe(
+                        self.spec.subscriptions(), on_assign=self.assigned, on_revoke=self.lost,
+                        on_lost=self.lost,
+                    )  # fmt: skip
+                break
+            except ServerUnavailable as err:
+                self.failed("subscribe", err)
+                await asyncio.sleep(CONSUMER_POLL_S)
+        while not stop.is_set():
             try:
+                if not self.sought and len(self.parts) == self.wanted:
+                    await self.seek_to_ends(consumer)
                 message = await consumer.poll(CONSUMER_POLL_S)
             except Error as err:
                 self.failed("poll", err)
@@ -704,8 +710,8 @@ def run_phase(
         log(f"{phase.label} failed: {err}")
     # FORCE: consumers that did not close in time (a failed phase's were killed) are
     # members until their session timeout; meta.consumers_closed_nN counts the others
-    names = sorted({spec.name for spec in specs})
-    conn.execute("; ".join(f"DROP TOPIC IF EXISTS FORCE {name}" for name in names))
+    for name in sorted({spec.name for spec in specs}):  # one call each: each is quick
+        conn.execute(f"DROP TOPIC IF EXISTS FORCE {name}")
     return phase
 
 
