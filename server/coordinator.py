@@ -162,6 +162,8 @@ class Coordinator:
     _saved: int = 0  # the version the store holds
     _progress_dirty: bool = False
     _revoking_cache: tuple[int, list[tuple[str, str, int, int]]] | None = None
+    _save_lock: threading.Lock = field(default_factory=threading.Lock)
+    _written: int = -1  # the version of the last snapshot written
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def _new_id(self) -> int:
@@ -176,15 +178,24 @@ class Coordinator:
 
     def persist(self, progress: bool = False) -> None:
         """Save the state if members or assignments changed since the last save (and,
-        with `progress`, if progress reports did). Call before answering the change."""
+        with `progress`, if progress reports did). Call before answering the change.
+        The state is copied under the lock and written (an fsync) outside it, so that
+        polls and heartbeats, which check the assignment on the event loop, never wait
+        for a disk; saves are serialised, and one older than the last saved is skipped."""
         with self._lock:
             if self.store is None:
                 return
             if self._version == self._saved and not (progress and self._progress_dirty):
                 return
-            self.store.save(self._durable())
-            self._saved = self._version
+            snapshot, version = self._durable(), self._version
             self._progress_dirty = False
+        with self._save_lock:
+            if version < self._written:
+                return  # a newer state is on disk already
+            self.store.save(snapshot)
+            self._written = version
+        with self._lock:
+            self._saved = max(self._saved, version)
 
     def restore(self) -> None:
         """Load the saved state: members get a full session timeout to come back."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import duckdb
+import pyarrow as pa
 import pytest
 
-from sqltopic.sql.topic.scope import table_condition
+from sqltopic.sql.topic.scope import simple_mask, table_condition
 
 TABLE_COLUMNS = frozenset({"tbname", "location", "groupid"})
 SELECT = 'SELECT "ts" AS "ts" FROM "__batch"'
@@ -34,3 +36,42 @@ CASES = [
 @pytest.mark.parametrize(("where", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_table_condition(where: str, expected: str | None) -> None:
     assert table_condition(f"{SELECT} {where}".strip(), TABLE_COLUMNS) == expected
+
+
+TAGS = pa.table(
+    {
+        "tbname": ["a", "b", "c", "d", "e"],
+        "location": ["x", "y", None, "x", "z"],
+        "groupid": pa.array([1, 2, 3, None, 100], pa.int8()),
+    }
+)
+SIMPLE = [
+    "(\"tbname\" IN ('a', 'c'))",
+    "(\"location\" = 'x')",
+    "(\"location\" IN ('x', 'z')) AND (\"groupid\" = 1)",
+    '("location" = \'x\' OR "groupid" = 2)',
+    '("location" = \'q\' OR "groupid" IN (3, 100))',
+    "(\"tbname\" = 'e') AND (\"location\" IN ('z'))",
+]
+NOT_SIMPLE = [
+    '("groupid" > 1)',  # a range: DuckDB decides
+    '("groupid" = 1000)',  # out of TINYINT's range
+    "(\"groupid\" = '1')",  # a string for an integer column
+    '(NOT "location" IS NULL)',
+    '("missing" = 1)',
+]
+
+
+@pytest.mark.parametrize("condition", SIMPLE)
+def test_a_simple_condition_keeps_what_duckdb_keeps(condition: str) -> None:
+    mask = simple_mask(condition, TAGS)
+    assert mask is not None
+    con = duckdb.connect()
+    con.register("t", TAGS)
+    expected = [r[0] for r in con.sql(f'SELECT "tbname" FROM t WHERE {condition}').fetchall()]
+    assert TAGS.column("tbname").filter(mask).to_pylist() == expected
+
+
+@pytest.mark.parametrize("condition", NOT_SIMPLE)
+def test_other_conditions_are_left_to_duckdb(condition: str) -> None:
+    assert simple_mask(condition, TAGS) is None
