@@ -13,18 +13,20 @@ from tests.bench.support import assert_positive, quick_report
 # a slow CI machine.
 RUN_DEADLINE_S = 240.0
 PHASES = (1, 10)
+BINDINGS = (1, 100)  # the parameterized phases: bindings of one `tbname = ?` topic
 WINDOW_FIGURES = ["cpu_us_per_row", "kept_rows_s", "latency_ms_p50", "latency_ms_p99",
                   "server_cpu_pct"]  # fmt: skip
 FIGURES = [
     *(f"{name}_n{n}" for n in PHASES for name in WINDOW_FIGURES),
-    *(f"idle_cpu_pct_{n}" for n in PHASES),
+    *(f"{name}_params_{b}" for b in BINDINGS for name in ("cpu_us_per_row", "kept_rows_s")),
     "wide_write_rows_s",
     "wide_write_cpu_us_per_row",
     "narrow_write_rows_s",
     "narrow_write_cpu_us_per_row",
 ]
 GOALS = ["cpu_growth_goal_met", "kept_rows_goal_met", "latency_p99_goal_met",
-         "idle_cpu_goal_met", "wide_write_goal_met", "all_goals_met"]  # fmt: skip
+         "idle_cpu_goal_met", "wide_write_goal_met", "params_cpu_goal_met",
+         "all_goals_met"]  # fmt: skip
 
 
 def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
@@ -46,6 +48,12 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
         assert 0 < delivered <= written * n // 10
         assert report[f"latency_ms_p50_n{n}"] <= report[f"latency_ms_p99_n{n}"]
         assert report[f"server_cpu_pct_n{n}"] <= 100 * meta["cpu_count"]
+    for b in BINDINGS:  # each binding received exactly its device's rows
+        assert report[f"rows_exact_params_{b}"] is True
+        assert meta[f"consumer_errors_params_{b}"] == {}
+    # idle: held polls cost nothing, so a window may measure no CPU at all
+    idle = [f"idle_cpu_pct_{n}" for n in PHASES] + [f"idle_cpu_pct_params_{b}" for b in BINDINGS]
+    assert all(0 <= report[key] <= 100 * meta["cpu_count"] for key in idle)
     # a producer never bursts beyond its pace to catch up
     assert report["kept_rows_s_n1"] <= meta["pace_rows_s"] * 1.05
     assert all(isinstance(report[key], bool) for key in GOALS)
