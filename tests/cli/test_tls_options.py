@@ -84,7 +84,7 @@ def test_the_files_load_and_become_the_consumers_ssl_keys(pem: dict[str, str]) -
 def _parse_consume(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with what `sqltopic consume TOPIC` adds (defaults)."""
     extra: dict[str, object] = {"topic": "t", "group": "g", "start": "earliest"}
-    extra |= {"format": "csv", "max_rows": None, "timeout": None, "commit": None}
+    extra |= {"format": "csv", "max_rows": None, "timeout": None, "commit": None, "params": []}
     return argparse.Namespace(**vars(args), **extra)
 
 
