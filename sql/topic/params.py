@@ -35,6 +35,7 @@ from sqltopic.sql.model import TBNAME, Param, ParamKind, ParamOp, Topic
 from sqltopic.sql.topic.compare import epoch_of
 from sqltopic.sql.topic.names import Scope, bind_columns
 from sqltopic.sql.topic.probe import quoted
+from sqltopic.sql.topic.scope import conjuncts
 from sqltopic.sql.topic.text import Text
 from sqltopic.sql.types import INTEGER_RANGES
 
@@ -105,7 +106,7 @@ def take_params(select: exp.Select, text: Text) -> list[Written]:
     offsets = _offsets(select, text)
     kept: list[exp.Expr] = []
     found: list[Written] = []
-    for conjunct in _conjuncts(where.this):
+    for conjunct in conjuncts(where.this):
         if conjunct.find(exp.Placeholder) is None:
             kept.append(conjunct)
         else:
@@ -141,15 +142,6 @@ def add_hidden(tree: exp.Select, params: tuple[Param, ...]) -> None:
     """The parameters' columns as hidden outputs after the topic's own (in place)."""
     hidden = [exp.alias_(quoted(p.name), hidden_name(p.name), quoted=True) for p in params]
     tree.set("expressions", [*tree.expressions, *hidden])
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    """The top-level AND conjuncts of a condition (through parentheses around ANDs)."""
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren) and isinstance(node.this, (exp.And, exp.Paren)):
-        return _conjuncts(node.this)
-    return [node]
 
 
 def _offsets(tree: exp.Expr, text: Text) -> dict[int, int]:

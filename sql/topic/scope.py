@@ -37,18 +37,27 @@ def table_condition(select_sql: str, table_columns: frozenset[str]) -> str | Non
     where = tree.args.get("where")
     if where is None:
         return None
-    kept = [c for c in _conjuncts(where.this) if _per_table(c, table_columns)]
+    parts = [_unwrapped(c) for c in conjuncts(where.this)]
+    kept = [c for c in parts if _per_table(c, table_columns)]
     if not kept:
         return None
     return " AND ".join(f"({c.sql(dialect='duckdb')})" for c in kept)
 
 
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The top-level AND conjuncts of a condition (through parentheses around ANDs; a
+    conjunct keeps its own parentheses)."""
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    if isinstance(node, exp.Paren) and isinstance(node.this, (exp.And, exp.Paren)):
+        return conjuncts(node.this)
+    return [node]
+
+
+def _unwrapped(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.And):
-        return [*_conjuncts(node.left), *_conjuncts(node.right)]
-    return [node]
+    return node
 
 
 def _per_table(node: exp.Expr, table_columns: frozenset[str]) -> bool:
