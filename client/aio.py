@@ -16,16 +16,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+import grpc
 import pyarrow as pa
 from grpc import aio
 
 import sqltopic.client.effects as fx
+from sqltopic.client import beats
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import (
     CLIENT_NAME,
     DEFAULT_ADDRESS,
     DEFAULT_TIMEOUT_S,
     Result,
+    _error_of,
     _read_result,
     _translated,
     _write_frames,
@@ -37,6 +40,7 @@ from sqltopic.client.consumer import (
     Callbacks,
     RebalanceCallback,
     callbacks,
+    is_beat,
 )
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
@@ -304,19 +308,7 @@ class Consumer:
 
     async def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Rpc):
-            method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
-            try:
-                with _translated(self._transport):
-                    return await method(
-                        effect.request, metadata=effect.metadata, timeout=effect.timeout
-                    )
-            except asyncio.CancelledError:
-                # close() in another task closed the channel under this call: that is
-                # "closed" for the caller, not a cancellation of its own task
-                task = asyncio.current_task()
-                if self._core.closed and task is not None and not task.cancelling():
-                    raise Error("the consumer is closed") from None
-                raise
+            return await self._call(effect)
         if isinstance(effect, fx.Fetch):
             self._fetches[effect.ticket] = asyncio.create_task(self._fetch(effect))
         elif isinstance(effect, fx.Cancel):
@@ -337,6 +329,27 @@ class Consumer:
             return await self._notify(effect)
         return None
 
+    async def _call(self, effect: fx.Rpc) -> Any:
+        if is_beat(effect):
+            pool = beats.aio_pool_for(self._core.config.server)
+            if pool.batched:
+                answer = await pool.beat(effect.request, effect.metadata, self._send_beats)
+                if answer is not None:
+                    return answer
+        method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
+        try:
+            with _translated(self._transport):
+                return await method(
+                    effect.request, metadata=effect.metadata, timeout=effect.timeout
+                )
+        except asyncio.CancelledError:
+            # close() in another task closed the channel under this call: that is
+            # "closed" for the caller, not a cancellation of its own task
+            task = asyncio.current_task()
+            if self._core.closed and task is not None and not task.cancelling():
+                raise Error("the consumer is closed") from None
+            raise
+
     async def _notify(self, notify: fx.Notify) -> Exception | None:
         """Call the rebalance callback (awaiting a coroutine); its error is the answer."""
         callback = self._callbacks.get(notify.kind)
@@ -348,6 +361,17 @@ class Consumer:
         except Exception as exc:  # raised by the core once its state is whole
             return exc
         return None
+
+    async def _send_beats(self, request: pb.HeartbeatsRequest) -> pb.HeartbeatsResponse:
+        """One Mnode.Heartbeats call for the loop's pool (Unbatched: no such method)."""
+        stub = self._stub("mnode", "")
+        try:
+            answer: pb.HeartbeatsResponse = await stub.Heartbeats(request, timeout=fx.RPC_TIMEOUT_S)
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise beats.Unbatched from None
+            raise _error_of(exc, self._transport) from None
+        return answer
 
     async def _fetch(self, fetch: fx.Fetch) -> None:
         """One vgroup's poll, as a task; its result goes to the queue. A unary Fetch, or,
@@ -382,7 +406,7 @@ class Consumer:
 
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(self._core.heartbeat_s)
+            await asyncio.sleep(beats.aligned_delay(self._core.heartbeat_s))
             try:
                 await self._run(self._core.heartbeat())
             except Exception as exc:  # the task must outlive a failed heartbeat

@@ -20,16 +20,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
 import sqltopic.client.effects as fx
+from sqltopic.client import beats
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
-from sqltopic.client.connection import _translated
+from sqltopic.client.connection import _error_of, _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import Error, TooLarge
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqltopic.consumer")
@@ -66,6 +68,7 @@ class Consumer:
         self._committer: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._beats = beats.pool_for(parsed.server)  # heartbeats sent with the process's
         self._callbacks: Callbacks = {}
         try:
             self._run(self._core.login())
@@ -228,6 +231,10 @@ class Consumer:
 
     def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Rpc):
+            if is_beat(effect) and self._beats.batched:
+                answer = self._beats.beat(effect.request, effect.metadata, self._send_beats)
+                if answer is not None:
+                    return answer
             method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
             with _translated(self._transport):
                 return method(effect.request, metadata=effect.metadata, timeout=effect.timeout)
@@ -261,6 +268,17 @@ class Consumer:
         except Exception as exc:  # raised by the core once its state is whole
             return exc
         return None
+
+    def _send_beats(self, request: pb.HeartbeatsRequest) -> pb.HeartbeatsResponse:
+        """One Mnode.Heartbeats call for the process's pool (Unbatched: no such method)."""
+        stub = self._stub("mnode", "")
+        try:
+            answer: pb.HeartbeatsResponse = stub.Heartbeats(request, timeout=fx.RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if cast("grpc.Call", exc).code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise beats.Unbatched from None
+            raise _error_of(exc, self._transport) from None
+        return answer
 
     def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
         """Start one vgroup's poll as a unary Fetch; its answer arrives on a gRPC thread
@@ -345,7 +363,7 @@ class Consumer:
             self._heartbeat.start()
 
     def _heartbeats(self) -> None:
-        while not self._stop.wait(self._core.heartbeat_s):
+        while not self._stop.wait(beats.aligned_delay(self._core.heartbeat_s)):
             try:
                 self._run(self._core.heartbeat())
             except Exception as exc:  # the thread must outlive a failed heartbeat
@@ -367,6 +385,11 @@ class Consumer:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()
+
+
+def is_beat(effect: fx.Rpc) -> bool:
+    """A heartbeat to the configured server: what the process's beat pool sends."""
+    return effect.service == "mnode" and effect.method == "Heartbeat" and not effect.endpoint
 
 
 def callbacks(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import grpc
 
 import sqltopic.errors as e
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 ERROR_KEY = "sqltopic-error"
 LINE_KEY = "sqltopic-line"
@@ -112,6 +113,23 @@ def from_status(code: Code, message: str, trailers: Sequence[tuple[str, str | by
     err = cls.__new__(cls)
     Exception.__init__(err, message)
     return err
+
+
+def call_status(err: e.Error) -> pb.CallStatus:
+    """`err` as an answer inside a response (a beat of Mnode.Heartbeats): the status its
+    own call would have ended with."""
+    code, message, trailers = to_status(err)
+    details = [pb.StatusDetail(key=key, value=value) for key, value in trailers]
+    return pb.CallStatus(code=code.value[0], message=message, details=details)
+
+
+def from_call_status(status: pb.CallStatus) -> e.Error:
+    """The exception a CallStatus describes (an unknown code: the root class)."""
+    code = _CODE_BY_NUMBER.get(status.code, Code.UNKNOWN)
+    return from_status(code, status.message, [(d.key, d.value) for d in status.details])
+
+
+_CODE_BY_NUMBER = {code.value[0]: code for code in Code}
 
 
 def _plain(err: e.Error) -> str:

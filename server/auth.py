@@ -114,6 +114,11 @@ class Sessions:
         """The session the call's `authorization: Bearer <token>` names."""
         return self._lookup(token_of(metadata))
 
+    def named(self, token: str) -> Session:
+        """The session of a bearer token carried in a request's body (a beat of
+        Mnode.Heartbeats), checked as a call's `authorization` header is."""
+        return self._lookup(token)
+
     def caller(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> tuple[str, Session]:
         """The call's token and the session it names."""
         token = token_of(metadata)

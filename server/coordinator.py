@@ -163,7 +163,6 @@ class Coordinator:
     _progress_dirty: bool = False
     _revoking_cache: tuple[int, list[tuple[str, str, int, int]]] | None = None
     _save_lock: threading.Lock = field(default_factory=threading.Lock)
-    _written: int = -1  # the version of the last snapshot written
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def _new_id(self) -> int:
@@ -181,21 +180,25 @@ class Coordinator:
         with `progress`, if progress reports did). Call before answering the change.
         The state is copied under the lock and written (an fsync) outside it, so that
         polls and heartbeats, which check the assignment on the event loop, never wait
-        for a disk; saves are serialised, and one older than the last saved is skipped."""
+        for a disk; callers that arrive during a save share the next one."""
         with self._lock:
             if self.store is None:
                 return
             if self._version == self._saved and not (progress and self._progress_dirty):
                 return
-            snapshot, version = self._durable(), self._version
-            self._progress_dirty = False
+            wanted = self._version
         with self._save_lock:
-            if version < self._written:
-                return  # a newer state is on disk already
+            # saves are group commits: whoever gets here first saves the state as it is
+            # then, which covers every change made while the save before it ran; the
+            # callers of those changes find them saved and return at once
+            with self._lock:
+                if self._saved >= wanted and not (progress and self._progress_dirty):
+                    return
+                snapshot, version = self._durable(), self._version
+                self._progress_dirty = False
             self.store.save(snapshot)
-            self._written = version
-        with self._lock:
-            self._saved = max(self._saved, version)
+            with self._lock:
+                self._saved = max(self._saved, version)
 
     def restore(self) -> None:
         """Load the saved state: members get a full session timeout to come back."""

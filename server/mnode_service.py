@@ -1,6 +1,6 @@
-"""The `Mnode` gRPC service: Subscribe, Heartbeat, GetAssignment, Unsubscribe,
-CloseConsumer (and Close, its deprecated first name), answered from the coordinator;
-plus the rebalance timer that removes silent consumers."""
+"""The `Mnode` gRPC service: Subscribe, Heartbeat (and Heartbeats, many consumers' at
+once), GetAssignment, Unsubscribe, CloseConsumer (and Close, its deprecated first name),
+answered from the coordinator; plus the rebalance timer that removes silent consumers."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from sqltopic.errors import ConfigError, TopicNotFound, excerpt
+from sqltopic.errors import ConfigError, Error, InvalidRequest, TopicNotFound, excerpt
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.proto.status import call_status
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import (
     AssignmentView,
@@ -37,6 +38,9 @@ EXPIRY_SLACK_S = 0.005
 # Topics one Subscribe may name: far more than a consumer follows, and a bound on the
 # work one request makes the mnode do.
 MAX_TOPICS_PER_SUBSCRIBE = 4096
+# Beats one Heartbeats call may carry: a client process's consumers of one server, with
+# room to spare; a bound on the work (and the answer's size) of one request.
+MAX_BEATS_PER_CALL = 10_000
 # A host name is at most 253 characters (RFC 1035); room for a port and brackets.
 MAX_FQDN = 270
 STATUS = {
@@ -95,11 +99,39 @@ class MnodeService(pb_grpc.MnodeServicer):
         self, request: pb.HeartbeatRequest, context: Context
     ) -> pb.HeartbeatResponse:
         session = self._sessions.session(context.invocation_metadata())
-        progress = _progress(request.progress)
-        self._check_user(request.consumer_id, session.user)
-        member = self._coordinator.heartbeat(request.consumer_id, request.polled, progress)
+        answer = self._beat(request, session.user)
         if self._coordinator.unsaved:  # a release in it; else no trip to a thread
             await asyncio.to_thread(self._coordinator.persist)
+        return answer
+
+    @unary
+    async def Heartbeats(
+        self, request: pb.HeartbeatsRequest, context: Context
+    ) -> pb.HeartbeatsResponse:
+        if len(request.beats) > MAX_BEATS_PER_CALL:
+            raise InvalidRequest(
+                f"Heartbeats: {len(request.beats)} beats in one call, more than "
+                f"{MAX_BEATS_PER_CALL}: send them in several calls"
+            )
+        results = [self._beat_result(beat) for beat in request.beats]
+        if self._coordinator.unsaved:  # one save for every release of the call
+            await asyncio.to_thread(self._coordinator.persist)
+        return pb.HeartbeatsResponse(results=results)
+
+    def _beat_result(self, beat: pb.Beat) -> pb.BeatResult:
+        """What the beat's own Heartbeat call would have answered, its error included."""
+        try:
+            session = self._sessions.named(beat.token)
+            return pb.BeatResult(heartbeat=self._beat(beat.heartbeat, session.user))
+        except Error as err:
+            return pb.BeatResult(error=call_status(err))
+
+    def _beat(self, request: pb.HeartbeatRequest, user: str) -> pb.HeartbeatResponse:
+        """One consumer's heartbeat by `user` (the caller of its session); the
+        coordinator's state may need a save afterwards (`unsaved`)."""
+        progress = _progress(request.progress)
+        self._check_user(request.consumer_id, user)
+        member = self._coordinator.heartbeat(request.consumer_id, request.polled, progress)
         if member is None:
             return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
         return pb.HeartbeatResponse(

@@ -32,6 +32,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
     "Mnode": {
         "Subscribe": (False, False),
         "Heartbeat": (False, False),
+        "Heartbeats": (False, False),
         "GetAssignment": (False, False),
         "Unsubscribe": (False, False),
         "CloseConsumer": (False, False),

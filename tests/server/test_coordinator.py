@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
-from sqltopic.server.coordinator_store import CoordinatorStore
+from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
 
 
 class Clock:
@@ -294,3 +295,41 @@ def test_a_revocation_keeps_its_epoch_across_a_restart(tmp_path: Path, clock: Cl
     assert second.owners["t", "g"][moving].consumer == a.id
     second.committed(a.id, "g", "t", moving, ra.epoch)
     assert second.owners["t", "g"][moving].consumer != a.id
+
+
+class SlowStore(CoordinatorStore):
+    """A store whose first save waits until released: callers pile up behind it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.saved: list[int] = []  # members in each saved snapshot
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def save(self, snapshot: Snapshot) -> None:
+        self.entered.set()
+        assert self.release.wait(30)
+        self.saved.append(len(snapshot.members))
+        super().save(snapshot)
+
+
+def test_saves_that_queue_behind_one_share_the_next(tmp_path: Path, clock: Clock) -> None:
+    store = SlowStore(tmp_path)
+    coord = Coordinator(lambda t: [1, 2], clock=clock, store=store)
+    coord.subscribe(0, "g0", ["t"])
+    first = threading.Thread(target=coord.persist)
+    first.start()
+    assert store.entered.wait(30)  # the first save is under way, holding one member
+    joiners = []
+    for i in range(1, 6):  # five more changes, each persisted by its own caller
+        coord.subscribe(0, f"g{i}", ["t"])
+        joiners.append(threading.Thread(target=coord.persist))
+        joiners[-1].start()
+    store.release.set()
+    for thread in [first, *joiners]:
+        thread.join(30)
+    assert store.saved == [1, 6]  # one save for the five that waited: the state after all
+    assert not coord.unsaved
+    again = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    assert len(again.members) == 6

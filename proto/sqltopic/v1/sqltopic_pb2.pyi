@@ -751,6 +751,176 @@ class HeartbeatResponse(_message.Message):
 Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
 
 @_typing.final
+class Beat(_message.Message):
+    """One consumer's heartbeat inside Heartbeats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """The bearer token of the consumer's session (what its own calls carry after
+    `authorization: Bearer `).
+    """
+    @_builtins.property
+    def heartbeat(self) -> Global___HeartbeatRequest:
+        """What its own Heartbeat call would send."""
+
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        heartbeat: Global___HeartbeatRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Beat: _TypeAlias = Beat  # noqa: Y015
+
+@_typing.final
+class HeartbeatsRequest(_message.Message):
+    """Heartbeats of several consumers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BEATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def beats(self) -> _containers.RepeatedCompositeFieldContainer[Global___Beat]:
+        """One per consumer; answered in the same order."""
+
+    def __init__(
+        self,
+        *,
+        beats: _abc.Iterable[Global___Beat] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["beats", b"beats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatsRequest: _TypeAlias = HeartbeatsRequest  # noqa: Y015
+
+@_typing.final
+class CallStatus(_message.Message):
+    """A failed call's status, for an answer inside a response: what the call's own gRPC
+    status and trailing metadata would have carried (docs/protocol.md, "Errors").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """The gRPC status code (its number: 16 = UNAUTHENTICATED, ...)."""
+    message: _builtins.str
+    """The status message."""
+    @_builtins.property
+    def details(self) -> _containers.RepeatedCompositeFieldContainer[Global___StatusDetail]:
+        """The trailing metadata (`sqltopic-error` and the rest)."""
+
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        details: _abc.Iterable[Global___StatusDetail] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallStatus: _TypeAlias = CallStatus  # noqa: Y015
+
+@_typing.final
+class StatusDetail(_message.Message):
+    """One trailing metadata entry of a CallStatus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """The metadata key (`sqltopic-error`, `sqltopic-line`, ...)."""
+    value: _builtins.str
+    """Its value."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatusDetail: _TypeAlias = StatusDetail  # noqa: Y015
+
+@_typing.final
+class BeatResult(_message.Message):
+    """One beat's answer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEARTBEAT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def heartbeat(self) -> Global___HeartbeatResponse:
+        """The consumer's Heartbeat answer."""
+
+    @_builtins.property
+    def error(self) -> Global___CallStatus:
+        """The error its Heartbeat would have failed with."""
+
+    def __init__(
+        self,
+        *,
+        heartbeat: Global___HeartbeatResponse | None = ...,
+        error: Global___CallStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "heartbeat", b"heartbeat", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "heartbeat", b"heartbeat", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["heartbeat", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___BeatResult: _TypeAlias = BeatResult  # noqa: Y015
+
+@_typing.final
+class HeartbeatsResponse(_message.Message):
+    """The answers of Heartbeats, one per beat in the request's order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___BeatResult]:
+        """One per beat of the request, in its order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___BeatResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatsResponse: _TypeAlias = HeartbeatsResponse  # noqa: Y015
+
+@_typing.final
 class GetAssignmentRequest(_message.Message):
     """Asks for the consumer's assignment."""
 

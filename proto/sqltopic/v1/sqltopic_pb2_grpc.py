@@ -355,6 +355,11 @@ class MnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Heartbeats = channel.unary_unary(
+                '/sqltopic.v1.Mnode/Heartbeats',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsResponse.FromString,
+                _registered_method=True)
         self.GetAssignment = channel.unary_unary(
                 '/sqltopic.v1.Mnode/GetAssignment',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.GetAssignmentRequest.SerializeToString,
@@ -399,6 +404,20 @@ class MnodeServicer:
     def Heartbeat(self, request, context):
         """Keeps the consumer alive and reports its progress; says whether its assignment
         changed. Send every heartbeat_interval_ms from a background thread/task.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeats(self, request, context):
+        """The heartbeats of several consumers in one call: a client process with many
+        consumers of this server beats for all of them at once (the Python client aligns
+        its consumers' heartbeats for this). Each beat is authorized by the session token it
+        carries, exactly as its own Heartbeat call would be by its `authorization` header
+        (the call's own header is not needed), and each answer is what that Heartbeat would
+        have answered: its response or its error status. At most 10,000 beats per call
+        (INVALID_ARGUMENT beyond, nothing done). A server without this method answers
+        UNIMPLEMENTED: send each Heartbeat on its own.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -450,6 +469,11 @@ def add_MnodeServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Heartbeats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeats,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsResponse.SerializeToString,
             ),
             'GetAssignment': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAssignment,
@@ -531,6 +555,33 @@ class Mnode:
             '/sqltopic.v1.Mnode/Heartbeat',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Mnode/Heartbeats',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.HeartbeatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

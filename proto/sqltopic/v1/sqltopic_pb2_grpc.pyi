@@ -260,6 +260,16 @@ class MnodeStub:
     """Keeps the consumer alive and reports its progress; says whether its assignment
     changed. Send every heartbeat_interval_ms from a background thread/task.
     """
+    Heartbeats: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.HeartbeatsRequest, _sqltopic_pb2.HeartbeatsResponse]
+    """The heartbeats of several consumers in one call: a client process with many
+    consumers of this server beats for all of them at once (the Python client aligns
+    its consumers' heartbeats for this). Each beat is authorized by the session token it
+    carries, exactly as its own Heartbeat call would be by its `authorization` header
+    (the call's own header is not needed), and each answer is what that Heartbeat would
+    have answered: its response or its error status. At most 10,000 beats per call
+    (INVALID_ARGUMENT beyond, nothing done). A server without this method answers
+    UNIMPLEMENTED: send each Heartbeat on its own.
+    """
     GetAssignment: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.GetAssignmentRequest, _sqltopic_pb2.GetAssignmentResponse]
     """The vgroups assigned to the consumer at the current epoch, with the endpoints of
     the vnodes that serve them.
@@ -301,6 +311,16 @@ class MnodeAsyncStub(MnodeStub):
     Heartbeat: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.HeartbeatRequest, _sqltopic_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Keeps the consumer alive and reports its progress; says whether its assignment
     changed. Send every heartbeat_interval_ms from a background thread/task.
+    """
+    Heartbeats: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.HeartbeatsRequest, _sqltopic_pb2.HeartbeatsResponse]  # type: ignore[assignment]
+    """The heartbeats of several consumers in one call: a client process with many
+    consumers of this server beats for all of them at once (the Python client aligns
+    its consumers' heartbeats for this). Each beat is authorized by the session token it
+    carries, exactly as its own Heartbeat call would be by its `authorization` header
+    (the call's own header is not needed), and each answer is what that Heartbeat would
+    have answered: its response or its error status. At most 10,000 beats per call
+    (INVALID_ARGUMENT beyond, nothing done). A server without this method answers
+    UNIMPLEMENTED: send each Heartbeat on its own.
     """
     GetAssignment: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.GetAssignmentRequest, _sqltopic_pb2.GetAssignmentResponse]  # type: ignore[assignment]
     """The vgroups assigned to the consumer at the current epoch, with the endpoints of
@@ -352,6 +372,22 @@ class MnodeServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sqltopic_pb2.HeartbeatResponse, _abc.Awaitable[_sqltopic_pb2.HeartbeatResponse]]:
         """Keeps the consumer alive and reports its progress; says whether its assignment
         changed. Send every heartbeat_interval_ms from a background thread/task.
+        """
+
+    @_abc_1.abstractmethod
+    def Heartbeats(
+        self,
+        request: _sqltopic_pb2.HeartbeatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.HeartbeatsResponse, _abc.Awaitable[_sqltopic_pb2.HeartbeatsResponse]]:
+        """The heartbeats of several consumers in one call: a client process with many
+        consumers of this server beats for all of them at once (the Python client aligns
+        its consumers' heartbeats for this). Each beat is authorized by the session token it
+        carries, exactly as its own Heartbeat call would be by its `authorization` header
+        (the call's own header is not needed), and each answer is what that Heartbeat would
+        have answered: its response or its error status. At most 10,000 beats per call
+        (INVALID_ARGUMENT beyond, nothing done). A server without this method answers
+        UNIMPLEMENTED: send each Heartbeat on its own.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,145 @@
+"""Mnode.Heartbeats against a real server: many consumers' heartbeats in one call, each
+checked and answered exactly as its own Heartbeat call would be, one bad beat failing
+only itself, and a call over the limit refused whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from sqltopic.client import Connection
+from sqltopic.errors import AuthenticationFailed, Error, NoPermission
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.proto.status import from_call_status
+from sqltopic.server.mnode_service import MAX_BEATS_PER_CALL
+from tests.server.wire import CALL_TIMEOUT_S, Wire, status
+
+TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
+
+
+@pytest.fixture
+def hot(live_power: Connection) -> Connection:
+    live_power.execute(TOPIC)
+    return live_power
+
+
+def token(wire: Wire) -> str:
+    return wire.md[0][1].removeprefix("Bearer ")
+
+
+def login(wire: Wire, user: str, password: str) -> str:
+    answer = pb_grpc.SessionStub(wire.channel).Login(
+        pb.LoginRequest(user=user, password=password), timeout=CALL_TIMEOUT_S
+    )
+    return str(answer.token)
+
+
+def subscriptions(conn: Connection) -> dict[tuple[str, int], Any]:
+    return {
+        (r["consumer_id"], r["vgroup_id"]): r["rows"]
+        for r in conn.query("SHOW SUBSCRIPTIONS").to_pylist()
+    }
+
+
+def beats(wire: Wire, requests: list[tuple[str, pb.HeartbeatRequest]]) -> list[Any]:
+    """Each beat's answer: its HeartbeatResponse or the error it carries."""
+    call = pb.HeartbeatsRequest(beats=[pb.Beat(token=t, heartbeat=r) for t, r in requests])
+    answer = wire.mnode.Heartbeats(call, timeout=CALL_TIMEOUT_S)  # no header: beats carry it
+    assert len(answer.results) == len(requests)
+    return [
+        from_call_status(r.error) if r.WhichOneof("result") == "error" else r.heartbeat
+        for r in answer.results
+    ]
+
+
+def alone(wire: Wire, tok: str, request: pb.HeartbeatRequest) -> Any:
+    """The same beat as its own Heartbeat call: its answer, or (code, error class)."""
+    metadata = (("authorization", f"Bearer {tok}"),)
+    try:
+        return wire.mnode.Heartbeat(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        code, trailers = status(exc)
+        return code, trailers["sqltopic-error"]
+
+
+def test_each_beat_is_answered_as_its_own_heartbeat_would_be(hot: Connection, wire: Wire) -> None:
+    hot.execute("CREATE USER bob PASS 'bob-pw-12'")
+    root, bob = token(wire), login(wire, "bob", "bob-pw-12")
+    a = wire.subscribe("ga", ["hot"])
+    b = wire.subscribe("gb", ["hot"])
+    assignment = wire.assignment(a.consumer_id)
+    progress = [
+        pb.VgroupProgress(topic="hot", vgroup=x.vgroup, rows=7) for x in assignment.assignments
+    ]
+    current = pb.HeartbeatRequest(
+        consumer_id=a.consumer_id, epoch=assignment.epoch, polled=True, progress=progress
+    )
+    stale = pb.HeartbeatRequest(consumer_id=b.consumer_id, epoch=0)
+    unknown = pb.HeartbeatRequest(consumer_id=987_654_321)
+    requests = [
+        (root, current),
+        (root, stale),
+        ("not-a-token", current),
+        (bob, current),  # root's consumer: not bob's to keep alive
+        (root, unknown),
+    ]
+    answers = beats(wire, requests)
+    assert answers[0] == pb.HeartbeatResponse(
+        epoch=assignment.epoch, status=pb.CONSUMER_STATUS_READY
+    )
+    assert answers[1].refresh_assignment
+    assert answers[1].epoch == b.epoch
+    assert isinstance(answers[2], AuthenticationFailed)
+    assert "unknown or expired token" in str(answers[2])
+    assert isinstance(answers[3], NoPermission)
+    assert answers[4] == pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
+    # the same beats as calls of their own answer alike (the good ones changed nothing
+    # more: the progress was reported already)
+    expected = [alone(wire, t, r) for t, r in requests]
+    assert [answers[0], answers[1], answers[4]] == [expected[0], expected[1], expected[4]]
+    assert expected[2] == (grpc.StatusCode.UNAUTHENTICATED, "AuthenticationFailed")
+    assert expected[3] == (grpc.StatusCode.PERMISSION_DENIED, "NoPermission")
+    # the good beat's progress reached the mnode
+    mine = {v: n for (c, v), n in subscriptions(hot).items() if c == str(a.consumer_id)}
+    assert mine == {x.vgroup: 7 for x in assignment.assignments}
+
+
+def test_an_empty_call_answers_nothing(hot: Connection, wire: Wire) -> None:
+    assert beats(wire, []) == []
+
+
+def test_too_many_beats_are_refused_and_change_nothing(hot: Connection, wire: Wire) -> None:
+    a = wire.subscribe("ga", ["hot"])
+    assignment = wire.assignment(a.consumer_id)
+    progress = [
+        pb.VgroupProgress(topic="hot", vgroup=x.vgroup, rows=5) for x in assignment.assignments
+    ]
+    beat = pb.Beat(
+        token=token(wire),
+        heartbeat=pb.HeartbeatRequest(
+            consumer_id=a.consumer_id, epoch=assignment.epoch, progress=progress
+        ),
+    )
+    before = subscriptions(hot)
+    request = pb.HeartbeatsRequest(beats=[beat] * (MAX_BEATS_PER_CALL + 1))
+    with pytest.raises(grpc.RpcError) as caught:
+        wire.mnode.Heartbeats(request, timeout=CALL_TIMEOUT_S)
+    code, trailers = status(caught.value)
+    assert (code, trailers["sqltopic-error"]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "InvalidRequest",
+    )
+    details = str(caught.value.details())
+    assert f"{MAX_BEATS_PER_CALL + 1} beats in one call" in details
+    assert "several calls" in details
+    assert subscriptions(hot) == before
+    assert all(rows != 5 for rows in before.values())
+
+
+def test_error_classes_survive_the_call_status() -> None:
+    err = from_call_status(pb.CallStatus(code=99, message="odd"))
+    assert type(err) is Error
+    assert str(err) == "odd"
