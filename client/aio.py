@@ -21,7 +21,7 @@ import pyarrow as pa
 from grpc import aio
 
 import sqltopic.client.effects as fx
-from sqltopic.client import beats
+from sqltopic.client import beats, streams
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import (
     CLIENT_NAME,
@@ -46,7 +46,7 @@ from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.client.state import LOGOUT_TIMEOUT_S
 from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
-from sqltopic.errors import Error, TooLarge
+from sqltopic.errors import Error, ServerUnavailable, TooLarge
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -164,6 +164,9 @@ class Consumer:
         self._transport = consumer_transport(parsed)
         self._core = ConsumerCore(parsed)
         self._channels: dict[str, aio.Channel] = {}
+        # vnode endpoint -> its Consume stream and the session it was opened with
+        self._streams: dict[str, tuple[streams.AioConsumeStream, fx.Metadata]] = {}
+        self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -265,6 +268,9 @@ class Consumer:
                 task.cancel()
             self._results.put_nowait(None)  # a poll waiting in another task looks again
             channels, self._channels = list(self._channels.values()), {}
+            opened, self._streams = [stream for stream, _ in self._streams.values()], {}
+            for stream in opened:
+                stream.close()
             for channel in channels:
                 await channel.close()
 
@@ -380,8 +386,7 @@ class Consumer:
             stub = self._stub("vnode", fetch.endpoint)
             request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
             try:
-                with _translated(self._transport):
-                    frames = [await stub.Fetch(request, metadata=metadata, timeout=timeout)]
+                frames = [await self._fetch_one(stub, fetch)]
             except TooLarge:  # a message over one frame: the streamed Poll of it
                 call = stub.Poll(request, metadata=metadata, timeout=timeout)
                 with _translated(self._transport):
@@ -393,6 +398,42 @@ class Consumer:
             result = fx.failed(fetch, exc)
         if self._fetches.pop(fetch.ticket, None) is not None:
             self._results.put_nowait(result)
+
+    async def _fetch_one(self, stub: Any, fetch: fx.Fetch) -> pb.PollResponse:
+        """The poll on the endpoint's Consume stream (or, against a server without one,
+        as a unary Fetch), within the poll's own deadline."""
+        if self._streaming:
+            stream = self._consume_stream(stub, fetch)
+            try:
+                return await asyncio.wait_for(
+                    stream.fetch(fetch.ticket, fetch.request), fetch.timeout
+                )
+            except TimeoutError:
+                raise ServerUnavailable(
+                    f"no answer to a poll within {fetch.timeout:g} s; polling again"
+                ) from None
+            except streams.Unstreamed:
+                self._streaming = False  # an older server: unary Fetches from now on
+        with _translated(self._transport):
+            answer: pb.PollResponse = await stub.Fetch(
+                fetch.request, metadata=fetch.metadata, timeout=fetch.timeout
+            )
+        return answer
+
+    def _consume_stream(self, stub: Any, fetch: fx.Fetch) -> streams.AioConsumeStream:
+        """The endpoint's open stream for the poll's session (a new one after a broken
+        stream or a new login)."""
+        address = fetch.endpoint or self._core.config.server
+        found = self._streams.get(address)
+        if found is not None and not found[0].broken and found[1] == fetch.metadata:
+            return found[0]
+        if found is not None:
+            found[0].close()  # its polls (of an old session) fail and are polled again
+        stream = streams.AioConsumeStream(
+            stub.Consume(metadata=fetch.metadata), lambda exc: _error_of(exc, self._transport)
+        )
+        self._streams[address] = (stream, fetch.metadata)
+        return stream
 
     def _stub(self, service: str, endpoint: str) -> Any:
         if self._core.closed and service != "session":

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 import sqltopic.client.effects as fx
-from sqltopic.client import beats
+from sqltopic.client import beats, streams
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import _error_of, _translated
 from sqltopic.client.core import ConsumerCore
@@ -62,7 +62,10 @@ class Consumer:
         self._calls_lock = threading.Lock()  # guards _calls and _channels
         self._channels: dict[str, grpc.Channel] = {}
         self._shut = False  # channels closed: no more calls
-        self._calls: dict[int, grpc.Call | None] = {}  # tickets of polls in flight
+        self._calls: dict[int, Any] = {}  # tickets of polls in flight: their cancel()
+        # vnode endpoint -> its Consume stream and the session it was opened with
+        self._streams: dict[str, tuple[streams.ConsumeStream, fx.Metadata]] = {}
+        self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
         self._committer: ThreadPoolExecutor | None = None
@@ -281,8 +284,57 @@ class Consumer:
         return answer
 
     def _fetch(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
-        """Start one vgroup's poll as a unary Fetch; its answer arrives on a gRPC thread
-        (`_fetched`), so a poll the vnode holds for a long time holds no thread here."""
+        """Start one vgroup's poll on the endpoint's Consume stream (or, against a server
+        without one, as a unary Fetch); its answer arrives on another thread, so a poll
+        the vnode holds for a long time holds no thread here."""
+        if not self._streaming:
+            self._fetch_unary(stub, fetch)
+            return
+        stream = self._consume_stream(stub, fetch)
+        ticket = _Ticket(stream, fetch.ticket)
+        if self._started(fetch.ticket, lambda: ticket) is None:
+            return  # cancelled before it started
+        stream.fetch(
+            fetch.ticket, fetch.request, lambda answer: self._answered(stub, fetch, answer)
+        )
+
+    def _consume_stream(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> streams.ConsumeStream:
+        """The endpoint's open stream for the poll's session (a new one after a broken
+        stream or a new login)."""
+        address = fetch.endpoint or self._core.config.server
+        with self._calls_lock:
+            found = self._streams.get(address)
+            if found is not None and not found[0].broken and found[1] == fetch.metadata:
+                return found[0]
+            metadata = fetch.metadata
+            stream = streams.ConsumeStream(
+                lambda requests: stub.Consume(requests, metadata=metadata),
+                lambda exc: _error_of(exc, self._transport),
+            )
+            self._streams[address] = (stream, fetch.metadata)
+        if found is not None:
+            found[0].close()  # its polls (of an old session) fail and are polled again
+        return stream
+
+    def _answered(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch, answer: streams.Answer) -> None:
+        """A ticket's answer (on the stream's reader thread)."""
+        if isinstance(answer, streams.Unstreamed):
+            self._streaming = False  # an older server: unary Fetches from now on
+            self._fetch_unary(stub, fetch)
+            return
+        if isinstance(answer, TooLarge):
+            self._pool.submit(self._stream, stub, fetch)
+            return
+        try:
+            if isinstance(answer, Exception):
+                raise answer
+            result = fx.fetched(fetch, [answer])
+        except Exception as exc:  # failed: every poll answers
+            result = fx.failed(fetch, exc)
+        self._deliver(fetch.ticket, result)
+
+    def _fetch_unary(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> None:
+        """The poll as a unary Fetch; its answer arrives on a gRPC thread (`_fetched`)."""
         request, metadata, timeout = fetch.request, fetch.metadata, fetch.timeout
         try:
             call = self._started(
@@ -378,13 +430,27 @@ class Consumer:
             self._shut = True
             tickets = list(self._calls)
             channels, self._channels = list(self._channels.values()), {}
+            opened, self._streams = [stream for stream, _ in self._streams.values()], {}
         self._cancel(tickets)
+        for stream in opened:
+            stream.close()
         self._results.put(None)  # a poll waiting in another thread looks again
         for channel in channels:
             channel.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()
+
+
+class _Ticket:
+    """A poll on a Consume stream, as `_calls` holds it: what cancels it."""
+
+    def __init__(self, stream: streams.ConsumeStream, ticket: int) -> None:
+        self.stream = stream
+        self.ticket = ticket
+
+    def cancel(self) -> None:
+        self.stream.cancel(self.ticket)
 
 
 def is_beat(effect: fx.Rpc) -> bool:

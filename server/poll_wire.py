@@ -31,10 +31,11 @@ def limits_of(request: pb.PollRequest) -> PollLimits:
     )
 
 
-def wait_s(request: pb.PollRequest, context: Context) -> float:
-    """How long the poll may wait for writes: max_wait_ms, within the call's deadline."""
+def wait_s(request: pb.PollRequest, context: Context | None) -> float:
+    """How long the poll may wait for writes: max_wait_ms, within the call's deadline
+    (a poll on a Consume stream has none of its own)."""
     wait = min(request.max_wait_ms, MAX_WAIT_MS) / 1000
-    remaining = context.time_remaining()
+    remaining = None if context is None else context.time_remaining()
     if remaining is not None:
         wait = min(wait, remaining - DEADLINE_MARGIN_S)
     return max(wait, 0.0)

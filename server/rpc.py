@@ -134,6 +134,8 @@ def streaming(
         try:
             if isinstance(request, Undecodable):
                 raise request.error()
+            if hasattr(request, "__aiter__"):
+                request = cast("Q", _decoded(cast("AsyncIterator[object]", request)))
             async for item in method(self, request, context):
                 yield item
         except aio.AbortError:

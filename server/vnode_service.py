@@ -1,4 +1,5 @@
-"""The `Vnode` gRPC service: Poll (with push), Commit, Committed and OffsetRange.
+"""The `Vnode` gRPC service: Poll (with push), Fetch, Consume (many Fetches on one
+stream: consume.py), Commit, Committed and OffsetRange.
 
 Poll and Commit are fenced by the coordinator: only the consumer the current
 assignment names, at an epoch it knows, is served. A poll that finds nothing waits on
@@ -16,6 +17,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from sqltopic.errors import (
@@ -30,6 +32,7 @@ from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
+from sqltopic.server.consume import ConsumeStream
 from sqltopic.server.coordinator import Coordinator, check_group_id
 from sqltopic.server.engine import Engine
 from sqltopic.server.live import LiveHub, Waiter
@@ -107,7 +110,7 @@ class VnodeService(pb_grpc.VnodeServicer):
     ) -> AsyncIterator[pb.PollResponse]:
         token, session = self._sessions.caller(context.invocation_metadata())
         with self._slots.hold(token, session.user, "Poll"):
-            frames = await self._poll(request, context, session.user)
+            frames = await self._poll(request, wait_s(request, context), session.user)
             for frame in frames:
                 yield frame
 
@@ -115,18 +118,43 @@ class VnodeService(pb_grpc.VnodeServicer):
     async def Fetch(self, request: pb.PollRequest, context: Context) -> pb.PollResponse:
         token, session = self._sessions.caller(context.invocation_metadata())
         with self._slots.hold(token, session.user, "Fetch"):
-            frames = await self._poll(request, context, session.user, FETCH_MAX_BYTES)
+            return await self._fetch(request, wait_s(request, context), session.user)
+
+    @streaming
+    async def Consume(
+        self, requests: AsyncIterator[pb.ConsumeRequest], context: Context
+    ) -> AsyncIterator[pb.ConsumeResponse]:
+        metadata = context.invocation_metadata()
+        token, session = self._sessions.caller(metadata)
+
+        def caller() -> str:  # a session ended meanwhile fails the poll
+            return self._sessions.session(metadata).user
+
+        def slot(user: str) -> AbstractContextManager[None]:
+            return self._slots.hold(token, user, "Consume")
+
+        async def fetch(request: pb.PollRequest, user: str) -> pb.PollResponse:
+            return await self._fetch(request, wait_s(request, None), user)
+
+        with self._slots.hold(token, session.user, "Consume"):
+            async for answer in ConsumeStream(fetch, caller, slot).run(requests):
+                yield answer
+
+    async def _fetch(self, request: pb.PollRequest, wait: float, user: str) -> pb.PollResponse:
+        """A poll answered in one frame (TooLarge for a message of several)."""
+        frames = await self._poll(request, wait, user, FETCH_MAX_BYTES)
         if len(frames) > 1:
             raise fetch_too_large(request, frames)
         return frames[0]
 
     async def _poll(
-        self, request: pb.PollRequest, context: Context, user: str,
+        self, request: pb.PollRequest, wait: float, user: str,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[pb.PollResponse]:  # fmt: skip
-        """The answer's frames. Each read (and its framing) is one step, on the event
-        loop when small (`_soon`), else one trip to the worker pool."""
-        deadline = time.monotonic() + wait_s(request, context)
+        """The answer's frames, waiting up to `wait` seconds for rows. Each read (and
+        its framing) is one step, on the event loop when small (`_soon`), else one trip
+        to the worker pool."""
+        deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
         vnode, position, limits, (message, frames) = await self._begin(request, user, max_bytes)

@@ -41,6 +41,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
     "Vnode": {
         "Poll": (False, True),
         "Fetch": (False, False),
+        "Consume": (True, True),
         "Commit": (False, False),
         "Committed": (False, False),
         "OffsetRange": (False, False),

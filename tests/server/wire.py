@@ -47,14 +47,14 @@ class Wire:
         self, consumer: int, group: str, topic: str, vgroup: int, epoch: int,
         position: int | None = None, timeout: float = CALL_TIMEOUT_S, **fields: object,
     ) -> list[pb.PollResponse]:  # fmt: skip
-        request = _poll_request(consumer, group, topic, vgroup, epoch, position, fields)
+        request = poll_request(consumer, group, topic, vgroup, epoch, position, fields)
         return list(self.vnode.Poll(request, metadata=self.md, timeout=timeout))
 
     def fetch(
         self, consumer: int, group: str, topic: str, vgroup: int, epoch: int,
         position: int | None = None, timeout: float = CALL_TIMEOUT_S, **fields: object,
     ) -> pb.PollResponse:  # fmt: skip
-        request = _poll_request(consumer, group, topic, vgroup, epoch, position, fields)
+        request = poll_request(consumer, group, topic, vgroup, epoch, position, fields)
         return self.vnode.Fetch(request, metadata=self.md, timeout=timeout)
 
     def commit(self, consumer: int, group: str, epoch: int, *offsets: tuple[str, int, int]) -> None:
@@ -109,7 +109,7 @@ def status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, dict[str, str]]:
     return call.code(), trailers
 
 
-def _poll_request(
+def poll_request(
     consumer: int, group: str, topic: str, vgroup: int, epoch: int, position: int | None,
     fields: dict[str, object],
 ) -> pb.PollRequest:  # fmt: skip

@@ -641,6 +641,80 @@ class VgroupProgress(_message.Message):
 Global___VgroupProgress: _TypeAlias = VgroupProgress  # noqa: Y015
 
 @_typing.final
+class ConsumeRequest(_message.Message):
+    """One request on a Consume stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_FIELD_NUMBER: _builtins.int
+    POLL_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    ticket: _builtins.int
+    """The client's id for the poll: unique among the stream's open tickets (an answered
+    or cancelled ticket may be used again).
+    """
+    cancel: _builtins.bool
+    """Withdraw the open poll of `ticket` (no answer follows; unknown tickets are
+    ignored: the answer may have crossed the cancel).
+    """
+    @_builtins.property
+    def poll(self) -> Global___PollRequest:
+        """A Fetch to answer under `ticket`."""
+
+    def __init__(
+        self,
+        *,
+        ticket: _builtins.int = ...,
+        poll: Global___PollRequest | None = ...,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "poll", b"poll"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "poll", b"poll", "ticket", b"ticket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["poll", "cancel"]  # noqa: Y015
+    _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
+
+Global___ConsumeRequest: _TypeAlias = ConsumeRequest  # noqa: Y015
+
+@_typing.final
+class ConsumeResponse(_message.Message):
+    """One answer on a Consume stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ticket: _builtins.int
+    """The ticket of the poll answered."""
+    @_builtins.property
+    def message(self) -> Global___PollResponse:
+        """What the poll's Fetch would have answered."""
+
+    @_builtins.property
+    def error(self) -> Global___CallStatus:
+        """The error its Fetch would have failed with."""
+
+    def __init__(
+        self,
+        *,
+        ticket: _builtins.int = ...,
+        message: Global___PollResponse | None = ...,
+        error: Global___CallStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "result", b"result", "ticket", b"ticket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["message", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___ConsumeResponse: _TypeAlias = ConsumeResponse  # noqa: Y015
+
+@_typing.final
 class HeartbeatRequest(_message.Message):
     """A liveness report."""
 

@@ -727,6 +727,11 @@ class VnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
                 _registered_method=True)
+        self.Consume = channel.stream_stream(
+                '/sqltopic.v1.Vnode/Consume',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeResponse.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/sqltopic.v1.Vnode/Commit',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CommitRequest.SerializeToString,
@@ -774,6 +779,24 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Consume(self, request_iterator, context):
+        """Many Fetches over one stream: a consumer opens one per vnode endpoint and sends a
+        `poll` for each vgroup it reads there, each under a ticket of its choosing; every
+        poll is answered exactly as its own Fetch would be (one frame; RESOURCE_EXHAUSTED
+        for a message of several frames: read that one with Poll), tagged with its ticket,
+        as soon as it is ready (not in request order). A poll's hold is its `max_wait_ms`
+        (the stream has no deadline of its own). `cancel` withdraws an open ticket: it is
+        not answered. A message on an open stream costs the server less than half a call,
+        and a held poll nothing, so this is the cheapest way to consume many vgroups. The
+        stream's `authorization` is checked again for every poll; a stream has at most
+        4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+        request that cannot be served at all (a repeated open ticket, no action:
+        INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Commit(self, request, context):
         """Stores the group's committed offsets, durably, before answering.
         """
@@ -807,6 +830,11 @@ def add_VnodeServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.SerializeToString,
+            ),
+            'Consume': grpc.stream_stream_rpc_method_handler(
+                    servicer.Consume,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeResponse.SerializeToString,
             ),
             'Commit': grpc.unary_unary_rpc_method_handler(
                     servicer.Commit,
@@ -885,6 +913,33 @@ class Vnode:
             '/sqltopic.v1.Vnode/Fetch',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.PollResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Consume(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sqltopic.v1.Vnode/Consume',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ConsumeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -461,6 +461,20 @@ class VnodeStub:
     positions are the consumer's; poll the same position with Poll). A unary call costs
     less than a stream, which matters for a consumer receiving a few rows per message.
     """
+    Consume: _grpc.StreamStreamMultiCallable[_sqltopic_pb2.ConsumeRequest, _sqltopic_pb2.ConsumeResponse]
+    """Many Fetches over one stream: a consumer opens one per vnode endpoint and sends a
+    `poll` for each vgroup it reads there, each under a ticket of its choosing; every
+    poll is answered exactly as its own Fetch would be (one frame; RESOURCE_EXHAUSTED
+    for a message of several frames: read that one with Poll), tagged with its ticket,
+    as soon as it is ready (not in request order). A poll's hold is its `max_wait_ms`
+    (the stream has no deadline of its own). `cancel` withdraws an open ticket: it is
+    not answered. A message on an open stream costs the server less than half a call,
+    and a held poll nothing, so this is the cheapest way to consume many vgroups. The
+    stream's `authorization` is checked again for every poll; a stream has at most
+    4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+    request that cannot be served at all (a repeated open ticket, no action:
+    INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
+    """
     Commit: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CommitRequest, _sqltopic_pb2.CommitResponse]
     """Stores the group's committed offsets, durably, before answering."""
     Committed: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CommittedRequest, _sqltopic_pb2.CommittedResponse]
@@ -491,6 +505,20 @@ class VnodeAsyncStub(VnodeStub):
     more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
     positions are the consumer's; poll the same position with Poll). A unary call costs
     less than a stream, which matters for a consumer receiving a few rows per message.
+    """
+    Consume: _aio.StreamStreamMultiCallable[_sqltopic_pb2.ConsumeRequest, _sqltopic_pb2.ConsumeResponse]  # type: ignore[assignment]
+    """Many Fetches over one stream: a consumer opens one per vnode endpoint and sends a
+    `poll` for each vgroup it reads there, each under a ticket of its choosing; every
+    poll is answered exactly as its own Fetch would be (one frame; RESOURCE_EXHAUSTED
+    for a message of several frames: read that one with Poll), tagged with its ticket,
+    as soon as it is ready (not in request order). A poll's hold is its `max_wait_ms`
+    (the stream has no deadline of its own). `cancel` withdraws an open ticket: it is
+    not answered. A message on an open stream costs the server less than half a call,
+    and a held poll nothing, so this is the cheapest way to consume many vgroups. The
+    stream's `authorization` is checked again for every poll; a stream has at most
+    4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+    request that cannot be served at all (a repeated open ticket, no action:
+    INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
     """
     Commit: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CommitRequest, _sqltopic_pb2.CommitResponse]  # type: ignore[assignment]
     """Stores the group's committed offsets, durably, before answering."""
@@ -531,6 +559,26 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         more than one frame fails the call with RESOURCE_EXHAUSTED (nothing is lost:
         positions are the consumer's; poll the same position with Poll). A unary call costs
         less than a stream, which matters for a consumer receiving a few rows per message.
+        """
+
+    @_abc_1.abstractmethod
+    def Consume(
+        self,
+        request_iterator: _MaybeAsyncIterator[_sqltopic_pb2.ConsumeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.ConsumeResponse], _abc.AsyncIterator[_sqltopic_pb2.ConsumeResponse]]:
+        """Many Fetches over one stream: a consumer opens one per vnode endpoint and sends a
+        `poll` for each vgroup it reads there, each under a ticket of its choosing; every
+        poll is answered exactly as its own Fetch would be (one frame; RESOURCE_EXHAUSTED
+        for a message of several frames: read that one with Poll), tagged with its ticket,
+        as soon as it is ready (not in request order). A poll's hold is its `max_wait_ms`
+        (the stream has no deadline of its own). `cancel` withdraws an open ticket: it is
+        not answered. A message on an open stream costs the server less than half a call,
+        and a held poll nothing, so this is the cheapest way to consume many vgroups. The
+        stream's `authorization` is checked again for every poll; a stream has at most
+        4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+        request that cannot be served at all (a repeated open ticket, no action:
+        INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
         """
 
     @_abc_1.abstractmethod

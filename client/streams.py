@@ -1,0 +1,183 @@
+"""A consumer's `Vnode.Consume` streams: its polls of one vnode endpoint as tickets on
+one open stream instead of one unary Fetch each.
+
+A message on an open stream costs the server less than half a unary call, and a held
+poll costs it nothing, so a consumer of many vgroups (or parameter bindings) keeps one
+stream per endpoint. Each poll is sent under a ticket and its answer arrives tagged with
+it: the poll's frame, or the error its Fetch would have raised. A broken stream fails
+its open polls (the core polls them again, as after a failed Fetch) and the next poll
+opens a new one; against a server without the method (UNIMPLEMENTED) the consumer goes
+back to unary Fetches for good.
+
+`ConsumeStream` serves the thread-based consumer (answers by callback on the stream's
+reader thread), `AioConsumeStream` the asyncio one (answers as awaited futures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from sqltopic.errors import Error, ServerUnavailable
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import from_call_status
+
+Metadata = tuple[tuple[str, str], ...]
+Answer = pb.PollResponse | Exception
+# (status code, details) of a failed stream -> the sqltopic error to report
+Translate = Callable[[grpc.RpcError], Error]
+
+
+class Unstreamed(Exception):
+    """The server has no Vnode.Consume (UNIMPLEMENTED): use unary Fetches."""
+
+
+def answer_of(response: pb.ConsumeResponse) -> Answer:
+    """A ticket's answer: the poll's frame, or the error its Fetch would have raised."""
+    if response.WhichOneof("result") == "error":
+        return from_call_status(response.error)
+    return response.message
+
+
+def _unimplemented(exc: grpc.RpcError) -> bool:
+    # every RpcError a call raises is also that call's grpc.Call (its status)
+    code = getattr(exc, "code", None)
+    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+class ConsumeStream:
+    """One Consume call of a thread-based consumer. `fetch` sends a poll; its answer
+    goes to the poll's callback on the stream's reader thread."""
+
+    def __init__(
+        self, start: Callable[[Iterator[pb.ConsumeRequest]], Any], translate: Translate
+    ) -> None:
+        self._requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._open: dict[int, Callable[[Answer], None]] = {}
+        self._translate = translate
+        self.broken = False
+        self.unimplemented = False
+        self._call = start(iter(self._requests.get, None))
+        threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
+
+    def fetch(self, ticket: int, request: pb.PollRequest, done: Callable[[Answer], None]) -> None:
+        with self._lock:
+            if self.broken:
+                failed = True
+            else:
+                failed = False
+                self._open[ticket] = done
+                self._requests.put(pb.ConsumeRequest(ticket=ticket, poll=request))
+        if failed:
+            done(ServerUnavailable("the consume stream ended; poll again"))
+
+    def cancel(self, ticket: int) -> None:
+        with self._lock:
+            if self._open.pop(ticket, None) is not None and not self.broken:
+                self._requests.put(pb.ConsumeRequest(ticket=ticket, cancel=True))
+
+    def close(self) -> None:
+        """End the stream: its open polls fail (ServerUnavailable) on the reader thread."""
+        self._requests.put(None)
+        self._call.cancel()
+
+    def _read(self) -> None:
+        error: Exception = ServerUnavailable("the consume stream ended; poll again")
+        try:
+            for response in self._call:
+                with self._lock:
+                    done = self._open.pop(response.ticket, None)
+                if done is not None:
+                    done(answer_of(response))
+        except grpc.RpcError as exc:
+            if _unimplemented(exc):
+                self.unimplemented = True
+                error = Unstreamed()
+            else:
+                error = self._translate(exc)
+        except Exception as exc:  # every open poll answers, or its vgroup would stall
+            error = ServerUnavailable(f"the consume stream failed: {type(exc).__name__}: {exc}")
+        with self._lock:
+            self.broken = True
+            orphans, self._open = list(self._open.values()), {}
+        self._requests.put(None)
+        for done in orphans:
+            done(error)
+
+
+class AioConsumeStream:
+    """One Consume call of an asyncio consumer: `fetch` awaits its ticket's answer; a
+    cancelled `fetch` withdraws its poll."""
+
+    def __init__(
+        self,
+        call: aio.StreamStreamCall[pb.ConsumeRequest, pb.ConsumeResponse],
+        translate: Translate,
+    ) -> None:
+        self._call = call
+        self._translate = translate
+        self._open: dict[int, asyncio.Future[Answer]] = {}
+        self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
+        self.broken = False
+        self.unimplemented = False
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
+
+    async def fetch(self, ticket: int, request: pb.PollRequest) -> pb.PollResponse:
+        if self.broken:
+            raise ServerUnavailable("the consume stream ended; poll again")
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._open[ticket] = future
+        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, poll=request))
+        try:
+            answer = await future
+        except asyncio.CancelledError:
+            if self._open.pop(ticket, None) is not None and not self.broken:
+                self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, cancel=True))
+            raise
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self.broken = True
+        self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _write(self) -> None:
+        try:
+            while (request := await self._writes.get()) is not None:
+                await self._call.write(request)
+        except (grpc.RpcError, aio.UsageError):  # the stream ended: the reader reports it
+            return
+
+    async def _read(self) -> None:
+        error: Exception = ServerUnavailable("the consume stream ended; poll again")
+        try:
+            async for response in self._call:
+                future = self._open.pop(response.ticket, None)
+                if future is not None and not future.done():
+                    future.set_result(answer_of(response))
+        except grpc.RpcError as exc:
+            if _unimplemented(exc):
+                self.unimplemented = True
+                error = Unstreamed()
+            else:
+                error = self._translate(exc)
+        except asyncio.CancelledError:
+            error = ServerUnavailable("the consume stream was closed")
+        except Exception as exc:  # every open poll answers, or its vgroup would stall
+            error = ServerUnavailable(f"the consume stream failed: {type(exc).__name__}: {exc}")
+        self.broken = True
+        self._writes.put_nowait(None)
+        orphans, self._open = list(self._open.values()), {}
+        for future in orphans:
+            if not future.done():
+                future.set_result(error)

@@ -1,0 +1,293 @@
+"""Vnode.Consume: the ticket rules of server/consume.py (in-process, a fetch of our
+own), then the stream against a real server: each poll answered as its own Fetch,
+held polls pushed, cancels, and every refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from sqltopic.client import Connection
+from sqltopic.errors import ConsumerFenced, LimitExceeded, NoPermission
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import from_call_status
+from sqltopic.server import consume
+from sqltopic.server.consume import ConsumeStream
+from tests.server.wire import CALL_TIMEOUT_S, Wire, poll_request, rows, status
+
+TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
+# A poll held on the stream: longer than any test waits, so an answer is a push.
+HOLD_MS = 600_000
+
+
+# --- the ticket rules, in process ---------------------------------------------------------
+
+
+class Polls:
+    """A fetch whose polls answer when the test releases them (by vgroup)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, asyncio.Event] = {}
+        self.users: list[str] = []
+
+    async def fetch(self, request: pb.PollRequest, user: str) -> pb.PollResponse:
+        self.users.append(user)
+        if request.vgroup < 0:
+            raise NoPermission(f"vgroup {request.vgroup}")
+        await self.gates.setdefault(request.vgroup, asyncio.Event()).wait()
+        return pb.PollResponse(epoch=request.vgroup)
+
+
+@contextmanager
+def free(user: str) -> Iterator[None]:
+    yield
+
+
+def poll(ticket: int, vgroup: int) -> pb.ConsumeRequest:
+    return pb.ConsumeRequest(ticket=ticket, poll=pb.PollRequest(vgroup=vgroup))
+
+
+async def feed(items: list[pb.ConsumeRequest | asyncio.Event]) -> AsyncIterator[pb.ConsumeRequest]:
+    """The requests in order; an Event in the list waits until it is set."""
+    for item in items:
+        if isinstance(item, asyncio.Event):
+            await item.wait()
+        else:
+            yield item
+
+
+def answers(
+    stream: ConsumeStream, requests: AsyncIterator[pb.ConsumeRequest]
+) -> list[tuple[int, object]]:
+    async def run() -> list[tuple[int, object]]:
+        got: list[tuple[int, object]] = []
+        async for answer in stream.run(requests):
+            kind = answer.WhichOneof("result")
+            value = answer.message.epoch if kind == "message" else from_call_status(answer.error)
+            got.append((answer.ticket, value))
+        return got
+
+    return asyncio.run(run())
+
+
+def test_answers_come_as_polls_finish_and_cancelled_ones_never() -> None:
+    polls = Polls()
+
+    async def run() -> list[tuple[int, object]]:
+        later = asyncio.Event()
+        stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+        requests = feed([
+            poll(1, 10), poll(2, 20), poll(3, 30), pb.ConsumeRequest(ticket=3, cancel=True),
+            pb.ConsumeRequest(ticket=99, cancel=True),  # unknown: ignored
+            later,
+        ])  # fmt: skip
+        got: list[tuple[int, object]] = []
+        async for answer in stream.run(requests):
+            got.append((answer.ticket, answer.message.epoch))
+            if len(got) == 1:
+                polls.gates[10].set()
+                later.set()  # the client half-closes with ticket 1 still open
+        return got
+
+    async def release_20_first() -> list[tuple[int, object]]:
+        task = asyncio.create_task(run())
+        while 20 not in polls.gates:
+            await asyncio.sleep(0)
+        polls.gates[20].set()
+        return await task
+
+    assert asyncio.run(release_20_first()) == [(2, 20), (1, 10)]
+    assert set(polls.users) == {"alice"}  # the caller, checked for each poll
+
+
+def test_a_failed_poll_fails_only_its_ticket() -> None:
+    polls = Polls()
+    polls.gates[1] = asyncio.Event()
+    polls.gates[1].set()
+    stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+    got = answers(stream, feed([poll(1, -1), poll(2, 1)]))
+    assert [t for t, _ in got] == [1, 2]
+    assert isinstance(got[0][1], NoPermission)
+    assert got[1] == (2, 1)
+
+
+def test_a_reused_open_ticket_or_an_empty_request_ends_the_stream() -> None:
+    polls = Polls()
+    stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+    with pytest.raises(Exception, match="ticket 1 is open already"):
+        answers(stream, feed([poll(1, 5), poll(1, 6)]))
+    with pytest.raises(Exception, match="ticket 7 has no action"):
+        answers(ConsumeStream(polls.fetch, lambda: "a", free), feed([pb.ConsumeRequest(ticket=7)]))
+
+
+def test_polls_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consume, "MAX_TICKETS", 2)
+    polls = Polls()
+    for vgroup in (1, 2, 3):
+        polls.gates[vgroup] = asyncio.Event()
+
+    async def run() -> list[tuple[int, object]]:
+        release = asyncio.Event()
+        stream = ConsumeStream(polls.fetch, lambda: "a", free)
+        got: list[tuple[int, object]] = []
+        async for answer in stream.run(feed([poll(1, 1), poll(2, 2), poll(3, 3), release])):
+            err = answer.error if answer.WhichOneof("result") == "error" else None
+            got.append((answer.ticket, from_call_status(err) if err else answer.message.epoch))
+            for gate in polls.gates.values():
+                gate.set()
+            release.set()
+        return got
+
+    got = asyncio.run(run())
+    assert got[0][0] == 3
+    assert isinstance(got[0][1], LimitExceeded)
+    assert "2 polls are open on this stream" in str(got[0][1])
+    assert sorted(got[1:]) == [(1, 1), (2, 2)]
+
+
+# --- against a real server ----------------------------------------------------------------
+
+
+@pytest.fixture
+def hot(live_power: Connection) -> Connection:
+    live_power.execute(TOPIC)
+    return live_power
+
+
+def write(conn: Connection, table: str, voltages: list[int], first_ms: int) -> None:
+    n = len(voltages)
+    conn.write("power.meters", pa.table({
+        "tbname": [table] * n, "location": ["x"] * n, "groupid": pa.array([1] * n, pa.int32()),
+        "ts": pa.array(range(first_ms, first_ms + n), pa.timestamp("ms")),
+        "current": pa.array([1.0] * n, pa.float32()), "voltage": pa.array(voltages, pa.int32()),
+        "phase": pa.array([0.5] * n, pa.float32()),
+    }))  # fmt: skip
+
+
+class Stream:
+    """A Consume call fed from a queue; its answers collected by a thread."""
+
+    def __init__(self, wire: Wire, metadata: tuple[tuple[str, str], ...] | None = None) -> None:
+        self.requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
+        self.answers: queue.Queue[pb.ConsumeResponse | grpc.RpcError | None] = queue.Queue()
+        self.call = wire.vnode.Consume(iter(self.requests.get, None), metadata=metadata or wire.md)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for answer in self.call:
+                self.answers.put(answer)
+        except grpc.RpcError as exc:
+            self.answers.put(exc)
+        self.answers.put(None)
+
+    def send(self, ticket: int, request: pb.PollRequest | None = None) -> None:
+        if request is None:
+            self.requests.put(pb.ConsumeRequest(ticket=ticket, cancel=True))
+        else:
+            self.requests.put(pb.ConsumeRequest(ticket=ticket, poll=request))
+
+    def next(self) -> pb.ConsumeResponse | grpc.RpcError | None:
+        return self.answers.get(timeout=CALL_TIMEOUT_S)
+
+    def close(self) -> list[pb.ConsumeResponse | grpc.RpcError]:
+        """Half-close; every answer still to come."""
+        self.requests.put(None)
+        rest = []
+        while (answer := self.next()) is not None:
+            rest.append(answer)
+        return rest
+
+
+def test_each_poll_is_answered_as_its_fetch_and_held_ones_are_pushed(
+    hot: Connection, wire: Wire
+) -> None:
+    write(hot, "d1", [230, 210, 231], 0)
+    write(hot, "d2", [240], 0)
+    sub = wire.subscribe("g", ["hot"], auto_offset_reset=pb.OFFSET_RESET_EARLIEST)
+    asg = wire.assignment(sub.consumer_id)
+    vgroups = sorted(a.vgroup for a in asg.assignments)
+    stream = Stream(wire)
+    requests = {
+        v: poll_request(sub.consumer_id, "g", "hot", v, asg.epoch, None,
+                        {"auto_offset_reset": pb.OFFSET_RESET_EARLIEST})
+        for v in vgroups
+    }  # fmt: skip
+    for ticket, vgroup in enumerate(vgroups, start=1):
+        stream.send(ticket, requests[vgroup])
+    got = {}
+    for _ in vgroups:
+        answer = stream.next()
+        assert isinstance(answer, pb.ConsumeResponse)
+        got[vgroups[answer.ticket - 1]] = answer.message
+    # the same polls as Fetches answer the same messages
+    for vgroup, request in requests.items():
+        assert wire.vnode.Fetch(request, metadata=wire.md, timeout=CALL_TIMEOUT_S) == got[vgroup]
+    assert sorted(int(str(r["voltage"])) for m in got.values() for r in rows([m])) == [
+        230,
+        231,
+        240,
+    ]
+    # caught up: held polls on every vgroup, then a row arrives for one of them
+    for ticket, vgroup in enumerate(vgroups, start=10):
+        kind = got[vgroup].WhichOneof("message")
+        assert kind is not None
+        request = pb.PollRequest()
+        request.CopyFrom(requests[vgroup])
+        request.position = getattr(got[vgroup], kind).end_offset
+        request.max_wait_ms = HOLD_MS
+        stream.send(ticket, request)
+    write(hot, "d1", [250], 10)
+    pushed = stream.next()
+    assert isinstance(pushed, pb.ConsumeResponse)
+    assert [r["voltage"] for r in rows([pushed.message])] == [250]
+    # the others stay held until cancelled: half-closing then ends the stream at once
+    for ticket in range(10, 10 + len(vgroups)):
+        if ticket != pushed.ticket:
+            stream.send(ticket)
+    assert stream.close() == []
+
+
+def test_a_fenced_poll_fails_alone_and_a_bad_request_ends_the_stream(
+    hot: Connection, wire: Wire
+) -> None:
+    sub = wire.subscribe("g", ["hot"], auto_offset_reset=pb.OFFSET_RESET_EARLIEST)
+    asg = wire.assignment(sub.consumer_id)
+    vgroup = asg.assignments[0].vgroup
+    stream = Stream(wire)
+    fenced = poll_request(sub.consumer_id, "g", "hot", vgroup, asg.epoch + 5, None, {})
+    good = poll_request(sub.consumer_id, "g", "hot", vgroup, asg.epoch, None, {})
+    stream.send(1, fenced)
+    first = stream.next()
+    assert isinstance(first, pb.ConsumeResponse)
+    assert first.ticket == 1
+    assert isinstance(from_call_status(first.error), ConsumerFenced)
+    stream.send(2, good)
+    second = stream.next()
+    assert isinstance(second, pb.ConsumeResponse)
+    assert second.ticket == 2
+    assert second.WhichOneof("result") == "message"
+    # a request without an action ends the stream with INVALID_ARGUMENT
+    stream.requests.put(pb.ConsumeRequest(ticket=3))
+    ended = stream.next()
+    assert isinstance(ended, grpc.RpcError)
+    code, trailers = status(ended)
+    assert (code, trailers["sqltopic-error"]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "InvalidRequest",
+    )
+
+
+def test_a_stream_without_a_valid_token_is_refused(hot: Connection, wire: Wire) -> None:
+    stream = Stream(wire, metadata=(("authorization", "Bearer nope"),))
+    stream.send(1, poll_request(1, "g", "hot", 1, 1, None, {}))
+    ended = stream.next()
+    assert isinstance(ended, grpc.RpcError)
+    assert status(ended)[0] == grpc.StatusCode.UNAUTHENTICATED
