@@ -25,7 +25,7 @@ from sqltopic.sql.topic.params import (
 )
 from sqltopic.sql.topic.probe import Probe, duckdb_sql, quoted, relation
 from sqltopic.sql.topic.rules import check_parts
-from sqltopic.sql.topic.schema import fix_output_types, output_columns
+from sqltopic.sql.topic.schema import fix_output_types, output_columns, remember_schema
 from sqltopic.sql.topic.shape import check_from, check_root, parts
 from sqltopic.sql.topic.target import Target, resolve_target
 from sqltopic.sql.topic.text import Text
@@ -123,9 +123,11 @@ def _query_topic(
     with closing(Probe(layout.BATCH, target.batch_schema())) as probe:
         translate(tree, probe, target.precision, text, _nchar((*target.columns, *target.tags)))
         schema = fix_output_types(tree, outs, probe, target.precision, text)
+        full = schema
         if params:
             add_hidden(tree, params)
-            probe.check(tree, text)
+            full = probe.check(tree, text)
+    remember_schema(duckdb_sql(tree, text), target.batch_schema(), pa.schema(list(full)))
     return Compiled(
         db=target.db,
         target=target.name,

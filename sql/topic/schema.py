@@ -3,7 +3,8 @@ exact Arrow schema of its `select_sql` as DuckDB gives it."""
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from contextlib import closing
 
 import pyarrow as pa
@@ -25,15 +26,37 @@ _ARROW_TYPES: dict[pa.DataType, TypeName] = {
     pa.float64(): "DOUBLE",
 }  # fmt: skip
 
-# Schemas asked for again and again (per poll) are remembered; a probe costs milliseconds.
-_SCHEMA_CACHE_SIZE = 1024
+# Schemas asked for again and again (per poll, per topic after each catalog change) are
+# remembered: a probe costs milliseconds. Room for thousands of topics.
+_SCHEMA_CACHE_SIZE = 16_384
 
 
-@functools.lru_cache(maxsize=_SCHEMA_CACHE_SIZE)
+_SCHEMAS: OrderedDict[tuple[str, pa.Schema], pa.Schema] = OrderedDict()
+_SCHEMAS_LOCK = threading.Lock()
+
+
 def schema_of(select_sql: str, batch: pa.Schema) -> pa.Schema:
     """The Arrow schema of the outputs of `select_sql` over a batch of schema `batch`."""
+    key = (select_sql, batch)
+    with _SCHEMAS_LOCK:
+        found = _SCHEMAS.get(key)
+        if found is not None:
+            _SCHEMAS.move_to_end(key)
+            return found
     with closing(Probe(layout.BATCH, batch)) as probe:
-        return _user_schema(probe.run(select_sql))
+        schema = _user_schema(probe.run(select_sql))
+    remember_schema(select_sql, batch, schema)
+    return schema
+
+
+def remember_schema(select_sql: str, batch: pa.Schema, schema: pa.Schema) -> None:
+    """Note what `schema_of(select_sql, batch)` is (CREATE TOPIC knows it from its own
+    probe: the first read of a new topic then costs no probe)."""
+    with _SCHEMAS_LOCK:
+        _SCHEMAS[select_sql, batch] = schema
+        _SCHEMAS.move_to_end((select_sql, batch))
+        while len(_SCHEMAS) > _SCHEMA_CACHE_SIZE:
+            _SCHEMAS.popitem(last=False)
 
 
 def fix_output_types(

@@ -30,6 +30,9 @@ from sqltopic.sql.topic import (
     matching_tables,
     topic_schema,
 )
+from sqltopic.sql.topic import probe as schema_probe
+from sqltopic.sql.topic import schema as schema_module
+from sqltopic.sql.topic.target import find_target
 from sqltopic.sql.types import ColumnType, Precision
 
 # --- the catalog --------------------------------------------------------------------------
@@ -827,3 +830,21 @@ def test_event_window_is_a_stateful_topic() -> None:
             "create topic t as select ts from meters event_window start with v > 1 end with v < 1"
         )
     assert (err.value.line, err.value.column) == (1, 41)
+
+
+def test_create_topic_remembers_the_schema_its_reads_ask_for(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = create(catalog, "create topic w as select ts, voltage * 2 AS v2 from power.meters")
+    target = find_target(catalog, created.db, created.target or "")
+    probed = schema_probe.Probe(layout.BATCH, target.batch_schema())
+    try:
+        expected = pa.schema(list(probed.run(created.select_sql)))
+    finally:
+        probed.close()
+
+    def no_probe(*args: object) -> None:
+        raise AssertionError("a read of a new topic made a probe")
+
+    monkeypatch.setattr(schema_module, "Probe", no_probe)
+    assert topic_schema(created, catalog) == expected  # from what CREATE TOPIC noted
