@@ -604,11 +604,11 @@ class Coordinator:
         return changed
 
     def _incoming(self, member: Member) -> bool:
-        """Whether the member waits for a vgroup that its holder is still letting go."""
-        for (topic, group), plan in self.plans.items():
-            if group != member.group:
-                continue
-            owners = self.owners.get((topic, group), {})
+        """Whether the member waits for a vgroup that its holder is still letting go
+        (only its own topics' plans can name it: a rebalance replans a topic it left)."""
+        for topic in member.topics:
+            plan = self.plans.get((topic, member.group), {})
+            owners = self.owners.get((topic, member.group), {})
             for vgroup, planned in plan.items():
                 owner = owners.get(vgroup)
                 if planned == member.id and owner is not None and owner.consumer != member.id:

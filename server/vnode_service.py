@@ -74,10 +74,15 @@ class VnodeService(pb_grpc.VnodeServicer):
         self._executor = executor
         self._stopping = stopping
         self._hubs: dict[int, LiveHub] = {}  # vgroup -> its held polls
+        self._reassign_due = False  # a scan of the held polls is scheduled
         loop = asyncio.get_running_loop()
 
         def on_change() -> None:
-            loop.call_soon_threadsafe(self._on_reassign)
+            # a subscribe to many bindings rebalances each: one scan of the held polls
+            # after the burst, not one per rebalance
+            if not self._reassign_due:
+                self._reassign_due = True
+                loop.call_soon_threadsafe(self._on_reassign)
 
         coordinator.listeners.append(on_change)
         self._stop_watch = loop.create_task(self._on_stop())
@@ -86,6 +91,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         """End the held polls whose consumer's assignment moved on (its epoch rose, or
         it left): they answer now, and the consumer learns its new epoch."""
 
+        self._reassign_due = False  # a change from now on schedules another scan
         members = self._coordinator.members  # read without the lock: one dict get each
 
         def stale(waiter: Waiter) -> bool:
