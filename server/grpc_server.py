@@ -38,7 +38,7 @@ from sqltopic.server.rpc import add_service
 from sqltopic.server.slots import Slots
 from sqltopic.server.sql_service import SessionService, SqlService
 from sqltopic.server.tls import ServerTls, check_plaintext
-from sqltopic.server.vnode_service import VnodeService
+from sqltopic.server.vnode_service import Executors, VnodeService
 
 log = logging.getLogger("sqltopic.server")
 
@@ -52,6 +52,10 @@ SERVICES = tuple(
 # Threads for engine work (SQL, writes, poll reads, commits): enough for every core and
 # for calls that wait on fsync, few enough that DuckDB's per-thread connections stay few.
 WORKERS = 16
+# Threads for offset commits, apart: a commit mostly waits (its group's fsync), and a
+# thousand auto-committing consumers would otherwise hold every worker while writes
+# and polls queue behind them.
+COMMIT_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,10 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     slots = Slots(config.limits)  # streams and waiting polls, per session and user
     add_service(server, SqlService(engine, sessions, slots), "Sql")
     add_service(server, MnodeService(engine, sessions, coordinator), "Mnode")
-    vnodes = VnodeService(engine, sessions, coordinator, executor, stopping, slots)
+    committer = ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="sqltopic-commit")
+    vnodes = VnodeService(
+        engine, sessions, coordinator, Executors(executor, committer), stopping, slots
+    )
     add_service(server, vnodes, "Vnode")
     health = add_health(server, SERVICES)
     enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TypeVar
 
 from sqltopic.errors import (
@@ -62,16 +63,25 @@ FETCH_MAX_BYTES = MAX_CHUNK_BYTES
 INLINE_READ_BYTES = 64 << 10
 
 
+@dataclass(frozen=True)
+class Executors:
+    """Where the service's blocking work runs: reads and the rest, and commits apart."""
+
+    work: Executor
+    commits: Executor
+
+
 class VnodeService(pb_grpc.VnodeServicer):
     def __init__(
         self, engine: Engine, sessions: Sessions, coordinator: Coordinator,
-        executor: Executor, stopping: asyncio.Event, slots: Slots,
+        executors: Executors, stopping: asyncio.Event, slots: Slots,
     ) -> None:  # fmt: skip
         self._engine = engine
         self._sessions = sessions
         self._slots = slots
         self._coordinator = coordinator
-        self._executor = executor
+        self._executor = executors.work
+        self._committer = executors.commits
         self._stopping = stopping
         self._hubs: dict[int, LiveHub] = {}  # vgroup -> its held polls
         self._reassign_due = False  # a scan of the held polls is scheduled
@@ -286,7 +296,8 @@ class VnodeService(pb_grpc.VnodeServicer):
     @unary
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         user = self._sessions.session(context.invocation_metadata()).user
-        await self._run(self._commit, request, user)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._committer, self._commit, request, user)
         return pb.CommitResponse()
 
     def _commit(self, request: pb.CommitRequest, user: str) -> None:

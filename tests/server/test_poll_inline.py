@@ -13,7 +13,7 @@ from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
 from sqltopic.server.limits import Limits
 from sqltopic.server.slots import Slots
-from sqltopic.server.vnode_service import VnodeService
+from sqltopic.server.vnode_service import Executors, VnodeService
 from sqltopic.wal import WalReader
 
 # Bound on waiting for a helper thread's step (never reached when the code works).
@@ -41,8 +41,8 @@ def run_soon(engine: Engine, probe: Probe, position: int, reader: WalReader) -> 
     async def main() -> str:
         with ThreadPoolExecutor(2) as executor:
             service = VnodeService(
-                engine, Sessions("pw"), Coordinator(lambda _: []), executor, asyncio.Event(),
-                Slots(Limits()),
+                engine, Sessions("pw"), Coordinator(lambda _: []),
+                Executors(executor, executor), asyncio.Event(), Slots(Limits()),
             )  # fmt: skip
             return await service._soon(position, reader, probe)
 
