@@ -104,6 +104,23 @@ def answer(outcome: Outcome) -> pb.HeartbeatResponse | None:
     return outcome
 
 
+class _Pool:
+    """What both pools share: whether the server batches, what their calls carried."""
+
+    def __init__(self) -> None:
+        self.batched = True  # until the server answers UNIMPLEMENTED
+        self.calls = self.sent = 0  # Heartbeats calls made, beats they carried
+
+    def _outcomes_of(self, count: int, got: pb.HeartbeatsResponse | Exception) -> list[Outcome]:
+        """Each beat's outcome from its call's response or failure."""
+        if isinstance(got, Unbatched):
+            self.batched = False
+            return [None] * count
+        if isinstance(got, Exception):
+            return [failure(got)] * count
+        return outcomes(count, got)
+
+
 # --- threads ---------------------------------------------------------------------------
 
 
@@ -115,16 +132,15 @@ class _Beat:
     outcome: Outcome = None
 
 
-class BeatPool:
+class BeatPool(_Pool):
     """The beats of one process's thread-based consumers of one server. The first beat
     of a round waits `GATHER_S`, then sends what gathered (with its consumer's `send`);
     the others wait for their answers."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._gathering: list[_Beat] | None = None
-        self.batched = True  # until the server answers UNIMPLEMENTED
-        self.calls = self.sent = 0  # Heartbeats calls made, beats they carried
 
     def beat(
         self, request: pb.HeartbeatRequest, metadata: Metadata, send: Send
@@ -150,15 +166,12 @@ class BeatPool:
             beats = [batch[i] for i in part]
             self.calls, self.sent = self.calls + 1, self.sent + len(beats)
             try:
-                results = outcomes(
-                    len(beats), send(request_of([(b.request, b.token) for b in beats]))
+                got: pb.HeartbeatsResponse | Exception = send(
+                    request_of([(b.request, b.token) for b in beats])
                 )
-            except Unbatched:
-                self.batched = False
-                results = [None] * len(beats)
             except Exception as exc:  # every beat of the round answers
-                results = [failure(exc)] * len(beats)
-            for beat, outcome in zip(beats, results, strict=True):
+                got = exc
+            for beat, outcome in zip(beats, self._outcomes_of(len(beats), got), strict=True):
                 beat.outcome = outcome
                 beat.done.set()
 
@@ -186,16 +199,15 @@ class _AioBeat:
     future: asyncio.Future[Outcome]
 
 
-class AioBeatPool:
+class AioBeatPool(_Pool):
     """BeatPool for the consumers of one event loop. The round's call runs in a task of
     its own, so a consumer closed meanwhile (its task cancelled) leaves the others their
     answers."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._gathering: list[_AioBeat] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.batched = True
-        self.calls = self.sent = 0
 
     async def beat(
         self, request: pb.HeartbeatRequest, metadata: Metadata, send: AioSend
@@ -221,14 +233,12 @@ class AioBeatPool:
             beats = [batch[i] for i in part]
             self.calls, self.sent = self.calls + 1, self.sent + len(beats)
             try:
-                response = await send(request_of([(b.request, b.token) for b in beats]))
-                results = outcomes(len(beats), response)
-            except Unbatched:
-                self.batched = False
-                results = [None] * len(beats)
+                got: pb.HeartbeatsResponse | Exception = await send(
+                    request_of([(b.request, b.token) for b in beats])
+                )
             except Exception as exc:  # every beat of the round answers
-                results = [failure(exc)] * len(beats)
-            for beat, outcome in zip(beats, results, strict=True):
+                got = exc
+            for beat, outcome in zip(beats, self._outcomes_of(len(beats), got), strict=True):
                 if not beat.future.done():
                     beat.future.set_result(outcome)
 

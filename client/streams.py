@@ -51,19 +51,41 @@ def _unimplemented(exc: grpc.RpcError) -> bool:
     return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-class ConsumeStream:
+class _Stream:
+    """What both kinds of stream share: their state, and the error that fails the polls
+    open when the stream ends."""
+
+    def __init__(self, translate: Translate) -> None:
+        self._translate = translate
+        self.broken = False
+        self.unimplemented = False
+
+    def _ended(self, exc: BaseException | None) -> Exception:
+        """The error for the polls open when the stream ended with `exc` (None: it
+        ended without a status)."""
+        if isinstance(exc, grpc.RpcError):
+            if _unimplemented(exc):
+                self.unimplemented = True
+                return Unstreamed()
+            return self._translate(exc)
+        if isinstance(exc, asyncio.CancelledError):
+            return ServerUnavailable("the consume stream was closed")
+        if exc is not None:
+            return ServerUnavailable(f"the consume stream failed: {type(exc).__name__}: {exc}")
+        return ServerUnavailable("the consume stream ended; poll again")
+
+
+class ConsumeStream(_Stream):
     """One Consume call of a thread-based consumer. `fetch` sends a poll; its answer
     goes to the poll's callback on the stream's reader thread."""
 
     def __init__(
         self, start: Callable[[Iterator[pb.ConsumeRequest]], Any], translate: Translate
     ) -> None:
+        super().__init__(translate)
         self._requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
         self._lock = threading.Lock()
         self._open: dict[int, Callable[[Answer], None]] = {}
-        self._translate = translate
-        self.broken = False
-        self.unimplemented = False
         self._call = start(iter(self._requests.get, None))
         threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
 
@@ -89,21 +111,16 @@ class ConsumeStream:
         self._call.cancel()
 
     def _read(self) -> None:
-        error: Exception = ServerUnavailable("the consume stream ended; poll again")
+        ended: BaseException | None = None
         try:
             for response in self._call:
                 with self._lock:
                     done = self._open.pop(response.ticket, None)
                 if done is not None:
                     done(answer_of(response))
-        except grpc.RpcError as exc:
-            if _unimplemented(exc):
-                self.unimplemented = True
-                error = Unstreamed()
-            else:
-                error = self._translate(exc)
         except Exception as exc:  # every open poll answers, or its vgroup would stall
-            error = ServerUnavailable(f"the consume stream failed: {type(exc).__name__}: {exc}")
+            ended = exc
+        error = self._ended(ended)
         with self._lock:
             self.broken = True
             orphans, self._open = list(self._open.values()), {}
@@ -112,7 +129,7 @@ class ConsumeStream:
             done(error)
 
 
-class AioConsumeStream:
+class AioConsumeStream(_Stream):
     """One Consume call of an asyncio consumer: `fetch` awaits its ticket's answer; a
     cancelled `fetch` withdraws its poll."""
 
@@ -121,12 +138,10 @@ class AioConsumeStream:
         call: aio.StreamStreamCall[pb.ConsumeRequest, pb.ConsumeResponse],
         translate: Translate,
     ) -> None:
+        super().__init__(translate)
         self._call = call
-        self._translate = translate
         self._open: dict[int, asyncio.Future[Answer]] = {}
         self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
-        self.broken = False
-        self.unimplemented = False
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
 
     async def fetch(self, ticket: int, request: pb.PollRequest) -> pb.PollResponse:
@@ -159,22 +174,15 @@ class AioConsumeStream:
             return
 
     async def _read(self) -> None:
-        error: Exception = ServerUnavailable("the consume stream ended; poll again")
+        ended: BaseException | None = None
         try:
             async for response in self._call:
                 future = self._open.pop(response.ticket, None)
                 if future is not None and not future.done():
                     future.set_result(answer_of(response))
-        except grpc.RpcError as exc:
-            if _unimplemented(exc):
-                self.unimplemented = True
-                error = Unstreamed()
-            else:
-                error = self._translate(exc)
-        except asyncio.CancelledError:
-            error = ServerUnavailable("the consume stream was closed")
-        except Exception as exc:  # every open poll answers, or its vgroup would stall
-            error = ServerUnavailable(f"the consume stream failed: {type(exc).__name__}: {exc}")
+        except (Exception, asyncio.CancelledError) as exc:  # every open poll answers
+            ended = exc
+        error = self._ended(ended)
         self.broken = True
         self._writes.put_nowait(None)
         orphans, self._open = list(self._open.values()), {}
