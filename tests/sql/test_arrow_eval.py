@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqltopic.sql.topic.arrow_eval import arrow_plan
+from sqltopic.sql.topic.arrow_eval import _decoded, _membership, arrow_plan
 
 BATCH = "__batch"
 INTS = {"i8": pa.int8(), "i32": pa.int32(), "i64": pa.int64(), "u32": pa.uint32()}
@@ -211,3 +211,43 @@ def test_types_it_does_not_know_are_left_to_duckdb(column: pa.Array, where: str)
     plan = arrow_plan(f'SELECT "c" AS "c" FROM "__batch" WHERE {where}')
     assert plan is not None
     assert plan.run(pa.table({"c": column})) is None
+
+
+@st.composite
+def memberships(draw: st.DrawFn) -> str:
+    """A whole WHERE that is `x IN (...)` or `x = literal` over an integer or string
+    column (the tag too): the evaluator's is_in path."""
+    col = draw(st.sampled_from([*INTS, *STRINGS, TAG]))
+    family = _family(col)
+    items = [_literal(family, draw) for _ in range(draw(st.integers(1, 4)))]
+    if len(items) == 1 and draw(st.booleans()):
+        return f'"{col}" = {items[0]}' if draw(st.booleans()) else f'{items[0]} = "{col}"'
+    return f'"{col}" IN ({", ".join(items)})'
+
+
+@given(table=tables(), where=memberships())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_membership_condition_is_one_is_in_with_duckdbs_rows(table: pa.Table, where: str) -> None:
+    sql = f'SELECT "i32" AS "x", "s" AS "y", "{TAG}" AS "t" FROM "{BATCH}" WHERE {where}'
+    plan = arrow_plan(sql)
+    assert plan is not None, sql
+    assert plan.where is not None
+    assert _membership(plan.where, _decoded(table, plan.reads)) is not None, sql
+    mine = plan.run(table)
+    assert mine is not None, sql
+    assert _same(mine.to_pylist(), _duckdb(sql, table)), sql
+
+
+def test_a_membership_under_not_or_with_another_column_is_not_one_is_in() -> None:
+    table = pa.table({"a": pa.array([1, None, 3], pa.int32()), "b": ["x", "y", None]})
+    for where, rows in [
+        ('NOT ("a" IN (1, 2))', [{"a": 3}]),  # NULL stays NULL under NOT: not kept
+        ('"a" IN (1) OR "b" = \'y\'', [{"a": 1}, {"a": None}]),
+    ]:
+        plan = arrow_plan(f'SELECT "a" AS "a" FROM "__batch" WHERE {where}')
+        assert plan is not None
+        assert plan.where is not None
+        assert _membership(plan.where, table) is None
+        out = plan.run(table)
+        assert out is not None
+        assert out.to_pylist() == rows
