@@ -66,3 +66,18 @@ def test_a_bad_frame_in_a_write_stream_writes_nothing(
     assert "not a valid WriteRequest message" in message
     assert live_power.execute("SELECT count(*) FROM power.meters").rows == [(0,)]
     assert live_power.execute("SHOW DATABASES").columns[0] == "name"  # still serving
+
+
+def test_an_undecodable_message_on_a_consume_stream_ends_it_as_invalid_request(
+    wire: UserWire,
+) -> None:
+    consume = wire.channel.stream_stream(
+        "/sqltopic.v1.Vnode/Consume",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.ConsumeResponse.FromString,
+    )
+    code, error, message = refusal(
+        lambda: list(consume(iter([b"\xff\xff\xff"]), metadata=wire.md, timeout=CALL_TIMEOUT_S))
+    )
+    assert (code, error) == BAD
+    assert "not a valid ConsumeRequest message" in message

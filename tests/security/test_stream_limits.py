@@ -4,6 +4,7 @@ once with LimitExceeded; a slot frees as soon as its call ends."""
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +13,9 @@ import grpc
 import pytest
 
 from sqltopic.client import connect
+from sqltopic.errors import LimitExceeded
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import from_call_status
 from tests.live_server import POWER, ServerProcess
 from tests.security.hostile import UserWire, refusal
 
@@ -96,3 +99,29 @@ def test_streams_are_bounded_per_user_over_its_sessions(limited: ServerProcess) 
                                 "VALUES (NOW, 1.0, 1, 0.5)").affected_rows == 1  # fmt: skip
         for future in held:
             future.cancel()
+
+
+def test_polls_on_a_consume_stream_take_slots_of_their_session(limited: ServerProcess) -> None:
+    """The stream takes one slot and each poll waiting on it another: with two per
+    session, the stream's second poll is refused (that poll only) and the first goes on."""
+    with UserWire(limited.address) as wire:
+        group = f"g{time.monotonic_ns()}"
+        joined = wire.subscribe(group, ["t1"])
+        assignment = wire.assignment(joined.consumer_id)
+        requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
+        answers = wire.vnode.Consume(iter(requests.get, None), metadata=wire.md)
+        for ticket, part in enumerate(assignment.assignments[:2], start=1):
+            poll = pb.PollRequest(
+                consumer_id=joined.consumer_id, group_id=group, topic="t1",
+                vgroup=part.vgroup, epoch=assignment.epoch, position=part.end,
+                max_wait_ms=HOLD_MS,
+            )  # fmt: skip
+            requests.put(pb.ConsumeRequest(ticket=ticket, poll=poll))
+        refused = next(answers)
+        assert refused.ticket == 2
+        err = from_call_status(refused.error)
+        assert isinstance(err, LimitExceeded)
+        assert "--max-streams-per-session is 2" in str(err)
+        requests.put(pb.ConsumeRequest(ticket=1, cancel=True))
+        requests.put(None)  # half-closed with nothing open: the stream ends
+        assert list(answers) == []
