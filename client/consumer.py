@@ -322,10 +322,10 @@ class Consumer:
             self._streaming = False  # an older server: unary Fetches from now on
             self._fetch_unary(stub, fetch)
             return
-        if isinstance(answer, TooLarge):
-            self._pool.submit(self._stream, stub, fetch)
-            return
         try:
+            if isinstance(answer, TooLarge):
+                self._pool.submit(self._stream, stub, fetch)  # RuntimeError once closed
+                return
             if isinstance(answer, Exception):
                 raise answer
             result = fx.fetched(fetch, [answer])
