@@ -1,8 +1,10 @@
 """Shared fixtures: WAL factories over temp directories, an injectable clock, and a real
-server process (`server`, `conn`, `power` from tests/live_server.py)."""
+server process (`server`, `conn`, `power` from tests/live_server.py). And the xdist groups
+of the parallel run (pyproject's addopts: `-n` workers, `--dist loadgroup`)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,33 @@ from sqltopic.wal import Wal, WalOptions
 
 # The live-server fixtures, for every test folder.
 pytest_plugins = ["tests.live_server"]
+
+# Tests that each run in one xdist worker, one after another, by their folder:
+# * spark: tests/spark shares one session-scoped SparkSession (a JVM, ~5 s to start, on
+#   local[2], so it takes both cores): one worker starts it once, not every worker;
+# * bench: the benchmarks' quick runs (tests/bench) each start a server and several
+#   client processes for 15-30 s: run one at a time, never two together.
+# Both go to the workers first (xdist hands out the largest groups first), so their long
+# tests do not end the run alone.
+XDIST_GROUPS = {"spark": "tests/spark/", "bench": "tests/bench/"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run started in the background by a non-interactive shell (`make test &`, nohup)
+    inherits SIGINT ignored, and so would every process its tests start: a test that
+    stops a command with Ctrl-C (tests/cli/test_consume.py) would wait for it in vain. A
+    handler here makes the processes started from now on (xdist's workers, and theirs)
+    begin with the default disposition."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for group, folder in XDIST_GROUPS.items():
+            if item.nodeid.startswith(folder):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 class FakeClock:
