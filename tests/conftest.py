@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 from sqltopic.wal import Wal, WalOptions
 
@@ -22,9 +23,29 @@ pytest_plugins = ["tests.live_server"]
 #   local[2], so it takes both cores): one worker starts it once, not every worker;
 # * bench: the benchmarks' quick runs (tests/bench) each start a server and several
 #   client processes for 15-30 s: run one at a time, never two together.
-# Both go to the workers first (xdist hands out the largest groups first), so their long
-# tests do not end the run alone.
+# Every other test is a unit of its own, handed to whichever worker is free. The groups
+# go out first (the scheduler hands out the largest units first), so their long tests do
+# not end the run alone.
 XDIST_GROUPS = {"spark": "tests/spark/", "bench": "tests/bench/"}
+
+
+class FolderGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """xdist's `loadgroup`, with the groups given by folder (XDIST_GROUPS). xdist's own
+    `xdist_group` marks do not work with pytest 9: xdist sets `item._nodeid`, which
+    pytest 9 no longer reads, so every test stayed a group of its own."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        for group, folder in XDIST_GROUPS.items():
+            if nodeid.startswith(folder):
+                return group
+        return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (pyproject's addopts) schedules by FolderGroupScheduling."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return FolderGroupScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,12 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for group, folder in XDIST_GROUPS.items():
-            if item.nodeid.startswith(folder):
-                item.add_marker(pytest.mark.xdist_group(group))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # marked as each test is collected: xdist's worker reads the marks in its
+    # pytest_collection_modifyitems, which ran before a conftest's there
+    for group, folder in XDIST_GROUPS.items():
+        if item.nodeid.startswith(folder):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 class FakeClock:
