@@ -39,13 +39,16 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m sqltopic.server` on `data`; `wait_ready()` waits for its ready line.
-    `port` reuses a port (a restart on the same address); `extra` adds CLI arguments."""
+    """`python -m sqltopic.server` on `data`; `wait_ready()` waits for its ready line and
+    sets `port` and `address` from it. Without `port` the server binds port 0, so the
+    kernel picks the port as it binds: a port picked beforehand (free_port) could be taken
+    by a test on another xdist worker before the server binds it. `port` reuses a port (a
+    restart on the same address); `extra` adds CLI arguments."""
 
     def __init__(self, data: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
         self.data = data
-        self.port = port or free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.port = port or 0  # the bound port once wait_ready() returns
+        self.address = ""
         args = [sys.executable, "-m", "sqltopic.server", "--data", str(data)]
         args += ["--port", str(self.port), *extra]
         self.proc = subprocess.Popen(
@@ -72,12 +75,17 @@ class ServerProcess:
         self._errors_done.set()
 
     def wait_ready(self) -> str:
-        """The ready line; fails if the process exits or the deadline passes first."""
+        """The ready line ("... listening on HOST:PORT, data DIR"); sets `port` and
+        `address` (loopback, whatever host it listens on) from it. Fails if the process
+        exits or the deadline passes first."""
         while True:
             line = self._lines.get(timeout=START_DEADLINE_S)
             if line is None:
                 raise AssertionError(f"server exited: {self.stderr()}")
             if line.startswith(READY):
+                bound = line[len(READY) :].split(",", 1)[0].strip()
+                self.port = int(bound.rsplit(":", 1)[1])
+                self.address = f"127.0.0.1:{self.port}"
                 return line
 
     def stop(self) -> int:

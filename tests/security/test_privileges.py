@@ -20,7 +20,7 @@ from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.errors import Error, NoPermission, NotFoundError, SchemaInUseError, TopicNotFound
 from tests.client.support import config, drain
-from tests.live_server import ServerProcess, free_port
+from tests.live_server import ServerProcess
 
 PASSWORD = "secret-pw-1"
 SETUP = """
@@ -142,7 +142,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("privileges") / "data", free_port())
+    proc = ServerProcess(tmp_path_factory.mktemp("privileges") / "data")
     try:
         proc.wait_ready()
         with connect(proc.address) as root:
