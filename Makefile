@@ -41,7 +41,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -p no:cacheprovider tests/proto/test_generated.py
+	$(BIN)/pytest -q -n 0 -p no:cacheprovider tests/proto/test_generated.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p sqltopic

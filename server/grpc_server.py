@@ -87,7 +87,9 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 
 
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
-    server = aio.server(options=MESSAGE_OPTIONS)
+    # no SO_REUSEPORT (gRPC sets it by default): a second server on a port in use must
+    # fail to start, not share its connections
+    server = aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
     sessions = Sessions(
         config.root_password, users.lookup(engine.state),
         max_per_user=config.limits.max_sessions_per_user,
@@ -112,12 +114,18 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
     health = add_health(server, SERVICES)
     enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
     address = f"{config.host}:{config.port}"
-    if config.tls is None:
-        port = server.add_insecure_port(address)
-    else:  # health and reflection share the port, so they speak TLS too
-        port = server.add_secure_port(address, _credentials(config.tls))
+    try:
+        if config.tls is None:
+            port = server.add_insecure_port(address)
+        else:  # health and reflection share the port, so they speak TLS too
+            port = server.add_secure_port(address, _credentials(config.tls))
+    except RuntimeError:  # gRPC's "Failed to bind": in use, or not an address of ours
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(
+            f"cannot listen on {address}: the port is in use (by another server?) or the "
+            "host is not an address of this machine; choose another --port or --host"
+        )
     await server.start()
     stop = _stop_on_signals()
     timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
