@@ -44,6 +44,10 @@ class ConsumeStream:
     fetch: Fetch
     caller: Caller
     slot: Slot
+    # set when the server stops: the stream takes no more polls and ends once its open
+    # ones answered (their held polls answer at once then), so that a graceful stop does
+    # not wait out its grace for streams the clients keep open
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _answers: asyncio.Queue[pb.ConsumeResponse | BaseException | None] = field(
         default_factory=asyncio.Queue
     )
@@ -53,20 +57,27 @@ class ConsumeStream:
         self, requests: AsyncIterator[pb.ConsumeRequest]
     ) -> AsyncIterator[pb.ConsumeResponse]:
         reader = asyncio.create_task(self._read(requests))
+        stop = asyncio.create_task(self._stop())
         reading = True
         try:
             while reading or self._open or not self._answers.empty():
                 item = await self._answers.get()
-                if item is None:  # the client half-closed: finish the open tickets
+                if item is None:  # half-closed, or the server stops: finish the open ones
                     reading = False
+                    reader.cancel()
                 elif isinstance(item, BaseException):
                     raise item
                 else:
                     yield item
         finally:
             reader.cancel()
+            stop.cancel()
             for task in list(self._open.values()):
                 task.cancel()
+
+    async def _stop(self) -> None:
+        await self.stopping.wait()
+        self._answers.put_nowait(None)
 
     async def _read(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
         try:

@@ -230,6 +230,7 @@ class LiveHub:
                 _settle(waiter.future, "data", message)
             else:
                 _settle(waiter.future, "look", None)
+        _detach(bucket)
         return True
 
     def _move(self, level: _Level, position: int) -> None:
@@ -259,10 +260,19 @@ def _fits(message: Message, limits: PollLimits) -> bool:
 
 
 def _release(buckets: Iterable[_Bucket]) -> None:
-    """Tell the buckets' waiters to read for themselves."""
+    """Tell the buckets' waiters to read for themselves (from where they are)."""
     for bucket in buckets:
         for waiter in bucket.waiters:
             _settle(waiter.future, "look", None)
+        _detach(bucket)
+
+
+def _detach(bucket: _Bucket) -> None:
+    """Keep a bucket whose waiters were answered at its level's position, out of the
+    level: the level moves on past the entries the pass read, and a waiter that resumes
+    after that (its own timer may have answered it "quiet" meanwhile) must not count
+    entries that held its rows as read."""
+    bucket.level = _Level(bucket.level.position)
 
 
 def _settle(

@@ -153,7 +153,8 @@ class VnodeService(pb_grpc.VnodeServicer):
             return await self._fetch(request, wait_s(request, None), user)
 
         with self._slots.hold(token, session.user, "Consume"):
-            async for answer in ConsumeStream(fetch, caller, slot).run(requests):
+            stream = ConsumeStream(fetch, caller, slot, self._stopping)
+            async for answer in stream.run(requests):
                 yield answer
 
     async def _fetch(self, request: pb.PollRequest, wait: float, user: str) -> pb.PollResponse:

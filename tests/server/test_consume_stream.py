@@ -152,6 +152,30 @@ def test_polls_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> 
     assert sorted(got[1:]) == [(1, 1), (2, 2)]
 
 
+def test_a_stopping_server_ends_the_stream_once_its_open_polls_answered() -> None:
+    polls = Polls()
+
+    async def scenario() -> list[tuple[int, int]]:
+        stopping = asyncio.Event()
+        never = asyncio.Event()  # the client keeps its side open
+        stream = ConsumeStream(polls.fetch, lambda: "a", free, stopping)
+        got: list[tuple[int, int]] = []
+
+        async def consume() -> None:
+            async for answer in stream.run(feed([poll(1, 1), never])):
+                got.append((answer.ticket, answer.message.epoch))
+
+        task = asyncio.create_task(consume())
+        while 1 not in polls.gates:
+            await asyncio.sleep(0)
+        stopping.set()  # the server stops: its held poll answers, then the stream ends
+        polls.gates[1].set()
+        await asyncio.wait_for(task, CALL_TIMEOUT_S)
+        return got
+
+    assert asyncio.run(scenario()) == [(1, 1)]
+
+
 # --- against a real server ----------------------------------------------------------------
 
 

@@ -174,7 +174,10 @@ def test_a_held_poll_behind_the_end_is_told_to_read_for_itself(power: Engine) ->
 
 
 def test_a_message_over_a_polls_row_limit_is_read_by_the_poll_itself(power: Engine) -> None:
-    power.execute("CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a")
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a;"
+        "CREATE TOPIC tz AS SELECT ts, voltage FROM meters WHERE location = 'z'"
+    )
     vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
 
     async def scenario() -> None:
@@ -182,15 +185,21 @@ def test_a_message_over_a_polls_row_limit_is_read_by_the_poll_itself(power: Engi
         start = vnode.wal.next_version
         small = asyncio.ensure_future(hub.wait("ta", start, 1, 1, PollLimits(max_rows=1), 30.0))
         large = asyncio.ensure_future(hub.wait("ta", start, 2, 1, PollLimits(), 30.0))
+        # a topic with nothing in the entries: its waiters move on with their level
+        other = asyncio.ensure_future(hub.wait("tz", start, 3, 1, PollLimits(), 30.0))
         await asyncio.sleep(0)
         await asyncio.get_running_loop().run_in_executor(
             None, power.execute, "INSERT INTO a VALUES (1, 1, 1, 1) (2, 1, 2, 1)"
         )
-        assert (await asyncio.wait_for(small, 30))[:2] == ("look", None)
+        # told to read for itself from where it waited: the pass moved on past the
+        # entries, and a poll that counted them read would lose its rows
+        assert await asyncio.wait_for(small, 30) == ("look", None, start)
         outcome, message, _ = await asyncio.wait_for(large, 30)
         assert outcome == "data"
         assert message is not None
         assert message.rows == 2
+        await _until(lambda: _bucket_position(hub) == vnode.wal.next_version)
+        assert not other.done()
         hub.close()
 
     asyncio.run(scenario())
