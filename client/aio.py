@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import grpc
 import pyarrow as pa
 from grpc import aio
 
@@ -32,6 +31,7 @@ from sqltopic.client.connection import (
     _read_result,
     _translated,
     _write_frames,
+    unimplemented,
     writes_only,
 )
 from sqltopic.client.consumer import (
@@ -164,8 +164,7 @@ class Consumer:
         self._transport = consumer_transport(parsed)
         self._core = ConsumerCore(parsed)
         self._channels: dict[str, aio.Channel] = {}
-        # vnode endpoint -> its Consume stream and the session it was opened with
-        self._streams: dict[str, tuple[streams.AioConsumeStream, fx.Metadata]] = {}
+        self._streams: dict[str, streams.AioConsumeStream] = {}  # vnode endpoint -> its stream
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
@@ -268,7 +267,7 @@ class Consumer:
                 task.cancel()
             self._results.put_nowait(None)  # a poll waiting in another task looks again
             channels, self._channels = list(self._channels.values()), {}
-            opened, self._streams = [stream for stream, _ in self._streams.values()], {}
+            opened, self._streams = list(self._streams.values()), {}
             for stream in opened:
                 stream.close()
             for channel in channels:
@@ -374,7 +373,7 @@ class Consumer:
         try:
             answer: pb.HeartbeatsResponse = await stub.Heartbeats(request, timeout=fx.RPC_TIMEOUT_S)
         except aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            if unimplemented(exc):
                 raise beats.Unbatched from None
             raise _error_of(exc, self._transport) from None
         return answer
@@ -425,14 +424,15 @@ class Consumer:
         stream or a new login)."""
         address = fetch.endpoint or self._core.config.server
         found = self._streams.get(address)
-        if found is not None and not found[0].broken and found[1] == fetch.metadata:
-            return found[0]
+        if found is not None and found.serves(fetch.metadata):
+            return found
         if found is not None:
-            found[0].close()  # its polls (of an old session) fail and are polled again
-        stream = streams.AioConsumeStream(
-            stub.Consume(metadata=fetch.metadata), lambda exc: _error_of(exc, self._transport)
+            found.close()  # its polls (of an old session) fail and are polled again
+        stream = self._streams[address] = streams.AioConsumeStream(
+            stub.Consume(metadata=fetch.metadata),
+            fetch.metadata,
+            lambda exc: _error_of(exc, self._transport),
         )
-        self._streams[address] = (stream, fetch.metadata)
         return stream
 
     def _stub(self, service: str, endpoint: str) -> Any:

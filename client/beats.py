@@ -22,11 +22,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from sqltopic.client.effects import Metadata
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 
-Metadata = tuple[tuple[str, str], ...]
 Send = Callable[[pb.HeartbeatsRequest], pb.HeartbeatsResponse]
 AioSend = Callable[[pb.HeartbeatsRequest], Awaitable[pb.HeartbeatsResponse]]
 Outcome = pb.HeartbeatResponse | Error | None  # None: the server cannot batch

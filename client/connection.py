@@ -213,6 +213,13 @@ def _translated(transport: Transport) -> Iterator[None]:
         raise _error_of(exc, transport) from None
 
 
+def unimplemented(exc: grpc.RpcError) -> bool:
+    """Whether a call failed for want of the method on the server (an older server)."""
+    # every RpcError a call raises is also that call's grpc.Call (its status)
+    code = getattr(exc, "code", None)
+    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
+
+
 def _error_of(exc: grpc.RpcError, transport: Transport) -> Error:
     # Every RpcError a call raises is also that call's grpc.Call (status and trailers).
     call = cast("grpc.Call", exc)

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 
 import sqltopic.client.effects as fx
 from sqltopic.client import beats, streams
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
-from sqltopic.client.connection import _error_of, _translated
+from sqltopic.client.connection import _error_of, _translated, unimplemented
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
 from sqltopic.errors import Error, TooLarge
@@ -63,8 +63,7 @@ class Consumer:
         self._channels: dict[str, grpc.Channel] = {}
         self._shut = False  # channels closed: no more calls
         self._calls: dict[int, Any] = {}  # tickets of polls in flight: their cancel()
-        # vnode endpoint -> its Consume stream and the session it was opened with
-        self._streams: dict[str, tuple[streams.ConsumeStream, fx.Metadata]] = {}
+        self._streams: dict[str, streams.ConsumeStream] = {}  # vnode endpoint -> its stream
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
@@ -278,7 +277,7 @@ class Consumer:
         try:
             answer: pb.HeartbeatsResponse = stub.Heartbeats(request, timeout=fx.RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
-            if cast("grpc.Call", exc).code() == grpc.StatusCode.UNIMPLEMENTED:
+            if unimplemented(exc):
                 raise beats.Unbatched from None
             raise _error_of(exc, self._transport) from None
         return answer
@@ -304,16 +303,15 @@ class Consumer:
         address = fetch.endpoint or self._core.config.server
         with self._calls_lock:
             found = self._streams.get(address)
-            if found is not None and not found[0].broken and found[1] == fetch.metadata:
-                return found[0]
-            metadata = fetch.metadata
-            stream = streams.ConsumeStream(
-                lambda requests: stub.Consume(requests, metadata=metadata),
+            if found is not None and found.serves(fetch.metadata):
+                return found
+            stream = self._streams[address] = streams.ConsumeStream(
+                lambda requests, metadata: stub.Consume(requests, metadata=metadata),
+                fetch.metadata,
                 lambda exc: _error_of(exc, self._transport),
             )
-            self._streams[address] = (stream, fetch.metadata)
         if found is not None:
-            found[0].close()  # its polls (of an old session) fail and are polled again
+            found.close()  # its polls (of an old session) fail and are polled again
         return stream
 
     def _answered(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch, answer: streams.Answer) -> None:
@@ -430,7 +428,7 @@ class Consumer:
             self._shut = True
             tickets = list(self._calls)
             channels, self._channels = list(self._channels.values()), {}
-            opened, self._streams = [stream for stream, _ in self._streams.values()], {}
+            opened, self._streams = list(self._streams.values()), {}
         self._cancel(tickets)
         for stream in opened:
             stream.close()

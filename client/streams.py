@@ -24,11 +24,12 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from sqltopic.client.connection import unimplemented
+from sqltopic.client.effects import Metadata
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 
-Metadata = tuple[tuple[str, str], ...]
 Answer = pb.PollResponse | Exception
 # (status code, details) of a failed stream -> the sqltopic error to report
 Translate = Callable[[grpc.RpcError], Error]
@@ -45,26 +46,26 @@ def answer_of(response: pb.ConsumeResponse) -> Answer:
     return response.message
 
 
-def _unimplemented(exc: grpc.RpcError) -> bool:
-    # every RpcError a call raises is also that call's grpc.Call (its status)
-    code = getattr(exc, "code", None)
-    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
-
-
 class _Stream:
     """What both kinds of stream share: their state, and the error that fails the polls
     open when the stream ends."""
 
-    def __init__(self, translate: Translate) -> None:
+    def __init__(self, metadata: Metadata, translate: Translate) -> None:
+        self.metadata = metadata  # the session the stream was opened with
         self._translate = translate
         self.broken = False
         self.unimplemented = False
+
+    def serves(self, metadata: Metadata) -> bool:
+        """Whether a poll of this session goes on this stream (not broken, and opened
+        with the same session: after a new login its polls would fail)."""
+        return not self.broken and self.metadata == metadata
 
     def _ended(self, exc: BaseException | None) -> Exception:
         """The error for the polls open when the stream ended with `exc` (None: it
         ended without a status)."""
         if isinstance(exc, grpc.RpcError):
-            if _unimplemented(exc):
+            if unimplemented(exc):
                 self.unimplemented = True
                 return Unstreamed()
             return self._translate(exc)
@@ -80,13 +81,16 @@ class ConsumeStream(_Stream):
     goes to the poll's callback on the stream's reader thread."""
 
     def __init__(
-        self, start: Callable[[Iterator[pb.ConsumeRequest]], Any], translate: Translate
+        self,
+        start: Callable[[Iterator[pb.ConsumeRequest], Metadata], Any],
+        metadata: Metadata,
+        translate: Translate,
     ) -> None:
-        super().__init__(translate)
+        super().__init__(metadata, translate)
         self._requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
         self._lock = threading.Lock()
         self._open: dict[int, Callable[[Answer], None]] = {}
-        self._call = start(iter(self._requests.get, None))
+        self._call = start(iter(self._requests.get, None), metadata)
         threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
 
     def fetch(self, ticket: int, request: pb.PollRequest, done: Callable[[Answer], None]) -> None:
@@ -136,9 +140,10 @@ class AioConsumeStream(_Stream):
     def __init__(
         self,
         call: aio.StreamStreamCall[pb.ConsumeRequest, pb.ConsumeResponse],
+        metadata: Metadata,
         translate: Translate,
     ) -> None:
-        super().__init__(translate)
+        super().__init__(metadata, translate)
         self._call = call
         self._open: dict[int, asyncio.Future[Answer]] = {}
         self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()

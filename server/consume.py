@@ -12,7 +12,6 @@ the tickets and the stream's life; what a poll does is the service's.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -20,9 +19,7 @@ from dataclasses import dataclass, field
 from sqltopic.errors import Error, InvalidRequest, LimitExceeded
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
-from sqltopic.server.rpc import client_caused
-
-log = logging.getLogger("sqltopic.server")
+from sqltopic.server.rpc import unexpected
 
 # Open tickets per stream: far more vgroups than one consumer reads on one host (a
 # consumer of 1,000 parameter bindings over 4 vgroups holds 4,000), and a bound on the
@@ -124,19 +121,9 @@ class ConsumeStream:
         except Error as err:
             answer = pb.ConsumeResponse(ticket=ticket, error=call_status(err))
         except Exception as exc:
-            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(_unexpected(exc)))
+            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(unexpected(exc)))
         finally:
             task = self._open.get(ticket)
             if task is asyncio.current_task():
                 del self._open[ticket]
         self._answers.put_nowait(answer)
-
-
-def _unexpected(exc: Exception) -> Error:
-    """A failure no sqltopic error describes: the machine's (client_caused), or a bug,
-    logged and answered as the server's internal error, as a call's would be."""
-    err = client_caused(exc)
-    if err is not None:
-        return err
-    log.error("unexpected error", exc_info=exc)
-    return Error(f"internal server error ({type(exc).__name__}); the server log has the details")

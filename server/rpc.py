@@ -160,11 +160,21 @@ async def fail(context: Context, exc: Exception) -> NoReturn:
     if err is not None:
         code, message, trailers = to_status(err)
         await context.abort(code, message, trailing_metadata=tuple(trailers))
+    await context.abort(grpc.StatusCode.INTERNAL, internal_error(exc))
+
+
+def unexpected(exc: Exception) -> Error:
+    """The error to answer for a failure no sqltopic error describes, where no call's
+    status can carry it (a poll on a Consume stream): the machine's (`client_caused`),
+    or the server's internal error, logged."""
+    err = client_caused(exc)
+    return err if err is not None else Error(internal_error(exc))
+
+
+def internal_error(exc: Exception) -> str:
+    """Log a bug's exception; the message the client gets for it."""
     log.error("unexpected error", exc_info=exc)
-    await context.abort(
-        grpc.StatusCode.INTERNAL,
-        f"internal server error ({type(exc).__name__}); the server log has the details",
-    )
+    return f"internal server error ({type(exc).__name__}); the server log has the details"
 
 
 def client_caused(exc: BaseException) -> Error | None:

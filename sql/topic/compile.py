@@ -127,13 +127,14 @@ def _query_topic(
         if params:
             add_hidden(tree, params)
             full = probe.check(tree, text)
-    remember_schema(duckdb_sql(tree, text), target.batch_schema(), pa.schema(list(full)))
+    select_sql = duckdb_sql(tree, text)
+    remember_schema(select_sql, target.batch_schema(), full)
     return Compiled(
         db=target.db,
         target=target.name,
         output=output_columns(outs, schema, target.precision),
         output_schema=schema,
-        select_sql=duckdb_sql(tree, text),
+        select_sql=select_sql,
         uses=target.in_order(used | param_uses),
         params=params,
     )

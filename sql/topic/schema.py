@@ -52,6 +52,7 @@ def schema_of(select_sql: str, batch: pa.Schema) -> pa.Schema:
 def remember_schema(select_sql: str, batch: pa.Schema, schema: pa.Schema) -> None:
     """Note what `schema_of(select_sql, batch)` is (CREATE TOPIC knows it from its own
     probe: the first read of a new topic then costs no probe)."""
+    schema = _user_schema(schema)  # as a probe's run gives it, metadata and all
     with _SCHEMAS_LOCK:
         _SCHEMAS[select_sql, batch] = schema
         _SCHEMAS.move_to_end((select_sql, batch))

@@ -15,6 +15,7 @@ import pytest
 from sqltopic import aio
 from sqltopic.client import Connection, beats
 from sqltopic.client.consumer import Consumer
+from sqltopic.client.effects import Metadata
 from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
@@ -26,7 +27,7 @@ BEAT_MS = 1_000
 BEATS = 12
 
 
-def metadata(token: str) -> beats.Metadata:
+def metadata(token: str) -> Metadata:
     return (("authorization", f"Bearer {token}"),)
 
 

@@ -58,11 +58,11 @@ def translate(exc: grpc.RpcError) -> Error:
 def open_stream() -> tuple[streams.ConsumeStream, list[Call]]:
     calls: list[Call] = []
 
-    def start(requests: Iterator[pb.ConsumeRequest]) -> Call:
+    def start(requests: Iterator[pb.ConsumeRequest], metadata: object) -> Call:
         calls.append(Call(requests))
         return calls[-1]
 
-    return streams.ConsumeStream(start, translate), calls
+    return streams.ConsumeStream(start, (), translate), calls
 
 
 class Answers:
