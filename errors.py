@@ -226,7 +226,7 @@ class WalSegmentMissing(WalCorruptionError):
 
 class DataFileDamaged(Error):
     """A file of the data directory other than the WAL (catalog.sqlite, a vnode's
-    offsets.sqlite, mnode.json) cannot be read: `path` names it; the message says what
+    offsets.sqlite, mnode.sqlite) cannot be read: `path` names it; the message says what
     to do."""
 
     def __init__(self, message: str, *, path: str) -> None:

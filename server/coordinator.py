@@ -26,7 +26,7 @@ from sqltopic.errors import (
     excerpt,
 )
 from sqltopic.server.assign import assign
-from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
+from sqltopic.server.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
 from sqltopic.sql.topic.params import topic_of
 
 Status = Literal["ready", "rebalancing", "removed"]
@@ -160,7 +160,10 @@ class Coordinator:
     _next_id: int = 1
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
-    _progress_dirty: bool = False
+    # groups whose members or assignments changed since their last save, and groups
+    # with progress reports not saved yet: a save writes only these
+    _dirty: set[str] = field(default_factory=set)
+    _progress_dirty: set[str] = field(default_factory=set)
     _revoking_cache: tuple[int, list[tuple[str, str, int, int]]] | None = None
     _save_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock: threading.RLock = field(default_factory=threading.RLock)
@@ -180,7 +183,8 @@ class Coordinator:
         with `progress`, if progress reports did). Call before answering the change.
         The state is copied under the lock and written (an fsync) outside it, so that
         polls and heartbeats, which check the assignment on the event loop, never wait
-        for a disk; callers that arrive during a save share the next one."""
+        for a disk; callers that arrive during a save share the next one. Only the
+        groups that changed are written."""
         with self._lock:
             if self.store is None:
                 return
@@ -194,9 +198,16 @@ class Coordinator:
             with self._lock:
                 if self._saved >= wanted and not (progress and self._progress_dirty):
                     return
-                snapshot, version = self._durable(), self._version
-                self._progress_dirty = False
-            self.store.save(snapshot)
+                groups = self._dirty | (self._progress_dirty if progress else set())
+                docs, next_id, version = self._group_docs(groups), self._next_id, self._version
+                self._dirty.clear()
+                self._progress_dirty -= groups
+            try:
+                self.store.save(next_id, docs)
+            except BaseException:
+                with self._lock:  # the next save writes them
+                    self._dirty |= groups
+                raise
             with self._lock:
                 self._saved = max(self._saved, version)
 
@@ -213,6 +224,8 @@ class Coordinator:
                 self.members.clear()
                 self.owners.clear()
                 raise self.store.damaged(exc) from None
+        if snap.legacy:
+            self.persist()  # into mnode.sqlite now, so mnode.json goes at once
 
     def _restore(self, snap: Snapshot) -> None:
         """Install a loaded snapshot (the lock held); raises on a malformed one."""
@@ -233,17 +246,41 @@ class Coordinator:
             self.progress[topic, group, vgroup] = Progress(position, rows)
         self._saved = self._version
         self._revoking_cache = None
+        if snap.legacy:  # read from mnode.json: the next save writes every group
+            self._touch(*self._groups())
 
-    def _durable(self) -> Snapshot:
-        return Snapshot(
-            next_id=self._next_id,
-            members=[_member_doc(m) for m in self.members.values()],
-            owners=[[t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
-                    for (t, g), owners in self.owners.items() for v, o in owners.items()],
-            plans=[[t, g, v, c] for (t, g), plan in self.plans.items() for v, c in plan.items()],
-            rows_before=[[t, g, v, n] for (t, g, v), n in self.rows_before.items()],
-            progress=[[t, g, v, p.position, p.rows] for (t, g, v), p in self.progress.items()],
-        )  # fmt: skip
+    def _groups(self) -> set[str]:
+        """Every group with state."""
+        found = {m.group for m in self.members.values()}
+        for table in (self.owners, self.plans, self.rows_before, self.progress):
+            found.update(key[1] for key in table)
+        return found
+
+    def _touch(self, *groups: str) -> None:
+        """The groups' members or assignments changed: save them before answering."""
+        self._version += 1
+        self._dirty.update(groups)
+
+    def _group_docs(self, groups: set[str]) -> dict[str, GroupDoc | None]:
+        """The durable state of `groups` (None for a group with none left)."""
+        docs = {group: empty_doc() for group in groups}
+        for m in self.members.values():
+            if m.group in docs:
+                docs[m.group]["members"].append(_member_doc(m))
+        for (t, g), owners in self.owners.items():
+            if g in docs:
+                docs[g]["owners"] += [[t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
+                                      for v, o in owners.items()]  # fmt: skip
+        for (t, g), plan in self.plans.items():
+            if g in docs:
+                docs[g]["plans"] += [[t, g, v, c] for v, c in plan.items()]
+        for (t, g, v), n in self.rows_before.items():
+            if g in docs:
+                docs[g]["rows_before"].append([t, g, v, n])
+        for (t, g, v), p in self.progress.items():
+            if g in docs:
+                docs[g]["progress"].append([t, g, v, p.position, p.rows])
+        return {g: doc if any(doc.values()) else None for g, doc in docs.items()}
 
     def subscribe(
         self,
@@ -269,6 +306,7 @@ class Coordinator:
                     liveness or Liveness(), parameters or {}, now, now, self.wall_us(),
                 )  # fmt: skip
                 self.members[member.id] = member
+            self._touch(group)
             member.last_heartbeat = member.last_poll = now
             held, epoch = member.assignment, member.epoch
             for topic in set(member.topics) - set(wanted):
@@ -304,6 +342,7 @@ class Coordinator:
             if member is not None:
                 self._report(member, progress)
                 del self.members[consumer_id]
+                self._touch(member.group)
                 self._rebalance_all(member)
 
     def heartbeat(
@@ -356,7 +395,7 @@ class Coordinator:
             owner = self.owners.get((topic, member.group), {}).get(vgroup)
             if owner is not None and owner.consumer == member.id:
                 self.progress[topic, member.group, vgroup] = report
-                self._progress_dirty = True
+                self._progress_dirty.add(member.group)
         return listed
 
     def rows(self, topic: str, group: str, vgroup: int) -> int | None:
@@ -415,6 +454,7 @@ class Coordinator:
                 member = self.members.pop(consumer_id, None)
                 if member is not None:
                     member.status = "removed"
+                    self._touch(member.group)
                     self._rebalance_all(member)
 
     def evict(
@@ -441,12 +481,12 @@ class Coordinator:
         (or of one group on it); subscribers keep the name and learn from their heartbeat
         that it is gone."""
         with self._lock:
-            self._version += 1
-            for key in [k for k in self.owners if _of(k, topic, group)]:
-                del self.owners[key]
-            for table in (self.progress, self.rows_before):
-                for sub in [k for k in table if _of(k, topic, group)]:
-                    del table[sub]
+            self._touch()
+            tables: tuple[dict[Any, Any], ...] = (self.owners, self.progress, self.rows_before)
+            for table in tables:
+                for key in [k for k in table if _of(k, topic, group)]:
+                    del table[key]
+                    self._dirty.add(key[1])
 
     def expire(self) -> list[Member]:
         """Remove members past their session timeout or max poll interval."""
@@ -456,6 +496,7 @@ class Coordinator:
             for member in dead:
                 del self.members[member.id]
                 member.status = "removed"
+                self._touch(member.group)
                 self._rebalance_all(member)
             self._expire_revocations(now)
             return dead
@@ -466,22 +507,24 @@ class Coordinator:
         session timeout, not up to a tick later."""
         with self._lock:
             times = [_deadline(m) for m in self.members.values()]
-            for owners in self.owners.values():
-                for owner in owners.values():
-                    holder = self.members.get(owner.consumer)
-                    if owner.revoking and holder is not None:
-                        times.append(owner.since + holder.liveness.session_timeout_ms / 1000)
+            for topic, group, vgroup, consumer in self._revoking():
+                holder = self.members.get(consumer)
+                if holder is not None:
+                    since = self.owners[topic, group][vgroup].since
+                    times.append(since + holder.liveness.session_timeout_ms / 1000)
             return min(times, default=None)
 
     def _expire_revocations(self, now: float) -> None:
         """A holder that neither commits nor drops a revoked vgroup within its session
         timeout (a stuck client) loses it anyway."""
-        for (topic, group), owners in list(self.owners.items()):
-            for vgroup, owner in list(owners.items()):
-                holder = self.members.get(owner.consumer)
-                limit = holder.liveness.session_timeout_ms / 1000 if holder else 0.0
-                if owner.revoking and now - owner.since > limit:
-                    self.release(owner.consumer, group, topic, vgroup)
+        for topic, group, vgroup, consumer in list(self._revoking()):
+            owner = self.owners.get((topic, group), {}).get(vgroup)
+            if owner is None or owner.consumer != consumer:
+                continue  # moved on by a release earlier in this loop
+            holder = self.members.get(consumer)
+            limit = holder.liveness.session_timeout_ms / 1000 if holder else 0.0
+            if now - owner.since > limit:
+                self.release(consumer, group, topic, vgroup)
 
     def check_owner(
         self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int,
@@ -539,7 +582,7 @@ class Coordinator:
         apply the plan cooperatively: a free vgroup goes to its planned consumer at once;
         one a live consumer holds is first revoked from it (see Owner). Every member
         whose assignment changed gets a new epoch; held polls are woken."""
-        self._version += 1
+        self._touch(group)
         subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
         key = (topic, group)
         before = dict(self.owners.get(key, {}))

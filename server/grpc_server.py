@@ -87,6 +87,16 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 
 
 async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
+    store = CoordinatorStore(config.data)
+    try:
+        await _serve_with(engine, config, ready, store)
+    finally:
+        store.close()
+
+
+async def _serve_with(
+    engine: Engine, config: ServerConfig, ready: Callable[[str], None], store: CoordinatorStore
+) -> None:
     # no SO_REUSEPORT (gRPC sets it by default): a second server on a port in use must
     # fail to start, not share its connections
     server = aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
@@ -94,9 +104,7 @@ async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], No
         config.root_password, users.lookup(engine.state),
         max_per_user=config.limits.max_sessions_per_user,
     )  # fmt: skip
-    coordinator = Coordinator(
-        lambda topic: engine.topic_vgroups(topic)[1], store=CoordinatorStore(config.data)
-    )
+    coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1], store=store)
     coordinator.restore()  # groups as they were: their consumers carry on
     engine.state.coordinator = coordinator  # SHOW CONSUMERS, DROP TOPIC see it
     stopping = asyncio.Event()

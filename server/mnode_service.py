@@ -154,16 +154,28 @@ class MnodeService(pb_grpc.MnodeServicer):
 
     def _topic_states(self, member: Member) -> list[pb.TopicState]:
         states = []
-        for topic in member.topics:
-            try:
-                self._engine.topic_vgroups(topic)
-            except TopicNotFound:
-                states.append(pb.TopicState(topic=topic, dropped=True))
-                continue
-            # a REVOKE (or DROP USER) reaches a running consumer here; its polls fail
-            if not may_subscribe(self._engine.state, member.user, topic):
-                states.append(pb.TopicState(topic=topic, no_privilege=True))
+        # the bindings of one topic share its existence and rights: look once per topic
+        known: dict[str, pb.TopicState | None] = {}
+        for subscription in member.topics:
+            topic = topic_of(subscription)
+            if topic not in known:
+                known[topic] = self._topic_state(member, subscription)
+            state = known[topic]
+            if state is not None:
+                states.append(pb.TopicState(topic=subscription, dropped=state.dropped,
+                                            no_privilege=state.no_privilege))  # fmt: skip
         return states
+
+    def _topic_state(self, member: Member, topic: str) -> pb.TopicState | None:
+        """The topic's state for its subscriber, None when it may go on consuming."""
+        try:
+            self._engine.topic_vgroups(topic)
+        except TopicNotFound:
+            return pb.TopicState(topic=topic, dropped=True)
+        # a REVOKE (or DROP USER) reaches a running consumer here; its polls fail
+        if not may_subscribe(self._engine.state, member.user, topic):
+            return pb.TopicState(topic=topic, no_privilege=True)
+        return None
 
     @unary
     async def GetAssignment(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sqltopic.client import connect
+from sqltopic.server.coordinator_store import CoordinatorStore
 from tests.live_server import START_DEADLINE_S, ServerProcess
 
 SETUP = """
@@ -31,15 +32,22 @@ def prepared(tmp_path: Path) -> Path:
             conn.execute("CREATE TOPIC t1 AS SELECT ts, v FROM d.t")
     finally:
         proc.stop()
-    empty: dict[str, list[object]] = {
-        "members": [],
-        "owners": [],
-        "plans": [],
-        "rows_before": [],
-        "progress": [],
-    }
-    (tmp_path / "data" / "mnode.json").write_text(json.dumps({"format": 1, "next_id": 1, **empty}))
     return tmp_path / "data"
+
+
+EMPTY_GROUP: dict[str, list[object]] = {
+    "members": [], "owners": [], "plans": [], "rows_before": [], "progress": [],
+}  # fmt: skip
+
+
+def group_state(data: Path, name: str) -> None:
+    """A consumer group state file: mnode.sqlite, or mnode.json of an older version."""
+    if name == "mnode.json":
+        (data / name).write_text(json.dumps({"format": 1, "next_id": 1, **EMPTY_GROUP}))
+    elif name == "mnode.sqlite":
+        store = CoordinatorStore(data)
+        store.save(1, {"g": dict(EMPTY_GROUP, plans=[["t1", "g", 1, 1]])})
+        store.close()
 
 
 def start(data: Path) -> subprocess.CompletedProcess[str]:
@@ -65,11 +73,13 @@ def damage(path: Path, content: bytes) -> bytes:
         ("mnode.json", b'{"format": 1, "members": [{"id": 1}]}', "consumer group state is damaged"),
         ("mnode.json", b'{"format": 1, "next_id": 1, "members": [{"id": 1}], "owners": [], '
                        b'"plans": [], "rows_before": [], "progress": []}', "is damaged"),
+        ("mnode.sqlite", b"garbage" * 1000, "the consumer group state is damaged"),
     ],
 )  # fmt: skip
 def test_a_damaged_file_stops_the_start_with_one_line(
     prepared: Path, name: str, content: bytes, says: str
 ) -> None:
+    group_state(prepared, name)
     target = prepared / name
     damage(target, content)
     done = start(prepared)

@@ -1,6 +1,6 @@
 """The server's files are its user's alone: a data directory it creates is 0700, and
 every directory and file in it (the catalog with password hashes, WAL segments,
-offsets, mnode.json) is private, whatever the umask it was started with."""
+offsets, mnode.sqlite) is private, whatever the umask it was started with."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_everything_the_server_creates_is_private(tmp_path: Path) -> None:
     data = tmp_path / "data"
     found = [data, *data.rglob("*")]
     names = {p.name for p in found}
-    assert {"catalog.sqlite", "mnode.json", "offsets.sqlite", "LOCK"} <= names
+    assert {"catalog.sqlite", "mnode.sqlite", "offsets.sqlite", "LOCK"} <= names
     assert any(p.suffix == ".log" for p in found)
     loose = [f"{p} {stat.filemode(p.stat().st_mode)}" for p in found if p.stat().st_mode & 0o077]
     assert loose == []

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
-from sqltopic.server.coordinator_store import CoordinatorStore, Snapshot
+from sqltopic.server.coordinator_store import CoordinatorStore, GroupDoc
 
 
 class Clock:
@@ -227,10 +231,101 @@ def test_the_state_survives_a_restart_through_its_store(tmp_path: Path, clock: C
     assert second.subscribe(0, "g", ["t"]).id == b.id + 1  # ids are never reused
 
 
-def test_a_damaged_state_file_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "mnode.json").write_text('{"format": 1, "members": [')
-    with pytest.raises(DataFileDamaged, match=r"mnode\.json: the consumer group state is damaged"):
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("mnode.json", b'{"format": 1, "members": ['),
+        ("mnode.json", b'{"format": 7}'),
+        ("mnode.sqlite", b"this is not a database" * 100),
+    ],
+)
+def test_a_damaged_state_file_is_a_clear_error(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    pattern = rf"{re.escape(name)}: the consumer group state is damaged"
+    with pytest.raises(DataFileDamaged, match=pattern):
         CoordinatorStore(tmp_path).load()
+
+
+def test_a_group_row_that_does_not_decode_is_a_clear_error(tmp_path: Path) -> None:
+    store = CoordinatorStore(tmp_path)
+    doc: dict[str, Any] = {"members": [], "owners": "nope", "plans": [], "rows_before": [],
+                           "progress": []}  # fmt: skip
+    store.save(2, {"g": doc})
+    store.close()
+    with sqlite3.connect(tmp_path / "mnode.sqlite") as con:
+        con.execute("INSERT INTO groups VALUES ('h', '{not json')")
+    for bad in ("h", "g"):
+        with pytest.raises(DataFileDamaged, match=r"mnode\.sqlite: the consumer group state"):
+            CoordinatorStore(tmp_path).load()
+        with sqlite3.connect(tmp_path / "mnode.sqlite") as con:
+            con.execute("DELETE FROM groups WHERE name = ?", (bad,))
+    assert CoordinatorStore(tmp_path).load() is not None
+
+
+def test_a_saved_group_is_written_again_only_when_it_changes(tmp_path: Path, clock: Clock) -> None:
+    coord = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    a = coord.subscribe(0, "ga", ["t"])
+    coord.subscribe(0, "gb", ["t"])
+    coord.persist()
+    with sqlite3.connect(tmp_path / "mnode.sqlite") as con:
+        con.execute("UPDATE groups SET doc = 'marked' WHERE name = 'gb'")
+    coord.close(a.id)  # ga has nothing left: its row goes
+    coord.persist()
+    with sqlite3.connect(tmp_path / "mnode.sqlite") as con:
+        assert con.execute("SELECT name, doc FROM groups").fetchall() == [("gb", "marked")]
+
+
+class FailingStore(CoordinatorStore):
+    """A store whose next save fails (a full disk)."""
+
+    fail = True
+
+    def save(self, next_id: int, groups: dict[str, GroupDoc | None]) -> None:
+        if self.fail:
+            self.fail = False
+            raise OSError("disk full")
+        super().save(next_id, groups)
+
+
+def test_groups_of_a_failed_save_are_written_by_the_next(tmp_path: Path, clock: Clock) -> None:
+    coord = Coordinator(lambda t: [1, 2], clock=clock, store=FailingStore(tmp_path))
+    a = coord.subscribe(0, "g", ["t"])
+    with pytest.raises(OSError, match="disk full"):
+        coord.persist()
+    assert coord.unsaved
+    coord.persist()
+    again = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    restored = again.member(a.id)
+    assert restored is not None
+    assert restored.assignment == a.assignment
+
+
+def test_a_state_file_of_format_1_moves_to_sqlite(tmp_path: Path, clock: Clock) -> None:
+    legacy = {
+        "format": 1, "next_id": 8,
+        "members": [{
+            "id": 7, "group": "g", "client_id": "c", "user": "root", "fqdn": "h",
+            "topics": ["t"], "liveness": [30000, 300000, 3000], "parameters": {},
+            "joined_us": 1, "subscribed_us": 2, "rebalanced_us": 3, "epoch": 4,
+            "status": "ready", "assignment": [["t", 1], ["t", 2]],
+        }],
+        "owners": [["t", "g", 1, 7, 4, False], ["t", "g", 2, 7, 4, False, 0]],
+        "plans": [["t", "g", 1, 7], ["t", "g", 2, 7]],
+        "rows_before": [["t", "g", 1, 5]],
+        "progress": [["t", "g", 1, 10, 2]],
+    }  # fmt: skip
+    (tmp_path / "mnode.json").write_text(json.dumps(legacy))
+    first = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    first.restore()
+    assert not (tmp_path / "mnode.json").exists()
+    second = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    second.restore()
+    member = second.member(7)
+    assert member is not None
+    assert (member.epoch, member.assignment) == (4, frozenset({("t", 1), ("t", 2)}))
+    assert second.rows("t", "g", 1) == 7
+    assert second.subscribe(0, "g", ["t"]).id == 8
 
 
 def test_an_assignment_view_pairs_epoch_status_and_vgroups(coord: Coordinator) -> None:
@@ -302,15 +397,15 @@ class SlowStore(CoordinatorStore):
 
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir)
-        self.saved: list[int] = []  # members in each saved snapshot
+        self.saved: list[list[str]] = []  # the groups each save wrote
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def save(self, snapshot: Snapshot) -> None:
+    def save(self, next_id: int, groups: dict[str, GroupDoc | None]) -> None:
         self.entered.set()
         assert self.release.wait(30)
-        self.saved.append(len(snapshot.members))
-        super().save(snapshot)
+        self.saved.append(sorted(groups))
+        super().save(next_id, groups)
 
 
 def test_saves_that_queue_behind_one_share_the_next(tmp_path: Path, clock: Clock) -> None:
@@ -328,7 +423,8 @@ def test_saves_that_queue_behind_one_share_the_next(tmp_path: Path, clock: Clock
     store.release.set()
     for thread in [first, *joiners]:
         thread.join(30)
-    assert store.saved == [1, 6]  # one save for the five that waited: the state after all
+    # one save for the five that waited, and it writes only the groups that changed
+    assert store.saved == [["g0"], ["g1", "g2", "g3", "g4", "g5"]]
     assert not coord.unsaved
     again = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
     again.restore()

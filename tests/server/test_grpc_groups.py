@@ -275,16 +275,26 @@ def test_groups_survive_a_server_restart(data: Path) -> None:
             (consumer,) = _show(conn, "CONSUMERS")
             assert (consumer["consumer_id"], consumer["client_id"]) == (str(sub.consumer_id), "c1")
             assert [r["rows"] for r in _show(conn, "SUBSCRIPTIONS")] == [5, 5]
+        # another group joins: its save writes only its own row, g's stays as loaded
+        sub2 = wire.subscribe("g2", ["hot"], client_id="c2")
+        asg2 = wire.assignment(sub2.consumer_id)
         second.kill()  # SIGKILL: the membership saved at subscribe time is enough
         third = ServerProcess(data, port=first.port)
         third.wait_ready()
         try:
             wire2 = Wire(third.address)
-            beat = wire2.mnode.Heartbeat(
-                pb.HeartbeatRequest(consumer_id=sub.consumer_id, epoch=asg.epoch),
-                metadata=wire2.md,
-            )
-            assert beat.status == pb.CONSUMER_STATUS_READY
+            for consumer_id, epoch in (
+                (sub.consumer_id, asg.epoch),
+                (sub2.consumer_id, asg2.epoch),
+            ):
+                beat = wire2.mnode.Heartbeat(
+                    pb.HeartbeatRequest(consumer_id=consumer_id, epoch=epoch), metadata=wire2.md
+                )
+                assert (beat.status, beat.epoch) == (pb.CONSUMER_STATUS_READY, epoch)
+            assert sorted(a.vgroup for a in wire2.assignment(sub2.consumer_id).assignments) == [
+                1,
+                2,
+            ]
             wire2.close()
         finally:
             third.kill()
