@@ -157,6 +157,13 @@ class ConsumerFenced(Error):
     assignment (or rejoin the group)."""
 
 
+class GroupConflict(Error):
+    """A consumer its group refuses at subscribe: the group's consumers use another
+    `group.type`, an `exclusive` group has its consumer, or a `broadcast` consumer's
+    `client.id` is in use. Nothing changed: use the group's settings, or another
+    group.id (or client.id)."""
+
+
 class RebalanceInProgress(Error):
     """A vnode has not yet learnt the newest assignment: retry shortly."""
 

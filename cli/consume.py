@@ -7,9 +7,10 @@ then the rows. Meta events (WITH META topics) are shown in table mode and as not
 stderr otherwise; a `data_lost` message is a note on stderr.
 
 Group: `--group G` joins G, starts from its committed offsets (`--from` applies only to
-vgroups without one) and commits each message once printed. Without `--group` the
-command joins a new group of its own, `sqltopic-cli-<random>`, as Kafka's console
-consumer does, and commits nothing. `--commit/--no-commit` overrides either default.
+vgroups without one) and commits each message once printed; `--group-type` chooses how
+the group shares the topic (broadcast: with `--client-id`, whose offsets it resumes from).
+Without `--group` the command joins a new group of its own, `sqltopic-cli-<random>`, as
+Kafka's console consumer does, and commits nothing. `--commit/--no-commit` overrides either default.
 A message cut short by `--max-rows` is not committed: its rows come again next time.
 
 The run ends after `--max-rows` rows, after `--timeout` seconds without a message, or at
@@ -38,7 +39,9 @@ from sqltopic.cli.connect import (
     tls_failure,
 )
 from sqltopic.cli.format import FORMATS, Format, counted, table_lines, writer
+from sqltopic.client.config import GROUP_TYPES, GroupType
 from sqltopic.client.tls import TlsHandshakeError
+from sqltopic.errors import ConfigError
 
 if TYPE_CHECKING:
     from sqltopic.client.consumer import Consumer
@@ -63,6 +66,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("topic", help="topic to consume")
     parser.add_argument(
         "--group", help=f"consumer group (default: a new group {GROUP_PREFIX}<random>)"
+    )
+    parser.add_argument(
+        "--group-type",
+        choices=GROUP_TYPES,
+        default="vgroup",
+        help="how the group shares the topic: vgroup (default: each vgroup to one of its "
+        "consumers), exclusive (one consumer only), broadcast (every consumer gets every "
+        "row, with offsets of its own under --client-id)",
+    )
+    parser.add_argument(
+        "--client-id",
+        metavar="NAME",
+        help="the consumer's client.id (default: sqltopic-cli-<pid>); required by "
+        "--group-type broadcast, which keeps the consumer's offsets under it",
     )
     parser.add_argument(
         "--from",
@@ -117,21 +134,29 @@ class Settings:
     timeout: float | None
     commit: bool
     params: dict[str, Any] | None = None
+    group_type: GroupType = "vgroup"
+    client_id: str | None = None
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
+        if args.group_type == "broadcast" and not args.client_id:
+            raise ConfigError(
+                "--group-type broadcast: give --client-id NAME too (the consumer's offsets "
+                "are kept under it, so that the next run with it resumes there)"
+            )
         group = args.group or GROUP_PREFIX + secrets.token_hex(4)
         commit = args.commit if args.commit is not None else args.group is not None
         params = dict(args.params) or None
         return cls(
             args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit,
-            params,
+            params, args.group_type, args.client_id,
         )  # fmt: skip
 
     def config(self, server: ServerOptions) -> dict[str, str]:
         return server.consumer_config() | {
             "group.id": self.group,
-            "client.id": f"sqltopic-cli-{os.getpid()}",
+            "group.type": self.group_type,
+            "client.id": self.client_id or f"sqltopic-cli-{os.getpid()}",
             "auto.offset.reset": self.start,
             "enable.auto.commit": "false",
         }

@@ -19,6 +19,8 @@ from sqltopic.errors import ConfigError
 
 OffsetResetName = Literal["earliest", "latest", "none"]
 SecurityProtocol = Literal["plaintext", "ssl"]
+GroupType = Literal["vgroup", "exclusive", "broadcast"]
+GROUP_TYPES: tuple[GroupType, ...] = ("vgroup", "exclusive", "broadcast")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6030
@@ -59,6 +61,7 @@ class ConsumerConfig:
     max_poll_rows: int | None = None  # None: no limit
     msg_with_table_name: bool = True
     security_protocol: SecurityProtocol = "plaintext"
+    group_type: GroupType = "vgroup"
     ssl_ca_location: str | None = None  # None: gRPC's default roots
     ssl_certificate_location: str | None = None  # mutual TLS, with ssl.key.location
     ssl_key_location: str | None = None
@@ -111,6 +114,14 @@ def _reset(key: str, value: object) -> OffsetResetName:
     if text in ("earliest", "latest", "none"):
         return cast("OffsetResetName", text)
     raise _bad(key, value, "one of earliest, latest, none")
+
+
+def _group_type(key: str, value: object) -> GroupType:
+    text = value.strip().lower() if isinstance(value, str) else None
+    for known in GROUP_TYPES:
+        if text == known:
+            return known
+    raise _bad(key, value, f"one of {', '.join(GROUP_TYPES)}")
 
 
 def _protocol(key: str, value: object) -> SecurityProtocol:
@@ -166,6 +177,7 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "password": ("password", _text),
     "group.id": ("group_id", _group_id),
     "client.id": ("client_id", _client_id),
+    "group.type": ("group_type", _group_type),
     "auto.offset.reset": ("auto_offset_reset", _reset),
     "enable.auto.commit": ("enable_auto_commit", _bool),
     "auto.commit.interval.ms": ("auto_commit_interval_ms", _int_in(0, INT32_MAX)),
@@ -223,6 +235,14 @@ def parse_config(config: Mapping[str, object]) -> ConsumerConfig:
     return _checked(ConsumerConfig(**values))  # type: ignore[arg-type]
 
 
+def offsets_group_of(config: ConsumerConfig) -> str:
+    """The group a consumer polls and commits as: its group.id, or in a broadcast group
+    its own lane `group:client` (the server names the same in its Subscribe answer)."""
+    if config.group_type == "broadcast":
+        return f"{config.group_id}:{config.client_id}"
+    return config.group_id
+
+
 def _aliased_server(config: Mapping[str, object]) -> str | None:
     """`td.connect.ip` + `td.connect.port` as one `server` address (either may default)."""
     if HOST_KEY not in config and PORT_KEY not in config:
@@ -239,6 +259,11 @@ def _checked(config: ConsumerConfig) -> ConsumerConfig:
             f"heartbeat.interval.ms: {config.heartbeat_interval_ms} is out of range "
             f"{MIN_HEARTBEAT_INTERVAL_MS}..{config.session_timeout_ms - 1} "
             f"(below session.timeout.ms {config.session_timeout_ms})"
+        )
+    if config.group_type == "broadcast" and not config.client_id:
+        raise ConfigError(
+            "client.id: required with group.type broadcast (each consumer's offsets are "
+            "kept under it); give every consumer of the group its own, kept across restarts"
         )
     _check_ssl(config)
     return config

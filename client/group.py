@@ -136,6 +136,8 @@ class Membership(Rebalancing):
         request = self._subscribe_request(names)
         answer: pb.SubscribeResponse = yield from self._rpc("mnode", "Subscribe", request)
         self.consumer_id = answer.consumer_id
+        # a server from before group types names no offsets group: vgroup groups only
+        self.offsets_group = answer.offsets_group or self.config.group_id
         # the server's names of the subscriptions (a binding's canonical key); a server
         # from before parameterized topics sends none
         self.topics = list(answer.subscriptions) or names

@@ -50,7 +50,7 @@ class Offsets(CoreState):
         for endpoint, items in self._by_endpoint(offsets, lambda o: (o.topic, o.vgroup)):
             request = pb.CommitRequest(
                 consumer_id=self.consumer_id,
-                group_id=self.config.group_id,
+                group_id=self.offsets_group,
                 epoch=self.epoch,
                 offsets=items,
             )
@@ -92,7 +92,7 @@ class Offsets(CoreState):
         found: dict[Key, int | None] = {}
         for endpoint, items in self._by_endpoint(parts, lambda p: (p.topic, p.vgroup)):
             vgroups = [pb.TopicVgroup(topic=p.topic, vgroup=p.vgroup) for p in items]
-            request = pb.CommittedRequest(group_id=self.config.group_id, vgroups=vgroups)
+            request = pb.CommittedRequest(group_id=self.offsets_group, vgroups=vgroups)
             answer: pb.CommittedResponse = yield from self._rpc(
                 "vnode", "Committed", request, endpoint, timeout
             )

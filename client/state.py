@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from sqltopic.client.config import ConsumerConfig
+from sqltopic.client.config import ConsumerConfig, offsets_group_of
 from sqltopic.client.connection import CLIENT_NAME
 from sqltopic.client.effects import (
     RPC_TIMEOUT_S,
@@ -85,6 +85,9 @@ class CoreState:
         self.clock = clock
         self.token = ""
         self.consumer_id = 0
+        # the group polled and committed as: the server's answer to Subscribe (a
+        # broadcast consumer's own lane, `group:client`)
+        self.offsets_group = offsets_group_of(config)
         self.epoch = 0  # of the assignment in `held`; 0 = none yet
         self.status: int = pb.CONSUMER_STATUS_UNSPECIFIED
         self.topics: list[str] = []
@@ -164,13 +167,15 @@ class CoreState:
             max_poll_interval_ms=c.max_poll_interval_ms,
             heartbeat_interval_ms=c.heartbeat_interval_ms,
             msg_with_table_name=c.msg_with_table_name,
+            # the default goes as "" so that servers before group types accept it
+            group_type="" if c.group_type == "vgroup" else c.group_type,
         )
 
     def _poll_request(self, held: Held) -> pb.PollRequest:
         c = self.config
         return pb.PollRequest(
             consumer_id=self.consumer_id,
-            group_id=c.group_id,
+            group_id=self.offsets_group,
             topic=held.topic,
             vgroup=held.vgroup,
             epoch=self.epoch,

@@ -41,6 +41,7 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.NoPermission, Code.PERMISSION_DENIED),
     (e.AuthenticationFailed, Code.UNAUTHENTICATED),
     (e.ConsumerFenced, Code.ABORTED),
+    (e.GroupConflict, Code.FAILED_PRECONDITION),
     (e.RebalanceInProgress, Code.UNAVAILABLE),
     (e.WalClosedError, Code.UNAVAILABLE),
     (e.WalCorruptionError, Code.DATA_LOSS),

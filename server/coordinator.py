@@ -19,14 +19,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sqltopic.errors import (
-    ConfigError,
-    ConsumerFenced,
-    NotFoundError,
-    excerpt,
-)
+from sqltopic.errors import ConfigError, ConsumerFenced, GroupConflict, NotFoundError
 from sqltopic.server.assign import assign
 from sqltopic.server.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
+from sqltopic.server.group_names import (
+    DEFAULT_GROUP_TYPE,
+    GroupType,
+    check_client_id,
+    check_group_id,
+    group_of,
+    lane,
+    of_group,
+)
 from sqltopic.sql.topic.params import topic_of
 
 Status = Literal["ready", "rebalancing", "removed"]
@@ -39,9 +43,6 @@ DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 MIN_MAX_POLL_INTERVAL_MS = 1_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 MIN_HEARTBEAT_INTERVAL_MS = 1_000
-# group.id limits (TDengine: 192 characters; ':' separates group and topic in its keys).
-MAX_GROUP_ID = 192
-MAX_CLIENT_ID = 255
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,12 @@ class Member:
     epoch: int = 1
     status: Status = "ready"
     assignment: frozenset[tuple[str, int]] = frozenset()
+    mode: GroupType = DEFAULT_GROUP_TYPE  # the group's group.type
+
+    @property
+    def group_id(self) -> str:
+        """The consumer's group.id (`group` is its lane in a broadcast group)."""
+        return group_of(self.group)
 
 
 @dataclass(frozen=True)
@@ -293,20 +300,30 @@ class Coordinator:
         fqdn: str = "",
         liveness: Liveness | None = None,
         parameters: dict[str, str] | None = None,
+        mode: GroupType = DEFAULT_GROUP_TYPE,
     ) -> Member:
-        """Join `group`, or change the topics of a member; returns the member."""
-        _check_group(group, client_id)
+        """Join `group` (as a consumer of its `mode`), or change the topics of a
+        member; returns the member. GroupConflict when the group refuses it."""
+        check_group_id(group)
+        check_client_id(client_id, required=mode == "broadcast")
         wanted = tuple(dict.fromkeys(topics))
+        key = lane(group, client_id) if mode == "broadcast" else group
         with self._lock:
+            self._admit(consumer_id, group, key, mode)
             now = self.clock()
             member = self.members.get(consumer_id)
-            if member is None or member.group != group:
+            if member is not None and member.group != key:
+                self._leave(member)  # moving to another group or lane: out of the old one
+                member = None
+            if member is None:
                 member = Member(
-                    self._new_id(), group, client_id, user, fqdn, (),
+                    self._new_id(), key, client_id, user, fqdn, (),
                     liveness or Liveness(), parameters or {}, now, now, self.wall_us(),
+                    mode=mode,
                 )  # fmt: skip
                 self.members[member.id] = member
-            self._touch(group)
+            member.mode = mode  # its own group's only member may change it
+            self._touch(key)
             member.last_heartbeat = member.last_poll = now
             held, epoch = member.assignment, member.epoch
             for topic in set(member.topics) - set(wanted):
@@ -315,7 +332,7 @@ class Coordinator:
             member.topics = wanted
             member.subscribed_us = self.wall_us()
             for topic in touched:
-                self._rebalance(topic, group)
+                self._rebalance(topic, key)
             if member.assignment != held and member.epoch == epoch:
                 # vgroups let go here left the rebalance nothing to compare: the
                 # assignment changed all the same, so the epoch rises (GetAssignment
@@ -326,6 +343,33 @@ class Coordinator:
                     listener()
             return member
 
+    def _admit(self, consumer_id: int, group: str, key: str, mode: GroupType) -> None:
+        """GroupConflict unless a consumer of `mode` may join `group` (as `key`): the
+        group's live members agree on the mode, an exclusive group has no other member,
+        and a broadcast lane no other consumer (refused, not taken over: two consumers
+        with one client.id would take it from each other forever)."""
+        others = [m for m in self.members.values() if m.group_id == group and m.id != consumer_id]
+        if not others:
+            return
+        there = others[0].mode
+        ids = ", ".join(str(m.id) for m in others[:5]) + (", ..." if len(others) > 5 else "")
+        if there != mode:
+            raise GroupConflict(
+                f"consumer group {group} has group.type {there} (consumers {ids}); this "
+                f"consumer asks for group.type {mode}: use group.type {there}, or another "
+                "group.id"
+            )
+        holder = next((m for m in others if m.group == key), None)
+        if mode == "exclusive" or (mode == "broadcast" and holder is not None):
+            holder = holder or others[0]
+            what = "is exclusive" if mode == "exclusive" else f"has client.id {holder.client_id}"
+            raise GroupConflict(
+                f"consumer group {group} {what}, and consumer {holder.id} holds it: close that "
+                "consumer first (a crashed one is removed after its session timeout, "
+                f"{holder.liveness.session_timeout_ms} ms), or use another "
+                f"{'group.id' if mode == 'exclusive' else 'client.id'}"
+            )
+
     def unsubscribe(
         self, consumer_id: int, progress: Iterable[tuple[str, int, Progress]] = ()
     ) -> Member:
@@ -333,7 +377,9 @@ class Coordinator:
         with self._lock:
             member = self._member(consumer_id)
             self._report(member, progress)
-            return self.subscribe(member.id, member.group, (), client_id=member.client_id)
+            return self.subscribe(
+                member.id, member.group_id, (), client_id=member.client_id, mode=member.mode
+            )
 
     def close(self, consumer_id: int, progress: Iterable[tuple[str, int, Progress]] = ()) -> None:
         """The member leaves; its vgroups move at once. Unknown ids are ignored."""
@@ -341,9 +387,13 @@ class Coordinator:
             member = self.members.get(consumer_id)
             if member is not None:
                 self._report(member, progress)
-                del self.members[consumer_id]
-                self._touch(member.group)
-                self._rebalance_all(member)
+                self._leave(member)
+
+    def _leave(self, member: Member) -> None:
+        """The member is gone: its vgroups move at once."""
+        del self.members[member.id]
+        self._touch(member.group)
+        self._rebalance_all(member)
 
     def heartbeat(
         self, consumer_id: int, polled: bool, progress: Iterable[tuple[str, int, Progress]] = ()
@@ -438,12 +488,12 @@ class Coordinator:
             return self.progress.get((topic, group, vgroup))
 
     def subscribers(self, topic: str, group: str | None = None) -> list[Member]:
-        """Live members subscribed to `topic` (in `group`, if given)."""
+        """Live members subscribed to `topic` (in `group`, if given: its lanes too)."""
         with self._lock:
             return [
                 m for m in self.members.values()
                 if any(topic_of(t) == topic for t in m.topics)
-                and (group is None or m.group == group)
+                and (group is None or m.group_id == group)
             ]  # fmt: skip
 
     def remove(self, consumer_ids: Iterable[int]) -> None:
@@ -703,7 +753,7 @@ def _member_doc(m: Member) -> dict[str, Any]:
         "parameters": m.parameters, "joined_us": m.joined_us,
         "subscribed_us": m.subscribed_us, "rebalanced_us": m.rebalanced_us,
         "epoch": m.epoch, "status": m.status,
-        "assignment": [list(a) for a in sorted(m.assignment)],
+        "assignment": [list(a) for a in sorted(m.assignment)], "mode": m.mode,
     }  # fmt: skip
 
 
@@ -714,6 +764,7 @@ def _member_of(doc: dict[str, Any], now: float) -> Member:
         joined_us=doc["joined_us"], subscribed_us=doc["subscribed_us"],
         rebalanced_us=doc["rebalanced_us"], epoch=doc["epoch"], status=doc["status"],
         assignment=frozenset((t, v) for t, v in doc["assignment"]),
+        mode=doc.get("mode", DEFAULT_GROUP_TYPE),  # files before group.type: vgroup groups
     )  # fmt: skip
 
 
@@ -730,32 +781,7 @@ def _deadline(member: Member) -> float:
     )
 
 
-def _check_group(group: str, client_id: str) -> None:
-    check_group_id(group)
-    check_text("client.id", client_id, MAX_CLIENT_ID)
-
-
-def check_group_id(group: str) -> None:
-    """ConfigError unless `group` is a consumer group's name: 1..192 characters, no ':'
-    (TDengine's key separator), no control characters."""
-    if not group:
-        raise ConfigError("group.id: required; give the consumer group's name")
-    if ":" in group:
-        raise ConfigError(f"group.id: {excerpt(group)} may not contain ':'")
-    check_text("group.id", group, MAX_GROUP_ID)
-
-
-def check_text(key: str, value: str, max_length: int) -> None:
-    """ConfigError when a consumer's setting is longer than `max_length` characters or
-    holds control characters (NUL, newlines: they would corrupt SHOW output and logs)."""
-    if len(value) > max_length:
-        raise ConfigError(
-            f"{key}: {excerpt(value)} is {len(value)} characters long; the limit is {max_length}"
-        )
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
-        raise ConfigError(f"{key}: {excerpt(value)} holds control characters; remove them")
-
-
 def _of(key: tuple[str, str, *tuple[object, ...]], topic: str, group: str | None) -> bool:
-    """Whether a (subscription, group, ...) key is of `topic` (and `group`, if given)."""
-    return topic_of(key[0]) == topic and group in (None, key[1])
+    """Whether a (subscription, group, ...) key is of `topic` (and `group` or one of its
+    lanes, if given)."""
+    return topic_of(key[0]) == topic and (group is None or of_group(key[1], group))

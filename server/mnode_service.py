@@ -20,9 +20,9 @@ from sqltopic.server.coordinator import (
     Liveness,
     Member,
     Progress,
-    check_text,
 )
 from sqltopic.server.engine import Engine
+from sqltopic.server.group_names import check_text, group_type
 from sqltopic.server.rpc import RESETS, Context, unary
 from sqltopic.server.users import check_consumer_user, check_subscribe, may_subscribe
 from sqltopic.sql.topic.params import subscribed, topic_of
@@ -89,6 +89,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             fqdn=request.fqdn or context.peer(),
             liveness=liveness,
             parameters=_parameters(request, liveness),
+            mode=group_type(request.group_type),
         )
         await asyncio.to_thread(self._coordinator.persist)
         return pb.SubscribeResponse(
@@ -97,6 +98,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             status=STATUS[member.status],
             heartbeat_interval_ms=liveness.heartbeat_interval_ms,
             subscriptions=topics,
+            offsets_group=member.group,
         )
 
     @unary

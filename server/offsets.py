@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqltopic.server.group_names import LANE_SEP, of_group
 from sqltopic.sql.catalog_store import damage_reported
 from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, topic_of
 
@@ -174,22 +175,26 @@ class OffsetStore:
         return None
 
     def forget(self, topic: str, group: str | None = None) -> None:
-        """Remove the offsets of `topic` (DROP TOPIC), or of one group on it (DROP
-        CONSUMER GROUP), its bindings' (`topic?key`) included. A commit of them queued
-        meanwhile lands after: ordered like one that arrived after the drop."""
+        """Remove the offsets of `topic` (DROP TOPIC), or of one group on it with its
+        broadcast lanes (DROP CONSUMER GROUP), its bindings' (`topic?key`) included. A
+        commit of them queued meanwhile lands after: ordered like one that arrived
+        after the drop."""
         of_topic = "(topic = ? OR substr(topic, 1, ?) = ?)"
         bound = (topic, len(topic) + 1, topic + SUBSCRIPTION_SEP)
         with self._write:
             if group is None:
                 self._transaction(f"DELETE FROM committed WHERE {of_topic}", [bound])
-            else:
+            else:  # the group's broadcast lanes (`group:client`) too
+                of_group_sql = "(grp = ? OR substr(grp, 1, ?) = ?)"
+                lanes = (group, len(group) + 1, group + LANE_SEP)
                 self._transaction(
-                    f"DELETE FROM committed WHERE {of_topic} AND grp = ?", [(*bound, group)]
+                    f"DELETE FROM committed WHERE {of_topic} AND {of_group_sql}",
+                    [(*bound, *lanes)],
                 )
             with self._mutex:
                 gone = [
                     k for k in self._cache
-                    if topic_of(k[0]) == topic and (group is None or k[1] == group)
+                    if topic_of(k[0]) == topic and (group is None or of_group(k[1], group))
                 ]  # fmt: skip
                 for key in gone:
                     del self._cache[key]

@@ -44,12 +44,13 @@ CONSUMERS = pa.schema(
     [("consumer_id", pa.string()), ("consumer_group", pa.string()), ("client_id", pa.string()),
      ("user", pa.string()), ("fqdn", pa.string()), ("status", pa.string()),
      ("topic", pa.string()), ("up_time", TS), ("subscribe_time", TS),
-     ("rebalance_time", TS), ("parameters", pa.string())]
+     ("rebalance_time", TS), ("parameters", pa.string()), ("mode", pa.string())]
 )  # fmt: skip
 SUBSCRIPTIONS = pa.schema(
     [("topic_name", pa.string()), ("consumer_group", pa.string()), ("vgroup_id", pa.int32()),
      ("consumer_id", pa.string()), ("user", pa.string()), ("fqdn", pa.string()),
-     ("offset", pa.string()), ("rows", pa.int64()), ("lag", pa.int64())]
+     ("offset", pa.string()), ("rows", pa.int64()), ("lag", pa.int64()),
+     ("mode", pa.string())]
 )  # fmt: skip
 USERS = pa.schema([("name", pa.string()), ("super", pa.bool_()), ("create_time", TS)])
 USER_PRIVILEGES = pa.schema(

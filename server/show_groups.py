@@ -3,7 +3,9 @@ TDengine shows it (docs/sql.md §10).
 
 SHOW CONSUMERS has one row per (consumer, subscribed topic). SHOW SUBSCRIPTIONS has one
 row per (topic, group, vgroup) for every group that has a live consumer on the topic or
-a committed offset on one of its vgroups, unassigned vgroups included (NULL consumer).
+a committed offset on one of its vgroups, unassigned vgroups included (NULL consumer);
+each consumer of a broadcast group has rows of its own, under its lane `group:client`.
+`mode` is the group's group.type (NULL for a group with only committed offsets left).
 `offset` is `log:<position>/<end>`: the holder's reported position (else the group's
 committed offset) and the vgroup's next version to write; `lag` is their difference.
 """
@@ -16,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.server.coordinator import Coordinator, Member, Owner
+from sqltopic.server.group_names import LANE_SEP
 from sqltopic.server.result import Result
 from sqltopic.server.state import State
 from sqltopic.sql.topic.params import topic_of
@@ -30,9 +33,10 @@ def consumers(state: State, schema: pa.Schema) -> Result:
         return Result.of_rows(schema, [])
     members, _ = coordinator.snapshot()
     rows = [
-        (str(m.id), m.group, m.client_id, m.user, m.fqdn, m.status, topic,
-         _time(m.joined_us), _time(m.subscribed_us), _time(m.rebalanced_us), _parameters(m))
-        for m in sorted(members, key=lambda m: (m.group, m.id))
+        (str(m.id), m.group_id, m.client_id, m.user, m.fqdn, m.status, topic,
+         _time(m.joined_us), _time(m.subscribed_us), _time(m.rebalanced_us), _parameters(m),
+         m.mode)
+        for m in sorted(members, key=lambda m: (m.group_id, m.id))
         for topic in m.topics
     ]  # fmt: skip
     return Result.of_rows(schema, rows)
@@ -42,13 +46,16 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
     coordinator = state.coordinator
     members, owners = coordinator.snapshot() if coordinator else ([], {})
     by_id = {m.id: m for m in members}
+    modes = {m.group: m.mode for m in members}
     rows: list[Row] = []
     for topic, group in sorted(_pairs(state, members, owners)):
         db = state.catalog.databases[state.catalog.topics[topic_of(topic)].db]
+        mode = modes.get(group, "broadcast" if LANE_SEP in group else None)
         for vgroup in db.vgroups:
             owner = owners.get((topic, group), {}).get(vgroup)
             holder = by_id.get(owner.consumer) if owner else None
-            rows.append(_subscription(state, coordinator, topic, group, vgroup, holder))
+            row = _subscription(state, coordinator, topic, group, vgroup, holder)
+            rows.append((*row, mode))
     return Result.of_rows(schema, rows)
 
 

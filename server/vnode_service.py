@@ -34,8 +34,9 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.auth import Sessions
 from sqltopic.server.consume import ConsumeStream
-from sqltopic.server.coordinator import Coordinator, check_group_id
+from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.engine import Engine
+from sqltopic.server.group_names import check_offsets_group
 from sqltopic.server.live import LiveHub, Waiter
 from sqltopic.server.poll import (
     DEFAULT_MAX_BYTES,
@@ -305,7 +306,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         """Check every offset, then store them (one transaction per vnode); with `evict`,
         remove the group's consumers first, with no join possible until they are stored."""
         group = request.group_id
-        check_group_id(group)
+        check_offsets_group(group)
         if request.evict and request.consumer_id:
             raise ConfigError("evict: only a standalone commit (consumer_id 0) may evict")
         stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
@@ -371,7 +372,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         return pb.CommittedResponse(offsets=offsets)
 
     def _committed(self, request: pb.CommittedRequest, user: str) -> list[pb.CommittedOffset]:
-        check_group_id(request.group_id)
+        check_offsets_group(request.group_id)
         found = []
         for item in request.vgroups:
             check_subscribe(self._engine.state, user, item.topic)

@@ -144,3 +144,36 @@ def test_ctrl_c_closes_the_consumer_and_exits_0(topic: Connection, server: Serve
 def test_unknown_topic_is_one_line(live_power: Connection, server: ServerProcess) -> None:
     done = run_on(server, "consume", "nosuch", "--timeout", "1")
     assert (done.returncode, done.stderr) == (1, "sqltopic: topic 'nosuch' does not exist\n")
+
+
+def test_broadcast_consumers_each_print_every_row_and_resume_by_client_id(
+    topic: Connection, server: ServerProcess
+) -> None:
+    everything = _expected(topic)
+    total = str(sum(everything.values()))
+    args = ("consume", "over", "--group", "b", "--group-type", "broadcast", "--from",
+            "earliest", "--format", "jsonl")  # fmt: skip
+
+    def rows(done: Any) -> Counter[tuple[Any, ...]]:
+        assert done.returncode == 0, done.stderr
+        return _normal([json.loads(line) for line in done.stdout.splitlines()])
+
+    for client in ("c1", "c2"):  # each of the group's consumers gets every row
+        assert rows(run_on(server, *args, "--client-id", client, "--max-rows", total,
+                           "--timeout", IDLE_S)) == everything  # fmt: skip
+    _insert(topic, 1_538_548_700_000, 12)
+    later = _expected(topic, since="2018-10-03 06:38:20")
+    more = str(sum(later.values()))
+    assert rows(run_on(server, *args, "--client-id", "c1", "--max-rows", more,
+                       "--timeout", IDLE_S)) == later  # fmt: skip
+    shown = {(r[1], r[2]) for r in topic.execute("SHOW SUBSCRIPTIONS").rows}
+    assert shown == {("b:c1", 1), ("b:c1", 2), ("b:c2", 1), ("b:c2", 2)}
+
+
+def test_broadcast_without_a_client_id_is_one_line(
+    topic: Connection, server: ServerProcess
+) -> None:
+    done = run_on(server, "consume", "over", "--group-type", "broadcast", "--timeout", "1")
+    assert done.returncode == 1
+    assert done.stderr.startswith("sqltopic: --group-type broadcast: give --client-id NAME")
+    assert topic.execute("SHOW CONSUMERS").rows == []

@@ -30,6 +30,7 @@ DEFAULTS = {
     "user": "root",
     "password": "taosdata",
     "client_id": "",
+    "group_type": "vgroup",
     "auto_offset_reset": "latest",
     "enable_auto_commit": True,
     "auto_commit_interval_ms": 5000,
@@ -61,6 +62,8 @@ GOOD = [
     ("group.id", 7, "group_id", "7"),
     ("client.id", "c1", "client_id", "c1"),
     ("client.id", 1, "client_id", "1"),
+    ("group.type", "exclusive", "group_type", "exclusive"),
+    ("group.type", " Vgroup ", "group_type", "vgroup"),
     ("auto.offset.reset", "earliest", "auto_offset_reset", "earliest"),
     ("auto.offset.reset", "LATEST", "auto_offset_reset", "latest"),
     ("auto.offset.reset", "none", "auto_offset_reset", "none"),
@@ -160,6 +163,13 @@ BAD = [
     ({"user": None}, "user: None is not a string"),
     ({"password": True}, "password: True is not a string"),
     ({"client.id": "c" * 256}, f"client.id: {'c' * 256!r} is not at most 255 characters long"),
+    ({"group.type": "shard"}, "group.type: 'shard' is not one of vgroup, exclusive, broadcast"),
+    ({"group.type": 3}, "group.type: 3 is not one of vgroup, exclusive, broadcast"),
+    (
+        {"group.type": "broadcast"},
+        "client.id: required with group.type broadcast (each consumer's offsets are kept under "
+        "it); give every consumer of the group its own, kept across restarts",
+    ),
     (
         {"server": "localhost"},
         "server: 'localhost' is not an address host:port, e.g. 127.0.0.1:6030",

@@ -146,6 +146,9 @@ def test_committed_and_offset_range_need_the_right_to_consume(
         ({"client_id": "c" * 256}, "the limit is 255"),
         ({"auto_commit_interval_ms": -5}, "auto_commit_interval_ms: -5 is negative"),
         ({"session_timeout_ms": -1}, "session.timeout.ms: -1 is out of range"),
+        ({"group_type": "shard"}, "group.type: unknown value 'shard'; use one of vgroup,"),
+        ({"group_type": "x" * 5_000_000}, "group.type: unknown value 'xxxx"),
+        ({"group_type": "broadcast"}, "client.id: required by group.type broadcast"),
     ],
 )
 def test_bad_subscribe_fields_are_refused(
@@ -201,7 +204,7 @@ def test_negative_progress_is_refused_and_changes_nothing(
     assert users.execute("SHOW SUBSCRIPTIONS").rows == before
 
 
-@pytest.mark.parametrize("group", ["g" * 193, "a:b", "x\n\x1b[31m"])
+@pytest.mark.parametrize("group", ["g" * 193, "a:", ":b", "a:" + "c" * 256, "x\n\x1b[31m"])
 def test_commit_and_committed_check_the_group_id(
     alice: UserWire, users: Connection, group: str
 ) -> None:
@@ -212,3 +215,31 @@ def test_commit_and_committed_check_the_group_id(
         code, error, _ = refusal(call)
         assert (code, error) == BAD
     assert users.execute("SHOW SUBSCRIPTIONS").rows == []
+
+
+def test_a_broadcast_lane_is_its_consumers_alone(
+    alice: UserWire, bob: UserWire, users: Connection
+) -> None:
+    mine = alice.subscribe("g", ["t1"], client_id="a", group_type="broadcast")
+    assert mine.offsets_group == "g:a"
+    epoch = alice.assignment(mine.consumer_id).epoch
+    theirs = bob.subscribe("g", ["t1"], client_id="b", group_type="broadcast")
+    bob_epoch = bob.assignment(theirs.consumer_id).epoch
+    request = pb.PollRequest(
+        consumer_id=theirs.consumer_id, group_id="g:a", topic="t1", vgroup=1,
+        epoch=bob_epoch, position=1,
+    )  # fmt: skip
+    assert refusal(lambda: bob.poll(request))[:2] == (grpc.StatusCode.ABORTED, "ConsumerFenced")
+    request.consumer_id, request.epoch = mine.consumer_id, epoch  # alice's consumer
+    assert refusal(lambda: bob.poll(request))[:2] == (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "NoPermission",
+    )
+    commit = pb.CommitRequest(  # standalone, into a lane a live consumer holds
+        group_id="g:a", offsets=[pb.TopicVgroupOffset(topic="t1", vgroup=1, offset=1)]
+    )
+    assert refusal(lambda: bob.commit(commit))[:2] == (grpc.StatusCode.ABORTED, "ConsumerFenced")
+    assert alice.committed("g:a", "t1", 1) is None
+    # another type in the group is refused, whoever asks
+    code, error, _ = refusal(lambda: bob.subscribe("g", ["t1"], client_id="c"))
+    assert (code, error) == (grpc.StatusCode.FAILED_PRECONDITION, "GroupConflict")

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged
+from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged, GroupConflict
 from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
 from sqltopic.server.coordinator_store import CoordinatorStore, GroupDoc
+from sqltopic.server.group_names import GroupType
 
 
 class Clock:
@@ -429,3 +430,62 @@ def test_saves_that_queue_behind_one_share_the_next(tmp_path: Path, clock: Clock
     again = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
     again.restore()
     assert len(again.members) == 6
+
+
+def test_broadcast_consumers_each_hold_every_vgroup_in_a_lane_of_their_own(
+    coord: Coordinator,
+) -> None:
+    a = coord.subscribe(0, "b", ["t"], client_id="ca", mode="broadcast")
+    b = coord.subscribe(0, "b", ["t"], client_id="cb", mode="broadcast")
+    assert (a.group, a.group_id, b.group, b.group_id) == ("b:ca", "b", "b:cb", "b")
+    assert _held(coord, a.id) == _held(coord, b.id) == {("t", v) for v in (1, 2, 3, 4)}
+    coord.check_owner(a.id, "b:ca", "t", 1, a.epoch)
+    with pytest.raises(ConsumerFenced):  # a lane is its consumer's alone
+        coord.check_owner(b.id, "b:ca", "t", 1, b.epoch)
+    assert {m.id for m in coord.subscribers("t", "b")} == {a.id, b.id}
+    coord.forget_topic("t", "b")
+    assert coord.owners == {}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "says"),
+    [
+        (("vgroup", "c1"), ("exclusive", "c2"), "has group.type vgroup"),
+        (("exclusive", "c1"), ("exclusive", "c2"), "is exclusive, and consumer 1 holds it"),
+        (("broadcast", "c1"), ("broadcast", "c1"), "has client.id c1, and consumer 1"),
+        (("broadcast", "c1"), ("vgroup", "c1"), "has group.type broadcast"),
+    ],
+)
+def test_a_refused_consumer_changes_nothing(
+    coord: Coordinator, first: tuple[GroupType, str], second: tuple[GroupType, str], says: str
+) -> None:
+    member = coord.subscribe(0, "g", ["t"], client_id=first[1], mode=first[0])
+    before = (dict(coord.members), {k: dict(v) for k, v in coord.owners.items()}, member.epoch)
+    with pytest.raises(GroupConflict, match=says):
+        coord.subscribe(0, "g", ["t"], client_id=second[1], mode=second[0])
+    assert (coord.members, coord.owners, member.epoch) == before
+    # its only member may change the group's type; once it left, anyone may
+    moved = coord.subscribe(member.id, "g", ["t"], client_id=second[1], mode=second[0])
+    assert (moved.mode, list(coord.members)) == (second[0], [moved.id])
+    assert _held(coord, moved.id) == {("t", v) for v in (1, 2, 3, 4)}
+    coord.close(moved.id)
+    coord.subscribe(0, "g", ["t"], client_id=first[1], mode=first[0])
+
+
+def test_broadcast_needs_a_client_id(coord: Coordinator) -> None:
+    with pytest.raises(ConfigError, match=r"client\.id: required by group\.type broadcast"):
+        coord.subscribe(0, "b", ["t"], mode="broadcast")
+    assert coord.members == {}
+
+
+def test_the_group_type_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
+    first = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    a = first.subscribe(0, "b", ["t"], client_id="ca", mode="broadcast")
+    first.persist()
+    second = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    second.restore()
+    restored = second.member(a.id)
+    assert restored is not None
+    assert (restored.mode, restored.group) == ("broadcast", "b:ca")
+    with pytest.raises(GroupConflict):
+        second.subscribe(0, "b", ["t"], client_id="ca", mode="broadcast")

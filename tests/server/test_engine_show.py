@@ -107,13 +107,13 @@ def test_show_users_consumers_subscriptions(catalog: Engine) -> None:
     consumers = catalog.execute("SHOW CONSUMERS")
     assert consumers.columns == [
         "consumer_id", "consumer_group", "client_id", "user", "fqdn", "status", "topic",
-        "up_time", "subscribe_time", "rebalance_time", "parameters",
+        "up_time", "subscribe_time", "rebalance_time", "parameters", "mode",
     ]  # fmt: skip
     assert consumers.rows == []
     subscriptions = catalog.execute("SHOW SUBSCRIPTIONS")
     assert subscriptions.columns == [
         "topic_name", "consumer_group", "vgroup_id", "consumer_id", "user", "fqdn", "offset",
-        "rows", "lag",
+        "rows", "lag", "mode",
     ]  # fmt: skip
     assert subscriptions.rows == []
 

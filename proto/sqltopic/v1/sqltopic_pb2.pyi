@@ -485,6 +485,7 @@ class SubscribeRequest(_message.Message):
     MAX_POLL_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     MSG_WITH_TABLE_NAME_FIELD_NUMBER: _builtins.int
+    GROUP_TYPE_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id when it already joined (changing its topic list, or rejoining
     after CONSUMER_STATUS_REMOVED or ConsumerFenced). 0 to join as a new consumer. An
@@ -518,6 +519,15 @@ class SubscribeRequest(_message.Message):
     """`msg.with.table.name`; recorded for SHOW CONSUMERS (each Vnode.Poll carries its
     own).
     """
+    group_type: _builtins.str
+    """`group.type`: "vgroup" (or empty: the default; each vgroup has one consumer of
+    the group at a time), "exclusive" (a vgroup group that admits one consumer) or
+    "broadcast" (every consumer gets every row, with offsets of its own under its
+    `client_id`, which is then required). Every consumer of a group must ask for the
+    same type: another is refused with GroupConflict, as is a second consumer of an
+    exclusive group and a broadcast consumer whose client_id is in use in the group.
+    Nothing changes on a refusal.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics to consume, replacing any earlier list. Empty = unsubscribe. A
@@ -541,10 +551,11 @@ class SubscribeRequest(_message.Message):
         max_poll_interval_ms: _builtins.int = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         msg_with_table_name: _builtins.bool = ...,
+        group_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "group_type", b"group_type", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -561,6 +572,7 @@ class SubscribeResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    OFFSETS_GROUP_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id: new, or the one given. Use it in every later call."""
     epoch: _builtins.int
@@ -571,6 +583,12 @@ class SubscribeResponse(_message.Message):
     """
     heartbeat_interval_ms: _builtins.int
     """Heartbeat period to use, in ms (the requested one, or the server's override)."""
+    offsets_group: _builtins.str
+    """The group the consumer polls and commits as: its group_id, or in a broadcast
+    group its own offsets' key `<group_id>:<client_id>`. Use it as `group_id` in
+    Vnode.Poll, Consume, Commit and Committed. (Empty from servers before group.type:
+    use group_id.)
+    """
     @_builtins.property
     def subscriptions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The canonical name of each subscription, in the order of the request's topics
@@ -587,10 +605,11 @@ class SubscribeResponse(_message.Message):
         status: Global___ConsumerStatus.ValueType = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         subscriptions: _abc.Iterable[_builtins.str] | None = ...,
+        offsets_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "status", b"status", "subscriptions", b"subscriptions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "heartbeat_interval_ms", b"heartbeat_interval_ms", "offsets_group", b"offsets_group", "status", b"status", "subscriptions", b"subscriptions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
