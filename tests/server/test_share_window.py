@@ -1,0 +1,132 @@
+"""A shared group's window over one vgroup (server/share_window.py): leases, acks, nacks,
+expiry, the in-flight bound, delivery limits and restarts; and, against a model under
+random operations, that every row is acknowledged exactly once and never delivered
+again after its acknowledgement."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sqltopic.errors import ConfigError
+from sqltopic.server.share_window import ShareWindow
+
+A, B = 1, 2  # consumers
+
+
+def test_rows_read_are_leased_and_acks_move_the_start() -> None:
+    w = ShareWindow(start=10)
+    assert w.admit([(10, 2), (12, 1)], next_end=13, consumer=A, deadline=5.0) == [
+        (10, 0), (10, 1), (12, 0),
+    ]  # fmt: skip
+    assert (w.start, w.end, w.in_flight) == (10, 13, 3)
+    assert w.ack(A, [(10, 1)]) == [(10, 1)]
+    assert w.start == 10  # row 0 of version 10 is still out
+    assert w.ack(B, [(10, 0)]) == []  # not B's
+    assert w.ack(A, [(10, 0), (12, 0)]) == [(10, 0), (12, 0)]
+    assert (w.start, w.in_flight, w.acked) == (13, 0, set())
+
+
+def test_a_nacked_or_expired_row_is_delivered_again_with_its_count_raised() -> None:
+    w = ShareWindow(start=1)
+    w.admit([(1, 2)], 2, A, deadline=5.0)
+    assert w.nack(A, [(1, 0)]) == [(1, 0)]
+    assert w.acquire(B, deadline=9.0, max_rows=10) == ([((1, 0), 2)], [])
+    assert w.expire(now=5.0) == 1  # A's (1, 1); B's lease runs to 9
+    assert w.acquire(B, 9.0, 10) == ([((1, 1), 2)], [])
+    assert w.leased_to(B) == [(1, 0), (1, 1)]
+    assert w.release(B) == 2
+    assert w.acquire(A, 20.0, 1) == ([((1, 0), 3)], [])  # oldest first, max_rows kept
+
+
+def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
+    w = ShareWindow(start=1, max_deliveries=2)
+    w.admit([(1, 1), (2, 1)], 3, A, 5.0)
+    w.nack(A, [(1, 0), (2, 0)])
+    assert w.acquire(A, 5.0, 10) == ([((1, 0), 2), ((2, 0), 2)], [])
+    w.nack(A, [(1, 0)])
+    assert w.acquire(B, 5.0, 10) == ([], [((1, 0), 2)])
+    assert (w.start, w.in_flight) == (2, 1)
+
+
+def test_the_window_holds_at_most_max_in_flight_rows() -> None:
+    w = ShareWindow(start=1, max_in_flight=3)
+    w.admit([(1, 3)], 2, A, 5.0)
+    assert w.room == 0
+    w.ack(A, [(1, 2)])
+    assert w.room == 1
+    with pytest.raises(ConfigError, match="max_in_flight: 0 must be at least 1"):
+        ShareWindow(start=1, max_in_flight=0)
+
+
+def test_reads_must_follow_the_end() -> None:
+    w = ShareWindow(start=5)
+    with pytest.raises(ValueError, match="outside"):
+        w.admit([(4, 1)], 6, A, 1.0)
+    w.admit([], 8, A, 1.0)  # entries without rows for the topic: nothing to track
+    assert (w.start, w.end) == (8, 8)
+    with pytest.raises(ValueError, match="before the window's end"):
+        w.admit([], 7, A, 1.0)
+
+
+def test_after_a_restart_only_unacknowledged_rows_come_again() -> None:
+    w = ShareWindow(start=1)
+    w.admit([(1, 3), (2, 1)], 3, A, 5.0)
+    w.ack(A, [(1, 1), (2, 0)])
+    again = ShareWindow.restored(w.durable())
+    assert (again.start, again.end) == (1, 1)
+    assert again.admit([(1, 3), (2, 1)], 3, B, 5.0) == [(1, 0), (1, 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("read acquire ack nack expire release restart"),
+                          st.integers(1, 3), st.integers(0, 5)), max_size=60))  # fmt: skip
+def test_every_row_is_acknowledged_once_and_never_delivered_after(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    window = ShareWindow(start=0, max_in_flight=8)
+    entries = [(v, v % 3) for v in range(30)]  # version v has v % 3 rows
+    acked: set[tuple[int, int]] = set()
+    now = 0.0
+    for op, consumer, n in ops:
+        now += 1.0
+        if op == "read" and window.room:
+            batch = [e for e in entries if window.end <= e[0] < window.end + n + 1]
+            end = window.end + n + 1
+            read = window.admit(batch, end, consumer, now + 3)
+            assert not set(read) & acked
+        elif op == "acquire":
+            again, dead = window.acquire(consumer, now + 3, n + 1)
+            assert not {rid for rid, _ in again} & acked
+            assert dead == []
+        elif op == "ack":
+            done = window.ack(consumer, window.leased_to(consumer)[:n])
+            assert not set(done) & acked
+            acked |= set(done)
+        elif op == "nack":
+            window.nack(consumer, window.leased_to(consumer)[:n])
+        elif op == "expire":
+            window.expire(now)
+        elif op == "release":
+            window.release(consumer)
+        elif op == "restart":
+            window = ShareWindow.restored(window.durable(), max_in_flight=8)
+        assert window.in_flight <= 8
+        assert all(v >= window.start for v, _ in window.rows)
+        assert window.free == {rid for rid, state in window.rows.items() if not state.holder}
+    # drain: everything still out is delivered and acknowledged, each row once overall
+    for _ in range(200):
+        window.expire(now + 1_000)
+        out, _ = window.acquire(A, now + 2_000, 100)
+        assert not {rid for rid, _ in out} & acked
+        acked |= set(window.ack(A, [rid for rid, _ in out]))
+        if window.room and window.end < 30:
+            batch = [e for e in entries if window.end <= e[0] < window.end + 5]
+            leased = window.admit(batch, window.end + 5, A, now + 2_000)
+            assert not set(leased) & acked
+            acked |= set(window.ack(A, leased))
+        if window.end >= 30 and not window.rows:
+            break
+    assert acked >= {(v, r) for v, count in entries for r in range(count)}
+    assert window.start == 30
