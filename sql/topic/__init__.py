@@ -32,8 +32,10 @@ SELECT's clauses and FROM), `names` (output columns and column binding), `compar
 (comparisons), `params` (parameterized topics: `?` in the WHERE, bindings and their
 keys), `translate` (translation to DuckDB), `schema` (output types), `compile` (each kind
 of topic). Beside them, `arrow_eval` runs the simplest compiled topics with pyarrow
-instead of DuckDB (small reads, where DuckDB's fixed cost per query dominates), and
-`partition` splits one evaluation of a parameterized topic among its bindings.
+instead of DuckDB (small reads, where DuckDB's fixed cost per query dominates),
+`partition` splits one evaluation of a parameterized topic among its bindings, and
+`tracked` adds to a topic's SELECT the id (WAL version, index in the entry) of each
+output row's input row, by which shared groups lease and acknowledge rows.
 
 A parameterized topic's `select_sql` is its *shared form*: the SELECT without the
 parameter conditions, the parameters' columns as hidden outputs after its own
