@@ -1,9 +1,12 @@
 """Committed offsets of consumer groups, kept durably on the vnode they belong to.
 
 Each vnode directory holds `offsets.sqlite`: one row per (topic, group) with the next
-version the group will read there. SQLite in WAL mode with `synchronous=FULL` makes a
-commit durable before it returns and never leaves a torn file, so a committed offset
-survives `kill -9` and power loss exactly like an acknowledged write. A commit of several
+version the group will read there. For a shared group the row holds its window
+(server/share_window.py): the next version is the window's start, and `acked` the rows
+acknowledged past it, so that an acknowledgement is durable once its commit returns.
+SQLite in WAL mode with `synchronous=FULL` makes a commit durable before it returns and
+never leaves a torn file, so a committed offset survives `kill -9` and power loss
+exactly like an acknowledged write. A commit of several
 offsets is one transaction: all of them or none. The connection holds the file in
 exclusive locking mode: SQLite then keeps its WAL index in memory instead of a `-shm`
 file, so a vnode's offsets keep two descriptors open (the file and its `-wal`), not three.
@@ -22,7 +25,9 @@ from worker threads, which never get one.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +52,21 @@ CREATE TABLE IF NOT EXISTS committed (
     grp TEXT NOT NULL,
     next_version INTEGER NOT NULL,
     updated_us INTEGER NOT NULL,
+    acked BLOB,
     PRIMARY KEY (topic, grp)
 ) WITHOUT ROWID
 """
 _UPSERT = (
-    "INSERT INTO committed VALUES (?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
-    "UPDATE SET next_version = excluded.next_version, updated_us = excluded.updated_us"
+    "INSERT INTO committed VALUES (?, ?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
+    "UPDATE SET next_version = excluded.next_version, updated_us = excluded.updated_us, "
+    "acked = excluded.acked"
 )
 
-# A stored row: topic, group, next version, commit time in µs.
-_Row = tuple[str, str, int, int]
+# A stored row: topic, group, next version, commit time in µs, and for a shared group the
+# rows acknowledged at or past the next version (`encode_acked`; None for other groups).
+_Row = tuple[str, str, int, int, bytes | None]
+# A row of a shared group's window: (WAL version, index in the entry).
+RowId = tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -95,7 +105,7 @@ class OffsetStore:
         )
         try:
             with damage_reported(path, OFFSETS_DAMAGED):
-                self._cache = _prepare(self._con)
+                self._cache, self._acked = _prepare(self._con)
         except BaseException:
             self._con.close()
             raise
@@ -113,7 +123,28 @@ class OffsetStore:
     def commit(self, offsets: Iterable[tuple[str, str, int]], now_us: int) -> None:
         """Store (topic, group, next_version) rows durably and all or none; returns once
         the transaction holding them (shared with concurrent commits) is on disk."""
-        rows = [(topic, group, offset, now_us) for topic, group, offset in offsets]
+        self._enqueue([(topic, group, offset, now_us, None) for topic, group, offset in offsets])
+
+    def commit_share(
+        self, topic: str, group: str, start: int, acked: Iterable[RowId], now_us: int
+    ) -> None:
+        """Store a shared group's window durably (server/share_window.py): every row
+        before version `start` is done, and `acked` are the rows acknowledged past it;
+        returns once on disk, grouped with concurrent commits as `commit` is."""
+        self._enqueue([(topic, group, start, now_us, encode_acked(acked))])
+
+    def share_state(self, topic: str, group: str) -> tuple[int, frozenset[RowId]] | None:
+        """A shared group's stored window: its start and the rows acknowledged past it;
+        None when the group has no committed offset here."""
+        with self._mutex:
+            offset = self._cache.get((topic, group))
+            acked = self._acked.get((topic, group))
+        if offset is None:
+            return None
+        with damage_reported(self.path, OFFSETS_DAMAGED):
+            return offset, decode_acked(acked)
+
+    def _enqueue(self, rows: list[_Row]) -> None:
         if not rows:
             return
         mine = _Commit(rows)
@@ -170,8 +201,12 @@ class OffsetStore:
             return exc
         self.transactions += 1
         with self._mutex:
-            for topic, group, offset, _ in rows:
+            for topic, group, offset, _, acked in rows:
                 self._cache[topic, group] = offset
+                if acked is None:
+                    self._acked.pop((topic, group), None)
+                else:
+                    self._acked[topic, group] = acked
         return None
 
     def forget(self, topic: str, group: str | None = None) -> None:
@@ -198,6 +233,7 @@ class OffsetStore:
                 ]  # fmt: skip
                 for key in gone:
                     del self._cache[key]
+                    self._acked.pop(key, None)
 
     def groups(self, topic: str) -> dict[str, int]:
         """Every group with an offset on `topic` here, and that offset."""
@@ -225,15 +261,50 @@ class OffsetStore:
             self._con.close()
 
 
-def _prepare(con: sqlite3.Connection) -> dict[tuple[str, str], int]:
-    """Set the connection up and read every committed offset."""
+def _prepare(
+    con: sqlite3.Connection,
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], bytes]]:
+    """Set the connection up and read every committed offset, and the acknowledged rows
+    of shared groups (still encoded: decoded when their window is made)."""
     # Before the first access: only then does SQLite keep the WAL index in memory. The
     # vnode's WAL lock already keeps any other writer away from this directory.
     con.execute("PRAGMA locking_mode=EXCLUSIVE")
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
     con.execute(_SCHEMA)
-    return {
-        (topic, group): offset
-        for topic, group, offset in con.execute("SELECT topic, grp, next_version FROM committed")
-    }
+    columns = {row[1] for row in con.execute("PRAGMA table_info(committed)")}
+    if "acked" not in columns:  # a file from before shared groups
+        con.execute("ALTER TABLE committed ADD COLUMN acked BLOB")
+    offsets, acked = {}, {}
+    for topic, group, offset, rows in con.execute(
+        "SELECT topic, grp, next_version, acked FROM committed"
+    ):
+        offsets[topic, group] = offset
+        if rows is not None:
+            acked[topic, group] = bytes(rows)
+    return offsets, acked
+
+
+def encode_acked(rows: Iterable[RowId]) -> bytes:
+    """Acknowledged rows as stored: (version, index) pairs, sorted, as little-endian
+    64-bit integers."""
+    flat = array("q", (n for pair in sorted(rows) for n in pair))
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def decode_acked(data: bytes | None) -> frozenset[RowId]:
+    """The rows `encode_acked` stored; ValueError for bytes it cannot have written."""
+    if not data:
+        return frozenset()
+    if len(data) % 16:
+        raise ValueError(f"{len(data)} bytes of acknowledged rows, not pairs of int64")
+    flat = array("q")
+    flat.frombytes(data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    pairs = frozenset(zip(flat[::2], flat[1::2], strict=True))
+    if any(version < 0 or index < 0 for version, index in pairs):
+        raise ValueError("a negative version or row index among the acknowledged rows")
+    return pairs

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sqltopic.server.offsets import OffsetStore
+from sqltopic.errors import DataFileDamaged
+from sqltopic.server.offsets import OffsetStore, decode_acked, encode_acked
 from tests.wal.waits import wait_for
 
 Rows = list[tuple[str, str, int]]
@@ -188,3 +189,64 @@ def test_forget_stays_consistent_with_concurrent_commits(store: OffsetStore) -> 
     cached = _cached(store)
     assert cached == _stored(store)
     assert set(cached["t"]) <= {"g0", "g1", "g2", "g3"}
+
+
+def test_a_shared_groups_window_is_stored_with_its_acknowledged_rows(store: OffsetStore) -> None:
+    assert store.share_state("t", "s") is None
+    store.commit_share("t", "s", 7, [(9, 2), (7, 1), (9, 0)], now_us=1)
+    store.commit([("t", "g", 4)], now_us=1)  # a vgroup group beside it: no rows
+    assert store.share_state("t", "s") == (7, frozenset({(7, 1), (9, 0), (9, 2)}))
+    assert store.share_state("t", "g") == (4, frozenset())
+    path = store.path
+    store.close()
+    again = OffsetStore(path)
+    try:
+        assert again.share_state("t", "s") == (7, frozenset({(7, 1), (9, 0), (9, 2)}))
+        assert again.get("t", "s") == 7  # the start is the group's committed offset
+        again.commit_share("t", "s", 10, [], now_us=2)
+        assert again.share_state("t", "s") == (10, frozenset())
+        again.forget("t", "s")
+        assert again.share_state("t", "s") is None
+    finally:
+        again.close()
+
+
+def test_a_file_from_before_shared_groups_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "offsets.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "CREATE TABLE committed (topic TEXT NOT NULL, grp TEXT NOT NULL, next_version "
+            "INTEGER NOT NULL, updated_us INTEGER NOT NULL, PRIMARY KEY (topic, grp)) "
+            "WITHOUT ROWID"
+        )
+        con.execute("INSERT INTO committed VALUES ('t', 'g', 3, 1)")
+    con.close()
+    store = OffsetStore(path)
+    try:
+        assert store.get("t", "g") == 3
+        store.commit_share("t", "s", 5, [(5, 0)], now_us=2)
+        assert store.share_state("t", "s") == (5, frozenset({(5, 0)}))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("blob", [b"\x01" * 15, encode_acked([(1, 2)])[:8] + b"\xff" * 8])
+def test_acknowledged_rows_that_do_not_decode_are_damage(tmp_path: Path, blob: bytes) -> None:
+    store = OffsetStore.open(tmp_path)
+    store.commit_share("t", "s", 1, [(1, 0)], now_us=1)
+    store.close()
+    with sqlite3.connect(store.path) as con:
+        con.execute("UPDATE committed SET acked = ?", (blob,))
+    con.close()
+    again = OffsetStore(store.path)
+    try:
+        with pytest.raises(DataFileDamaged, match=r"offsets\.sqlite: the committed offsets"):
+            again.share_state("t", "s")
+    finally:
+        again.close()
+
+
+def test_acknowledged_rows_round_trip() -> None:
+    rows = {(0, 0), (2**40, 7), (5, 2**31 - 1)}
+    assert decode_acked(encode_acked(rows)) == rows
+    assert decode_acked(None) == decode_acked(b"") == frozenset()
