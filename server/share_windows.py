@@ -1,0 +1,148 @@
+"""The windows of one vnode's shared groups, and their acknowledgements made durable.
+
+Each (subscription, group) that a shared group consumes on this vnode has one
+`ShareWindow` (server/share_window.py), made on first use from what `offsets.sqlite`
+holds (its start and the rows acknowledged past it) or, for a group new here, at the
+version its `auto.offset.reset` gives. Leases live only in memory. An acknowledgement
+returns once the window's state that holds it is on disk: acknowledgements of a window
+arriving together share one save (the first caller saves the window as it is then, which
+covers every acknowledgement made before; the others find theirs saved), and saves of
+one window never overtake each other, so the file never goes back to an older state.
+
+Thread-safe: polls, acknowledgements and the lease timer call in from several threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from sqltopic.server.offsets import OffsetStore
+from sqltopic.server.share_window import DEFAULT_MAX_IN_FLIGHT, Durable, RowId, ShareWindow
+
+Key = tuple[str, str]  # (subscription, group)
+
+
+@dataclass
+class _Entry:
+    window: ShareWindow
+    version: int = 0  # raised by every acknowledgement
+    saved: int = 0  # the version on disk
+    save_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ShareWindows:
+    """The shared groups' windows of one vnode."""
+
+    def __init__(
+        self, offsets: OffsetStore, clock_us: Callable[[], int],
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:  # fmt: skip
+        self._offsets = offsets
+        self._clock_us = clock_us
+        self._max_in_flight = max_in_flight
+        self._lock = threading.Lock()  # the windows and every window's state
+        self._entries: dict[Key, _Entry] = {}
+
+    def open(
+        self, topic: str, group: str, start: Callable[[], int],
+        max_deliveries: int | None = None,
+    ) -> None:  # fmt: skip
+        """Make sure (topic, group) has its window: as stored, or new at `start()` (a
+        group with no committed state here)."""
+        with self._lock:
+            if (topic, group) in self._entries:
+                return
+        stored = self._offsets.share_state(topic, group)  # may read the file: no lock
+        saved = Durable(*stored) if stored is not None else Durable(start(), frozenset())
+        window = ShareWindow.restored(
+            saved, max_in_flight=self._max_in_flight, max_deliveries=max_deliveries
+        )
+        with self._lock:  # a concurrent first open may have won: keep its window
+            self._entries.setdefault((topic, group), _Entry(window))
+
+    def frontier(self, topic: str, group: str) -> tuple[int, int]:
+        """Where the window reads the WAL next, and how many rows it may still admit."""
+        with self._lock:
+            window = self._window(topic, group)
+            return window.end, window.room
+
+    def admit(
+        self, topic: str, group: str, entries: Iterable[tuple[int, int]], next_end: int,
+        consumer: int, deadline: float,
+    ) -> list[RowId]:  # fmt: skip
+        """`ShareWindow.admit`: rows read at the frontier leased to `consumer`."""
+        with self._lock:
+            return self._window(topic, group).admit(entries, next_end, consumer, deadline)
+
+    def acquire(
+        self, topic: str, group: str, consumer: int, deadline: float, max_rows: int
+    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:
+        """`ShareWindow.acquire`: rows to deliver again leased to `consumer`, and rows
+        out of deliveries (done: saved before this returns, the caller dead-letters
+        them)."""
+        with self._lock:
+            entry = self._entries[(topic, group)]
+            leased, dead = entry.window.acquire(consumer, deadline, max_rows)
+            if dead:
+                entry.version += 1
+                wanted = entry.version
+        if dead:
+            self._save(topic, group, entry, wanted)
+        return leased, dead
+
+    def nack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            return entry.window.nack(consumer, ids) if entry is not None else []
+
+    def release(self, consumer: int) -> int:
+        """Every lease of `consumer` ends, in every window (it closed or was removed)."""
+        with self._lock:
+            return sum(e.window.release(consumer) for e in self._entries.values())
+
+    def expire(self, now: float) -> int:
+        """Leases past their deadline end, in every window."""
+        with self._lock:
+            return sum(e.window.expire(now) for e in self._entries.values())
+
+    def leased_to(self, topic: str, group: str, consumer: int) -> list[RowId]:
+        with self._lock:
+            return self._window(topic, group).leased_to(consumer)
+
+    def ack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
+        """Acknowledge rows leased to `consumer`; returns the rows acknowledged, once
+        they are on disk. Rows no longer its own are left out (their lease expired)."""
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            if entry is None:
+                return []
+            done = entry.window.ack(consumer, ids)
+            if not done:
+                return []
+            entry.version += 1
+            wanted = entry.version
+        self._save(topic, group, entry, wanted)
+        return done
+
+    def forget(self, topic: str | None = None, group: str | None = None) -> None:
+        """Drop windows (of a dropped topic or group); their stored state goes with the
+        offsets (`OffsetStore.forget`)."""
+        with self._lock:
+            gone = [k for k in self._entries if topic in (None, k[0]) and group in (None, k[1])]
+            for key in gone:
+                del self._entries[key]
+
+    def _window(self, topic: str, group: str) -> ShareWindow:
+        return self._entries[(topic, group)].window
+
+    def _save(self, topic: str, group: str, entry: _Entry, wanted: int) -> None:
+        with entry.save_lock:
+            with self._lock:
+                if entry.saved >= wanted:
+                    return  # a save that began after our acknowledgement covered it
+                state, version = entry.window.durable(), entry.version
+            self._offsets.commit_share(topic, group, state.start, state.acked, self._clock_us())
+            with self._lock:
+                entry.saved = max(entry.saved, version)
