@@ -84,24 +84,23 @@ class ShareWindow:
         return max(self.max_in_flight - len(self.rows), 0)
 
     def admit(
-        self, entries: Iterable[tuple[int, int]], next_end: int, consumer: int, deadline: float
+        self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float
     ) -> list[RowId]:
-        """Rows read from the WAL at `end` (each entry's version and row count, in WAL
-        order; the read stopped before `next_end`) leased to `consumer` until
-        `deadline`; the ids leased (rows acknowledged before a restart are skipped)."""
+        """The topic's rows of the WAL read from `end` (their ids; the read stopped
+        before `next_end`) leased to `consumer` until `deadline`; the ids leased (rows
+        acknowledged before a restart are skipped)."""
         if next_end < self.end:
             raise ValueError(f"admit: end {next_end} is before the window's end {self.end}")
         leased: list[RowId] = []
-        for version, count in entries:
+        for rid in ids:
+            version = rid[0]
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
-            for row in range(count):
-                rid = (version, row)
-                if rid in self.acked or rid in self.rows:
-                    continue
-                self.rows[rid] = RowState(1, consumer, deadline)
-                self.open[version] = self.open.get(version, 0) + 1
-                leased.append(rid)
+            if rid in self.acked or rid in self.rows:
+                continue
+            self.rows[rid] = RowState(1, consumer, deadline)
+            self.open[version] = self.open.get(version, 0) + 1
+            leased.append(rid)
         self.end = next_end
         self._advance()
         return leased

@@ -69,12 +69,12 @@ class ShareWindows:
             return window.end, window.room
 
     def admit(
-        self, topic: str, group: str, entries: Iterable[tuple[int, int]], next_end: int,
-        consumer: int, deadline: float,
+        self, topic: str, group: str, ids: Iterable[RowId], next_end: int, consumer: int,
+        deadline: float,
     ) -> list[RowId]:  # fmt: skip
         """`ShareWindow.admit`: rows read at the frontier leased to `consumer`."""
         with self._lock:
-            return self._window(topic, group).admit(entries, next_end, consumer, deadline)
+            return self._window(topic, group).admit(ids, next_end, consumer, deadline)
 
     def acquire(
         self, topic: str, group: str, consumer: int, deadline: float, max_rows: int

@@ -382,32 +382,33 @@ class _Shape:
         )
 
 
-def _evaluate(state: State, topic: Topic, batch: pa.Table) -> pa.Table:
-    """The topic's SELECT over `batch`: with pyarrow when the batch is small and the
-    topic simple enough to be exact there, else with DuckDB."""
+def _evaluate(state: State, topic: Topic, batch: pa.Table, sql: str | None = None) -> pa.Table:
+    """The topic's SELECT (or `sql`, a form of it) over `batch`: with pyarrow when the
+    batch is small and the topic simple enough to be exact there, else with DuckDB."""
+    sql = sql or topic.select_sql
     if batch.num_rows <= ARROW_EVAL_MAX_ROWS:
-        plan = _arrow_plan(topic.select_sql)
+        plan = _arrow_plan(sql)
         out = plan.run(batch) if plan is not None else None
         if out is not None:
             return out
     if batch.num_rows < 2 * SPLIT_MIN_ROWS or SPLIT_PARTS == 1:
-        return query(state.duck.get(), topic.select_sql, layout.BATCH, batch)
+        return query(state.duck.get(), sql, layout.BATCH, batch)
     key = (topic.name, topic.create_us)
     if state.kept_share.get(key, 1.0) > SPLIT_MAX_KEPT:
-        out = query(state.duck.get(), topic.select_sql, layout.BATCH, batch)
+        out = query(state.duck.get(), sql, layout.BATCH, batch)
     else:
-        out = _evaluate_split(state, topic, batch)
+        out = _evaluate_split(state, sql, batch)
     state.kept_share[key] = out.num_rows / batch.num_rows
     return out
 
 
-def _evaluate_split(state: State, topic: Topic, batch: pa.Table) -> pa.Table:
-    """The SELECT over parts of `batch` at once, one single-threaded DuckDB query per
-    core (server/duck.py), the results in the batch's order."""
+def _evaluate_split(state: State, sql: str, batch: pa.Table) -> pa.Table:
+    """`sql` over parts of `batch` at once, one single-threaded DuckDB query per core
+    (server/duck.py), the results in the batch's order."""
     parts = min(SPLIT_PARTS, batch.num_rows // SPLIT_MIN_ROWS)
     step = -(-batch.num_rows // parts)
     slices = [batch.slice(start, step) for start in range(0, batch.num_rows, step)]
-    return pa.concat_tables(state.duck.query_parts(topic.select_sql, layout.BATCH, slices))
+    return pa.concat_tables(state.duck.query_parts(sql, layout.BATCH, slices))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -37,18 +37,26 @@ def tracked_sql(select_sql: str) -> str:
     return tree.sql(dialect="duckdb")
 
 
-def with_row_ids(batch: pa.Table, versions: list[int], lengths: list[int]) -> pa.Table:
+def with_row_ids(
+    batch: pa.Table, versions: list[int], lengths: list[int], firsts: list[int] | None = None
+) -> pa.Table:
     """`batch` (the rows of entries at `versions`, `lengths` rows each, in order) with
-    each row's version and index in its entry."""
+    each row's version and index in its entry (counted from `firsts`, the index of each
+    part's first row in its entry: a run of a multi-table entry starts inside it)."""
     if sum(lengths) != batch.num_rows or len(versions) != len(lengths):
         raise ValueError(f"{len(lengths)} entries of {sum(lengths)} rows for {batch.num_rows}")
+    firsts = firsts or [0] * len(lengths)
     entries = list(zip(versions, lengths, strict=True))
     version = pa.chunked_array(
         [pa.repeat(pa.scalar(v, ID_TYPES[ROW_VERSION]), n) for v, n in entries],
         type=ID_TYPES[ROW_VERSION],
     )
     index = pa.chunked_array(
-        [pa.array(range(n), ID_TYPES[ROW_INDEX]) for n in lengths], type=ID_TYPES[ROW_INDEX]
+        [
+            pa.array(range(f, f + n), ID_TYPES[ROW_INDEX])
+            for f, n in zip(firsts, lengths, strict=True)
+        ],
+        type=ID_TYPES[ROW_INDEX],
     )
     return batch.append_column(ROW_VERSION, version).append_column(ROW_INDEX, index)
 

@@ -10,14 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import ShareWindow
+from sqltopic.server.share_window import RowId, ShareWindow
 
 A, B = 1, 2  # consumers
 
 
+def rows(*entries: tuple[int, int]) -> list[RowId]:
+    """The ids of entries' rows: (version, row count) each, all rows in the topic."""
+    return [(version, row) for version, count in entries for row in range(count)]
+
+
 def test_rows_read_are_leased_and_acks_move_the_start() -> None:
     w = ShareWindow(start=10)
-    assert w.admit([(10, 2), (12, 1)], next_end=13, consumer=A, deadline=5.0) == [
+    assert w.admit(rows((10, 2), (12, 1)), next_end=13, consumer=A, deadline=5.0) == [
         (10, 0), (10, 1), (12, 0),
     ]  # fmt: skip
     assert (w.start, w.end, w.in_flight) == (10, 13, 3)
@@ -30,7 +35,7 @@ def test_rows_read_are_leased_and_acks_move_the_start() -> None:
 
 def test_a_nacked_or_expired_row_is_delivered_again_with_its_count_raised() -> None:
     w = ShareWindow(start=1)
-    w.admit([(1, 2)], 2, A, deadline=5.0)
+    w.admit(rows((1, 2)), 2, A, deadline=5.0)
     assert w.nack(A, [(1, 0)]) == [(1, 0)]
     assert w.acquire(B, deadline=9.0, max_rows=10) == ([((1, 0), 2)], [])
     assert w.expire(now=5.0) == 1  # A's (1, 1); B's lease runs to 9
@@ -42,7 +47,7 @@ def test_a_nacked_or_expired_row_is_delivered_again_with_its_count_raised() -> N
 
 def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
     w = ShareWindow(start=1, max_deliveries=2)
-    w.admit([(1, 1), (2, 1)], 3, A, 5.0)
+    w.admit(rows((1, 1), (2, 1)), 3, A, 5.0)
     w.nack(A, [(1, 0), (2, 0)])
     assert w.acquire(A, 5.0, 10) == ([((1, 0), 2), ((2, 0), 2)], [])
     w.nack(A, [(1, 0)])
@@ -52,7 +57,7 @@ def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
 
 def test_the_window_holds_at_most_max_in_flight_rows() -> None:
     w = ShareWindow(start=1, max_in_flight=3)
-    w.admit([(1, 3)], 2, A, 5.0)
+    w.admit(rows((1, 3)), 2, A, 5.0)
     assert w.room == 0
     w.ack(A, [(1, 2)])
     assert w.room == 1
@@ -63,7 +68,7 @@ def test_the_window_holds_at_most_max_in_flight_rows() -> None:
 def test_reads_must_follow_the_end() -> None:
     w = ShareWindow(start=5)
     with pytest.raises(ValueError, match="outside"):
-        w.admit([(4, 1)], 6, A, 1.0)
+        w.admit(rows((4, 1)), 6, A, 1.0)
     w.admit([], 8, A, 1.0)  # entries without rows for the topic: nothing to track
     assert (w.start, w.end) == (8, 8)
     with pytest.raises(ValueError, match="before the window's end"):
@@ -72,11 +77,11 @@ def test_reads_must_follow_the_end() -> None:
 
 def test_after_a_restart_only_unacknowledged_rows_come_again() -> None:
     w = ShareWindow(start=1)
-    w.admit([(1, 3), (2, 1)], 3, A, 5.0)
+    w.admit(rows((1, 3), (2, 1)), 3, A, 5.0)
     w.ack(A, [(1, 1), (2, 0)])
     again = ShareWindow.restored(w.durable())
     assert (again.start, again.end) == (1, 1)
-    assert again.admit([(1, 3), (2, 1)], 3, B, 5.0) == [(1, 0), (1, 2)]
+    assert again.admit(rows((1, 3), (2, 1)), 3, B, 5.0) == [(1, 0), (1, 2)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -94,7 +99,7 @@ def test_every_row_is_acknowledged_once_and_never_delivered_after(
         if op == "read" and window.room:
             batch = [e for e in entries if window.end <= e[0] < window.end + n + 1]
             end = window.end + n + 1
-            read = window.admit(batch, end, consumer, now + 3)
+            read = window.admit(rows(*batch), end, consumer, now + 3)
             assert not set(read) & acked
         elif op == "acquire":
             again, dead = window.acquire(consumer, now + 3, n + 1)
@@ -123,7 +128,7 @@ def test_every_row_is_acknowledged_once_and_never_delivered_after(
         acked |= set(window.ack(A, [rid for rid, _ in out]))
         if window.room and window.end < 30:
             batch = [e for e in entries if window.end <= e[0] < window.end + 5]
-            leased = window.admit(batch, window.end + 5, A, now + 2_000)
+            leased = window.admit(rows(*batch), window.end + 5, A, now + 2_000)
             assert not set(leased) & acked
             acked |= set(window.ack(A, leased))
         if window.end >= 30 and not window.rows:

@@ -46,7 +46,7 @@ def test_a_window_starts_where_it_was_stored_or_at_the_reset(store: OffsetStore)
     windows.open("t", "s", start=lambda: 5)
     windows.open("t", "s", start=lambda: pytest.fail("opened twice"))
     assert windows.frontier("t", "s") == (5, 10_000)
-    leased = windows.admit("t", "s", [(5, 2), (6, 1)], 7, A, deadline=10.0)
+    leased = windows.admit("t", "s", [(5, 0), (5, 1), (6, 0)], 7, A, deadline=10.0)
     assert windows.ack("t", "s", A, [(5, 1), (6, 0)]) == [(5, 1), (6, 0)]
     again = _reopened(store)
     try:
@@ -54,7 +54,7 @@ def test_a_window_starts_where_it_was_stored_or_at_the_reset(store: OffsetStore)
         restarted = _windows(again)
         restarted.open("t", "s", start=lambda: pytest.fail("stored: no reset"))
         # read again from the start: only the row not acknowledged is leased again
-        assert restarted.admit("t", "s", [(5, 2), (6, 1)], 7, B, 10.0) == [(5, 0)]
+        assert restarted.admit("t", "s", [(5, 0), (5, 1), (6, 0)], 7, B, 10.0) == [(5, 0)]
         assert leased == [(5, 0), (5, 1), (6, 0)]
     finally:
         again.close()
@@ -65,7 +65,7 @@ def test_acks_from_many_threads_are_all_on_disk_when_they_return(store: OffsetSt
     windows.open("t", "s", start=lambda: 0)
     consumers = range(1, 9)
     for c in consumers:  # each consumer leases the 20 rows of its own entry
-        windows.admit("t", "s", [(c - 1, 20)], c, c, 99.0)
+        windows.admit("t", "s", [(c - 1, row) for row in range(20)], c, c, 99.0)
     returned: list[RowId] = []
     lock = threading.Lock()
 
@@ -90,7 +90,7 @@ def test_acks_from_many_threads_are_all_on_disk_when_they_return(store: OffsetSt
 def test_rows_out_of_deliveries_are_saved_as_done(store: OffsetStore) -> None:
     windows = ShareWindows(store, clock_us=lambda: 1)
     windows.open("t", "s", start=lambda: 3, max_deliveries=1)
-    windows.admit("t", "s", [(3, 1), (4, 1)], 5, A, 10.0)
+    windows.admit("t", "s", [(3, 0), (4, 0)], 5, A, 10.0)
     windows.nack("t", "s", A, [(3, 0)])
     assert windows.acquire("t", "s", B, 10.0, 10) == ([], [((3, 0), 1)])
     assert store.share_state("t", "s") == (4, frozenset())
@@ -100,8 +100,8 @@ def test_leases_end_for_a_consumer_that_left_and_when_they_expire(store: OffsetS
     windows = _windows(store)
     for topic in ("t", "u"):
         windows.open(topic, "s", start=lambda: 0)
-        windows.admit(topic, "s", [(0, 2)], 1, A, deadline=5.0)
-    windows.admit("t", "s", [(1, 1)], 2, B, deadline=9.0)
+        windows.admit(topic, "s", [(0, 0), (0, 1)], 1, A, deadline=5.0)
+    windows.admit("t", "s", [(1, 0)], 2, B, deadline=9.0)
     assert windows.release(A) == 4
     assert windows.expire(now=9.0) == 1
     assert windows.acquire("u", "s", B, 20.0, 10) == ([((0, 0), 2), ((0, 1), 2)], [])

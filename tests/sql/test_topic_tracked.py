@@ -136,3 +136,10 @@ def test_ids_must_cover_the_batch_and_outputs_must_end_with_them() -> None:
         split_ids(batch)
     with pytest.raises(ValueError, match="one SELECT"):
         tracked_sql("INSERT INTO x VALUES (1)")
+
+
+def test_a_part_of_an_entry_counts_its_rows_from_where_it_starts() -> None:
+    batch = pa.table({"v": pa.array([1, 2, 3, 4], pa.int32())})
+    ided = with_row_ids(batch, [7, 9], [3, 1], firsts=[5, 0])
+    assert ided.column("__row_version").to_pylist() == [7, 7, 7, 9]
+    assert ided.column("__row_index").to_pylist() == [5, 6, 7, 0]
