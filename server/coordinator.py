@@ -174,6 +174,31 @@ class Coordinator:
     _revoking_cache: tuple[int, list[tuple[str, str, int, int]]] | None = None
     _save_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    # the members of each group.id (a broadcast group's lanes together): a rebalance or
+    # a save looks at one group's members, not at every member of the server
+    _in_group: dict[str, dict[int, Member]] = field(default_factory=dict)
+    # group (or lane) -> subscription -> vgroups it may have state of: see `_note`
+    _subs: dict[str, dict[str, set[int]]] = field(default_factory=dict)
+
+    def _add_member(self, member: Member) -> None:
+        self.members[member.id] = member
+        self._in_group.setdefault(member.group_id, {})[member.id] = member
+
+    def _drop_member(self, member: Member) -> None:
+        del self.members[member.id]
+        group = self._in_group[member.group_id]
+        del group[member.id]
+        if not group:
+            del self._in_group[member.group_id]
+
+    def _note(self, topic: str, group: str, *vgroups: int) -> None:
+        """(topic, group) has state in owners, plans or counters on `vgroups`: a save of
+        the group looks there (what is gone since is skipped, and forgotten then)."""
+        self._subs.setdefault(group, {}).setdefault(topic, set()).update(vgroups)
+
+    def _of_group(self, key: str) -> list[Member]:
+        """The members coordinated as `key` (a group.id, or a broadcast lane)."""
+        return [m for m in self._in_group.get(group_of(key), {}).values() if m.group == key]
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -229,6 +254,7 @@ class Coordinator:
             except (ValueError, TypeError, KeyError) as exc:
                 assert self.store is not None
                 self.members.clear()
+                self._in_group.clear()
                 self.owners.clear()
                 raise self.store.damaged(exc) from None
         if snap.legacy:
@@ -240,17 +266,21 @@ class Coordinator:
         self._next_id = int(snap.next_id)
         for doc in snap.members:
             member = _member_of(doc, now)
-            self.members[member.id] = member
+            self._add_member(member)
         for topic, group, vgroup, consumer, epoch, revoking, *rest in snap.owners:
             revoked_at = int(rest[0]) if rest else 0  # files before revoked_at: any commit
             owner = Owner(consumer, epoch, revoking=revoking, since=now, revoked_at=revoked_at)
             self.owners.setdefault((topic, group), {})[vgroup] = owner
+            self._note(topic, group, vgroup)
         for topic, group, vgroup, planned in snap.plans:
             self.plans.setdefault((topic, group), {})[vgroup] = planned
+            self._note(topic, group, vgroup)
         for topic, group, vgroup, rows in snap.rows_before:
             self.rows_before[topic, group, vgroup] = rows
+            self._note(topic, group, vgroup)
         for topic, group, vgroup, position, rows in snap.progress:
             self.progress[topic, group, vgroup] = Progress(position, rows)
+            self._note(topic, group, vgroup)
         self._saved = self._version
         self._revoking_cache = None
         if snap.legacy:  # read from mnode.json: the next save writes every group
@@ -271,22 +301,31 @@ class Coordinator:
     def _group_docs(self, groups: set[str]) -> dict[str, GroupDoc | None]:
         """The durable state of `groups` (None for a group with none left)."""
         docs = {group: empty_doc() for group in groups}
-        for m in self.members.values():
-            if m.group in docs:
-                docs[m.group]["members"].append(_member_doc(m))
-        for (t, g), owners in self.owners.items():
-            if g in docs:
-                docs[g]["owners"] += [[t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
-                                      for v, o in owners.items()]  # fmt: skip
-        for (t, g), plan in self.plans.items():
-            if g in docs:
-                docs[g]["plans"] += [[t, g, v, c] for v, c in plan.items()]
-        for (t, g, v), n in self.rows_before.items():
-            if g in docs:
-                docs[g]["rows_before"].append([t, g, v, n])
-        for (t, g, v), p in self.progress.items():
-            if g in docs:
-                docs[g]["progress"].append([t, g, v, p.position, p.rows])
+        for group_id in {group_of(g) for g in groups}:
+            for m in self._in_group.get(group_id, {}).values():
+                if m.group in docs:
+                    docs[m.group]["members"].append(_member_doc(m))
+        for g, doc in docs.items():
+            kept: dict[str, set[int]] = {}
+            for t, vgroups in self._subs.get(g, {}).items():
+                owners, plan = self.owners.get((t, g), {}), self.plans.get((t, g), {})
+                doc["owners"] += [[t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
+                                  for v, o in owners.items()]  # fmt: skip
+                doc["plans"] += [[t, g, v, c] for v, c in plan.items()]
+                counted = set()
+                for v in sorted(vgroups):
+                    if (n := self.rows_before.get((t, g, v))) is not None:
+                        doc["rows_before"].append([t, g, v, n])
+                        counted.add(v)
+                    if (p := self.progress.get((t, g, v))) is not None:
+                        doc["progress"].append([t, g, v, p.position, p.rows])
+                        counted.add(v)
+                if owners or plan or counted:
+                    kept[t] = {*owners, *plan, *counted}
+            if kept:
+                self._subs[g] = kept
+            else:
+                self._subs.pop(g, None)
         return {g: doc if any(doc.values()) else None for g, doc in docs.items()}
 
     def subscribe(
@@ -321,7 +360,7 @@ class Coordinator:
                     liveness or Liveness(), parameters or {}, now, now, self.wall_us(),
                     mode=mode,
                 )  # fmt: skip
-                self.members[member.id] = member
+                self._add_member(member)
             member.mode = mode  # its own group's only member may change it
             self._touch(key)
             member.last_heartbeat = member.last_poll = now
@@ -348,7 +387,7 @@ class Coordinator:
         group's live members agree on the mode, an exclusive group has no other member,
         and a broadcast lane no other consumer (refused, not taken over: two consumers
         with one client.id would take it from each other forever)."""
-        others = [m for m in self.members.values() if m.group_id == group and m.id != consumer_id]
+        others = [m for m in self._in_group.get(group, {}).values() if m.id != consumer_id]
         if not others:
             return
         there = others[0].mode
@@ -391,7 +430,7 @@ class Coordinator:
 
     def _leave(self, member: Member) -> None:
         """The member is gone: its vgroups move at once."""
-        del self.members[member.id]
+        self._drop_member(member)
         self._touch(member.group)
         self._rebalance_all(member)
 
@@ -445,6 +484,7 @@ class Coordinator:
             owner = self.owners.get((topic, member.group), {}).get(vgroup)
             if owner is not None and owner.consumer == member.id:
                 self.progress[topic, member.group, vgroup] = report
+                self._note(topic, member.group, vgroup)
                 self._progress_dirty.add(member.group)
         return listed
 
@@ -501,8 +541,9 @@ class Coordinator:
         their next heartbeat and fenced off at once."""
         with self._lock:
             for consumer_id in consumer_ids:
-                member = self.members.pop(consumer_id, None)
+                member = self.members.get(consumer_id)
                 if member is not None:
+                    self._drop_member(member)
                     member.status = "removed"
                     self._touch(member.group)
                     self._rebalance_all(member)
@@ -517,9 +558,7 @@ class Coordinator:
         A failing `then` leaves the members removed."""
         with self._lock:
             wanted = set(topics)
-            members = [
-                m for m in self.members.values() if m.group == group and wanted & set(m.topics)
-            ]
+            members = [m for m in self._in_group.get(group, {}).values() if wanted & set(m.topics)]
             for member in members:
                 check(member)
             self.remove(m.id for m in members)
@@ -544,7 +583,7 @@ class Coordinator:
             now = self.clock()
             dead = [m for m in self.members.values() if _expired(m, now)]
             for member in dead:
-                del self.members[member.id]
+                self._drop_member(member)
                 member.status = "removed"
                 self._touch(member.group)
                 self._rebalance_all(member)
@@ -633,7 +672,8 @@ class Coordinator:
         one a live consumer holds is first revoked from it (see Owner). Every member
         whose assignment changed gets a new epoch; held polls are woken."""
         self._touch(group)
-        subscribers = [m for m in self.members.values() if m.group == group and topic in m.topics]
+        members = self._of_group(group)
+        subscribers = [m for m in members if topic in m.topics]
         key = (topic, group)
         before = dict(self.owners.get(key, {}))
         holders = {v: o.consumer for v, o in before.items() if o.consumer in self.members}
@@ -655,6 +695,7 @@ class Coordinator:
             if target is not None:
                 after[vgroup] = Owner(target, 0)  # epoch set below, after the bump
         self.plans[key] = wanted
+        self._note(topic, group, *wanted, *before)
         changed = self._apply_owners(topic, group, before, after)
         if changed:
             for listener in self.listeners:
@@ -671,9 +712,8 @@ class Coordinator:
 
         changed: set[int] = set()
         now_us = self.wall_us()
-        for member in self.members.values():
-            if member.group != group:
-                continue
+        members = self._of_group(group)
+        for member in members:
             mine = serving(after, member.id)
             if mine != serving(before, member.id):
                 changed.add(member.id)
@@ -691,9 +731,8 @@ class Coordinator:
             self.owners[topic, group] = after
         else:
             self.owners.pop((topic, group), None)
-        for member in self.members.values():  # after the owners: status reads them
-            if member.group == group:
-                member.status = "rebalancing" if self._incoming(member) else "ready"
+        for member in members:  # after the owners: status reads them
+            member.status = "rebalancing" if self._incoming(member) else "ready"
         return changed
 
     def _incoming(self, member: Member) -> bool:
@@ -720,6 +759,7 @@ class Coordinator:
         done = self.progress.pop(sub, None)
         if done is not None:
             self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
+            self._note(*sub)
 
     def committed(self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int) -> None:
         """The holder committed the vgroup at `epoch`: if the vgroup is being revoked
