@@ -9,7 +9,8 @@ WAL entry and its index among that entry's rows. Versions before `start` are don
 `end` are tracked one by one until they are; the WAL from `end` on is not read yet. A
 tracked row is either leased (to one consumer, until a deadline, with the number of
 times it was delivered) or available (to be delivered again: nacked, its lease expired,
-or its consumer left). The window holds at most `max_in_flight` tracked rows, so that a
+or its consumer left). The window admits rows from the WAL only while it tracks fewer
+than `max_in_flight` (a read may pass it by the rows of its last entry), so that a
 consumer that never acknowledges stops the group reading on, not the server's memory.
 
 This module is I/O-free and single-threaded: the vnode serialises calls on it, reads the
