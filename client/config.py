@@ -109,19 +109,16 @@ def _bool(key: str, value: object) -> bool:
     raise _bad(key, value, "a boolean: true or false (any case), 1 or 0")
 
 
-def _reset(key: str, value: object) -> OffsetResetName:
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text in ("earliest", "latest", "none"):
-        return cast("OffsetResetName", text)
-    raise _bad(key, value, "one of earliest, latest, none")
+def _one_of(*values: str) -> Callable[[str, object], str]:
+    """A parser of one of `values` (any case, spaces around ignored)."""
 
+    def parse(key: str, value: object) -> str:
+        text = value.strip().lower() if isinstance(value, str) else None
+        if text in values:
+            return text
+        raise _bad(key, value, f"one of {', '.join(values)}")
 
-def _group_type(key: str, value: object) -> GroupType:
-    text = value.strip().lower() if isinstance(value, str) else None
-    for known in GROUP_TYPES:
-        if text == known:
-            return known
-    raise _bad(key, value, f"one of {', '.join(GROUP_TYPES)}")
+    return parse
 
 
 def _protocol(key: str, value: object) -> SecurityProtocol:
@@ -177,8 +174,8 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "password": ("password", _text),
     "group.id": ("group_id", _group_id),
     "client.id": ("client_id", _client_id),
-    "group.type": ("group_type", _group_type),
-    "auto.offset.reset": ("auto_offset_reset", _reset),
+    "group.type": ("group_type", _one_of(*GROUP_TYPES)),
+    "auto.offset.reset": ("auto_offset_reset", _one_of("earliest", "latest", "none")),
     "enable.auto.commit": ("enable_auto_commit", _bool),
     "auto.commit.interval.ms": ("auto_commit_interval_ms", _int_in(0, INT32_MAX)),
     "session.timeout.ms": ("session_timeout_ms", _int_in(*SESSION_TIMEOUT_RANGE)),

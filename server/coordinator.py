@@ -543,10 +543,8 @@ class Coordinator:
             for consumer_id in consumer_ids:
                 member = self.members.get(consumer_id)
                 if member is not None:
-                    self._drop_member(member)
                     member.status = "removed"
-                    self._touch(member.group)
-                    self._rebalance_all(member)
+                    self._leave(member)
 
     def evict(
         self, group: str, topics: Iterable[str], then: Callable[[], None],
@@ -583,10 +581,8 @@ class Coordinator:
             now = self.clock()
             dead = [m for m in self.members.values() if _expired(m, now)]
             for member in dead:
-                self._drop_member(member)
                 member.status = "removed"
-                self._touch(member.group)
-                self._rebalance_all(member)
+                self._leave(member)
             self._expire_revocations(now)
             return dead
 

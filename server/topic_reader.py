@@ -91,19 +91,16 @@ def read_topic(
     topic = state.catalog.topic(base)
     _check_vgroup(state, topic, vgroup)
     collector = _Collector(_Scope.of(state, topic, vgroup))
-    size = 0
     next_version = from_version
-    records = _records(state.vnode(vgroup).reader(), from_version)
-    for seen, rec in enumerate(records, start=1):
+    for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
         next_version = rec.version + 1
-        size += rec.body.nbytes
         if rec.entry_type is EntryType.META and topic.meta != "none":
             collector.meta(rec.version, rec.json())
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
             batch, key = rec.arrow_keyed()
             for owner, rows in entry_runs(batch, key, collector.scope.tables):
                 collector.data(rec.version, owner, rows)
-        if collector.rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
+        if collector.rows >= max_rows:
             break
     items = collector.finish()
     if topic.params or bound is not None:  # ConfigError for a bad or missing binding
@@ -194,10 +191,18 @@ def _check_vgroup(state: State, topic: Topic, vgroup: int) -> None:
         raise NotFoundError(f"vgroup {vgroup} is not a vgroup of database {topic.db}")
 
 
-def _records(reader: WalReader, from_version: int) -> Iterator[WalRecord]:
-    """The WAL's entries from `from_version`, fetched a few at a time."""
+def bounded_records(reader: WalReader, from_version: int, max_bytes: int) -> Iterator[WalRecord]:
+    """The WAL's entries from `from_version`, fetched a few at a time, ending with the
+    READ_ENTRIES-th or the one that brings their bodies to `max_bytes`."""
+    size = 0
+    seen = 0
     for batch in reader.batches(from_version, max_entries=FETCH_ENTRIES):
-        yield from batch
+        for rec in batch:
+            size += rec.body.nbytes
+            seen += 1
+            yield rec
+            if seen >= READ_ENTRIES or size >= max_bytes:
+                return
 
 
 @dataclass

@@ -24,13 +24,12 @@ from sqltopic.server.share_window import RowId
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import (
     READ_BYTES,
-    READ_ENTRIES,
     TopicBlock,
     _check_vgroup,
     _evaluate,
-    _records,
     _Scope,
     _Shape,
+    bounded_records,
 )
 from sqltopic.server.vnode import entry_runs
 from sqltopic.sql.layout import data_schema
@@ -71,17 +70,15 @@ def read_tracked(
     groups. Raises `VersionNotRetained` when retention removed `from_version`."""
     topic, scope = _scope(state, topic_name, vgroup)
     parts: list[_Part] = []
-    size = rows = 0
+    rows = 0
     next_version = from_version
-    records = _records(state.vnode(vgroup).reader(), from_version)
-    for seen, rec in enumerate(records, start=1):
+    for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
         next_version = rec.version + 1
-        size += rec.body.nbytes
         if rec.entry_type is EntryType.DATA and topic.meta != "only":
             found = _parts(scope, rec.version, *rec.arrow_keyed())
             parts += found
             rows += sum(p.batch.num_rows for p in found)
-        if rows >= max_rows or seen >= READ_ENTRIES or size >= max_bytes:
+        if rows >= max_rows:
             break
     return _evaluated(state, topic, parts), next_version
 
