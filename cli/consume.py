@@ -14,21 +14,19 @@ Kafka's console consumer does, and commits nothing. `--commit/--no-commit` overr
 A message cut short by `--max-rows` is not committed: its rows come again next time.
 
 The run ends after `--max-rows` rows, after `--timeout` seconds without a message, or at
-Ctrl-C (or SIGTERM); the consumer is closed either way and the exit code is 0.
+Ctrl-C (or SIGTERM, both read between polls: `sqltopic.cli.stop`); the consumer is closed
+either way and the exit code is 0. A second Ctrl-C quits at once (exit 130) without closing.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
-import signal
 import sys
 import time
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from sqltopic.cli.connect import (
@@ -39,6 +37,7 @@ from sqltopic.cli.connect import (
     tls_failure,
 )
 from sqltopic.cli.format import FORMATS, Format, counted, table_lines, writer
+from sqltopic.cli.stop import StopRequest, stop_requests
 from sqltopic.client.config import GROUP_TYPES, GroupType
 from sqltopic.client.tls import TlsHandshakeError
 from sqltopic.errors import ConfigError
@@ -49,9 +48,8 @@ if TYPE_CHECKING:
 
 Start = Literal["earliest", "latest"]
 GROUP_PREFIX = "sqltopic-cli-"
-# How long one poll waits when no --timeout bounds the run: the loop wakes this often
-# for nothing, and Ctrl-C interrupts the wait anyway.
-POLL_WAIT_S = 1.0
+# The longest one poll waits: the loop looks for a stop request (Ctrl-C, SIGTERM) this often.
+POLL_WAIT_S = 0.5
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -168,33 +166,28 @@ def run(args: argparse.Namespace) -> int:
 
     settings = Settings.of(args)
     options = ServerOptions.of(args)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with Consumer(settings.config(options)) as consumer:
-            consumer.subscribe([settings.topic], params=settings.params)
-            # Ctrl-C is how a follow without limits ends; the consumer closes all the same
-            with contextlib.suppress(KeyboardInterrupt):
-                follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings)
-    except TlsHandshakeError as exc:  # named as the consumer's ssl.* keys: say --tls-*
-        raise tls_failure(options, exc) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # Ctrl-C is how a follow without limits ends: the consumer closes all the same
+    with stop_requests() as stop:
+        try:
+            with Consumer(settings.config(options)) as consumer:
+                consumer.subscribe([settings.topic], params=settings.params)
+                follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings, stop)
+        except TlsHandshakeError as exc:  # named as the consumer's ssl.* keys: say --tls-*
+            raise tls_failure(options, exc) from None
     return 0
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM ends the run as Ctrl-C does: the consumer is closed cleanly."""
-    raise KeyboardInterrupt
-
-
-def follow(consumer: Consumer, printer: Printer, settings: Settings) -> int:
-    """Poll and print until the row limit or the idle timeout; the rows printed."""
+def follow(consumer: Consumer, printer: Printer, settings: Settings, stop: StopRequest) -> int:
+    """Poll and print until the row limit, the idle timeout or a stop request; the rows
+    printed."""
     printed = 0
     idle_since = time.monotonic()
     while settings.max_rows is None or printed < settings.max_rows:
+        if stop.requested:
+            break
         wait = POLL_WAIT_S
         if settings.timeout is not None:
-            wait = settings.timeout - (time.monotonic() - idle_since)
+            wait = min(wait, settings.timeout - (time.monotonic() - idle_since))
             if wait <= 0:
                 break
         msg = consumer.poll(wait)

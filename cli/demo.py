@@ -28,6 +28,7 @@ import pyarrow as pa
 from sqltopic.cli.connect import ServerOptions, open_connection, positive_int
 from sqltopic.cli.format import counted
 from sqltopic.cli.spawn import ServerChild
+from sqltopic.cli.stop import StopRequest, stop_requests
 from sqltopic.client.connection import Connection
 from sqltopic.errors import Error
 
@@ -128,11 +129,11 @@ def demo(options: ServerOptions, rows: int) -> Summary:
         print(f"database power (2 vgroups), super table meters, topic {TOPIC}: rows {WHERE}")
         summary = Summary()
         producer = Producer(options, rows, summary)
-        with Consumer(_consumer_config(options)) as consumer:
+        with stop_requests() as stop, Consumer(_consumer_config(options)) as consumer:
             consumer.subscribe([TOPIC])
             producer.start()
             try:
-                _consume(consumer, producer, summary, conn)
+                _consume(consumer, producer, summary, conn, stop)
             finally:
                 producer.stop()
         summary.selected = _count(conn)
@@ -154,11 +155,15 @@ def _count(conn: Connection) -> int:
     return int(conn.execute(f"SELECT count(*) FROM power.meters WHERE {WHERE}").rows[0][0])
 
 
-def _consume(consumer: Consumer, producer: Producer, summary: Summary, conn: Connection) -> None:
+def _consume(
+    consumer: Consumer, producer: Producer, summary: Summary, conn: Connection, stop: StopRequest
+) -> None:
     """Print messages until the producer is done and every matching row came."""
     expected: int | None = None
     deadline = 0.0
     while expected is None or summary.delivered < expected:
+        if stop.requested:  # raised here, between calls: everything closes in order
+            raise KeyboardInterrupt
         if expected is None and producer.finished():
             producer.check()
             expected = _count(conn)
