@@ -30,6 +30,7 @@ from sqltopic.server.group_names import (
     group_of,
     lane,
     of_group,
+    shares,
 )
 from sqltopic.sql.topic.params import topic_of
 
@@ -157,6 +158,9 @@ class Coordinator:
     owners: dict[tuple[str, str], dict[int, Owner]] = field(default_factory=dict)
     # called (in the changing thread) after any assignment changed: wakes held polls
     listeners: list[Callable[[], None]] = field(default_factory=list)
+    # called (in the changing thread, under the lock) when a shared group's member leaves
+    # (topics None) or stops reading topics: the vnodes release its leases there
+    departures: list[Callable[[int, tuple[str, ...] | None], None]] = field(default_factory=list)
     # the holder's last report per (topic, group, vgroup), and rows of earlier holders
     progress: dict[SubKey, Progress] = field(default_factory=dict)
     # the last plan per (topic, group): vgroup -> the consumer it is meant for
@@ -429,10 +433,16 @@ class Coordinator:
                 self._leave(member)
 
     def _leave(self, member: Member) -> None:
-        """The member is gone: its vgroups move at once."""
+        """The member is gone: its vgroups move at once (its leases end, if it shared)."""
         self._drop_member(member)
         self._touch(member.group)
         self._rebalance_all(member)
+        if shares(member.mode):
+            self._departed(member.id, None)
+
+    def _departed(self, consumer_id: int, topics: tuple[str, ...] | None) -> None:
+        for departure in self.departures:
+            departure(consumer_id, topics)
 
     def heartbeat(
         self, consumer_id: int, polled: bool, progress: Iterable[tuple[str, int, Progress]] = ()
@@ -620,13 +630,11 @@ class Coordinator:
         with self._lock:
             owner = self.owners.get((topic, group), {}).get(vgroup)
             member = self.members.get(consumer_id)
-            if member is not None and member.group == group and epoch > member.epoch:
-                # the vnodes share the mnode's state, so no epoch is newer than they
-                # know: this one was never given out, and retrying it cannot succeed
-                raise ConsumerFenced(
-                    f"consumer {consumer_id} sent epoch {epoch}, above its current epoch "
-                    f"{member.epoch}: refresh the assignment and use its epoch"
-                )
+            if member is not None and member.group == group and shares(member.mode):
+                self._check_sharer(member, topic, vgroup, epoch, commit)
+                return
+            if member is not None and member.group == group:
+                _check_epoch(member, epoch)
             if owner is None or owner.consumer != consumer_id or epoch < owner.epoch:
                 holder = "nobody" if owner is None else f"consumer {owner.consumer}"
                 raise ConsumerFenced(
@@ -639,6 +647,23 @@ class Coordinator:
                     f"vgroup {vgroup} of topic {topic} moves to another consumer of group "
                     f"{group}: commit its position and refresh the assignment"
                 )
+
+    def _check_sharer(
+        self, member: Member, topic: str, vgroup: int, epoch: int, commit: bool
+    ) -> None:
+        """A shared group's member may poll (and acknowledge) every vgroup of its topics,
+        at any epoch it was given; it never commits offsets."""
+        if commit:
+            raise ConfigError(
+                f"consumer group {member.group} is {member.mode}: its consumers acknowledge "
+                "rows (consumer.ack) instead of committing offsets"
+            )
+        _check_epoch(member, epoch)
+        if (topic, vgroup) not in member.assignment:
+            raise ConsumerFenced(
+                f"consumer {member.id} of shared group {member.group} is not subscribed to "
+                f"vgroup {vgroup} of topic {topic}: refresh the assignment"
+            )
 
     def held(self, group: str, topic: str, vgroup: int) -> bool:
         """Whether a live consumer of `group` holds the vgroup (refuses standalone commits)."""
@@ -669,6 +694,9 @@ class Coordinator:
         whose assignment changed gets a new epoch; held polls are woken."""
         self._touch(group)
         members = self._of_group(group)
+        if members and shares(members[0].mode):
+            self._share(topic, members)
+            return
         subscribers = [m for m in members if topic in m.topics]
         key = (topic, group)
         before = dict(self.owners.get(key, {}))
@@ -693,6 +721,28 @@ class Coordinator:
         self.plans[key] = wanted
         self._note(topic, group, *wanted, *before)
         changed = self._apply_owners(topic, group, before, after)
+        if changed:
+            for listener in self.listeners:
+                listener()
+
+    def _share(self, topic: str, members: list[Member]) -> None:
+        """A shared group: each subscriber of `topic` is given all its vgroups, and the
+        vnodes lease rows to them (server/share_polls.py); there are no owners. An epoch
+        rises when a member's assignment changes (the topic's vgroups did)."""
+        vgroups = self._vgroups(topic)
+        now_us = self.wall_us()
+        changed = False
+        for member in members:
+            mine = {(topic, v) for v in vgroups} if topic in member.topics else set()
+            assignment = frozenset({(t, v) for t, v in member.assignment if t != topic} | mine)
+            if not mine and any(t == topic for t, _ in member.assignment):
+                self._departed(member.id, (topic,))  # it stopped reading the topic
+            if assignment != member.assignment:
+                member.assignment = assignment
+                member.epoch += 1
+                member.rebalanced_us = now_us
+                changed = True
+            member.status = "ready"
         if changed:
             for listener in self.listeners:
                 listener()
@@ -802,6 +852,16 @@ def _member_of(doc: dict[str, Any], now: float) -> Member:
         assignment=frozenset((t, v) for t, v in doc["assignment"]),
         mode=doc.get("mode", DEFAULT_GROUP_TYPE),  # files before group.type: vgroup groups
     )  # fmt: skip
+
+
+def _check_epoch(member: Member, epoch: int) -> None:
+    """The vnodes share the mnode's state, so no epoch is newer than they know: one above
+    the member's was never given out, and retrying it cannot succeed."""
+    if epoch > member.epoch:
+        raise ConsumerFenced(
+            f"consumer {member.id} sent epoch {epoch}, above its current epoch "
+            f"{member.epoch}: refresh the assignment and use its epoch"
+        )
 
 
 def _expired(member: Member, now: float) -> bool:

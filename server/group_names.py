@@ -19,9 +19,17 @@ MAX_GROUP_ID = 192
 MAX_CLIENT_ID = 255
 LANE_SEP = ":"
 
-GroupType = Literal["vgroup", "exclusive", "broadcast"]
+GroupType = Literal["vgroup", "exclusive", "broadcast", "shared"]
 GROUP_TYPES: tuple[GroupType, ...] = get_args(GroupType)
 DEFAULT_GROUP_TYPE: GroupType = "vgroup"
+# The types whose consumers all read every vgroup, rows leased to them one by one
+# (server/share_window.py), instead of each vgroup having one owner.
+SHARING_TYPES: frozenset[GroupType] = frozenset({"shared"})
+
+
+def shares(mode: GroupType) -> bool:
+    """Whether a group of `mode` leases rows to all its consumers (no vgroup owners)."""
+    return mode in SHARING_TYPES
 
 
 def group_type(value: str) -> GroupType:

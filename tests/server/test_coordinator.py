@@ -456,6 +456,7 @@ def test_broadcast_consumers_each_hold_every_vgroup_in_a_lane_of_their_own(
         (("exclusive", "c1"), ("exclusive", "c2"), "is exclusive, and consumer 1 holds it"),
         (("broadcast", "c1"), ("broadcast", "c1"), "has client.id c1, and consumer 1"),
         (("broadcast", "c1"), ("vgroup", "c1"), "has group.type broadcast"),
+        (("shared", "c1"), ("exclusive", "c2"), "has group.type shared"),
     ],
 )
 def test_a_refused_consumer_changes_nothing(
@@ -491,6 +492,37 @@ def test_the_group_type_survives_a_restart(tmp_path: Path, clock: Clock) -> None
     assert (restored.mode, restored.group) == ("broadcast", "b:ca")
     with pytest.raises(GroupConflict):
         second.subscribe(0, "b", ["t"], client_id="ca", mode="broadcast")
+
+
+def test_shared_consumers_all_read_every_vgroup_and_leases_end_when_they_go(
+    coord: Coordinator,
+) -> None:
+    gone: list[tuple[int, tuple[str, ...] | None]] = []
+    coord.departures.append(lambda consumer, topics: gone.append((consumer, topics)))
+    members = [coord.subscribe(0, "s", ["t", "u"], mode="shared") for _ in range(3)]
+    every = {("t", v) for v in (1, 2, 3, 4)} | {("u", 5), ("u", 6)}
+    assert all(_held(coord, m.id) == every for m in members)
+    assert coord.owners == {}  # rows are leased by the vnodes: no vgroup has an owner
+    a, b, c = members
+    epochs = (a.epoch, b.epoch)
+    for m in members:
+        coord.check_owner(m.id, "s", "t", 3, m.epoch)
+        coord.check_owner(m.id, "s", "u", 5, 1)  # an older epoch still reads
+    with pytest.raises(ConsumerFenced, match="above its current epoch"):
+        coord.check_owner(a.id, "s", "t", 3, a.epoch + 1)
+    with pytest.raises(ConfigError, match=r"is shared: its consumers acknowledge rows"):
+        coord.check_owner(a.id, "s", "t", 3, a.epoch, commit=True)
+    with pytest.raises(ConsumerFenced, match="held by"):  # another group's fencing as before
+        coord.check_owner(a.id, "g", "t", 3, a.epoch)
+    coord.subscribe(c.id, "s", ["t"], mode="shared")  # c leaves u
+    assert _held(coord, c.id) == {("t", v) for v in (1, 2, 3, 4)}
+    with pytest.raises(ConsumerFenced, match="not subscribed to vgroup 5 of topic u"):
+        coord.check_owner(c.id, "s", "u", 5, c.epoch)
+    coord.close(c.id)
+    assert gone == [(c.id, ("u",)), (c.id, None)]
+    assert (a.epoch, b.epoch) == epochs  # the others' assignments never moved
+    with pytest.raises(GroupConflict, match=r"has group\.type shared"):
+        coord.subscribe(0, "s", ["t"], mode="vgroup")
 
 
 COORD_OPS = ("join", "leave", "beat", "move", "drop")
