@@ -215,6 +215,14 @@ class Consumer:
         await self._commit(self._core.offsets_to_commit(message, offsets))
         return None
 
+    async def ack(self, message: Message, rows: Sequence[int] | None = None) -> int:
+        """As `sqltopic.Consumer.ack`."""
+        return await self._run(self._core.settle("ack", message, rows, pb.ACK_TYPE_ACCEPT))
+
+    async def nack(self, message: Message, rows: Sequence[int] | None = None) -> int:
+        """As `sqltopic.Consumer.nack`."""
+        return await self._run(self._core.settle("nack", message, rows, pb.ACK_TYPE_RELEASE))
+
     def commit_async(
         self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
     ) -> asyncio.Task[None]:

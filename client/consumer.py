@@ -134,6 +134,17 @@ class Consumer:
         self._run(self._core.commit(batch))
         return None
 
+    def ack(self, message: Message, rows: Sequence[int] | None = None) -> int:
+        """Shared groups: accept `rows` of `message` (0-based positions in
+        `message.rows()`; None: all): they are never delivered again, durably once this
+        returns. The rows settled (a row whose lease ran out is not)."""
+        return self._run(self._core.settle("ack", message, rows, pb.ACK_TYPE_ACCEPT))
+
+    def nack(self, message: Message, rows: Sequence[int] | None = None) -> int:
+        """Shared groups: release `rows` of `message` (None: all): they are delivered
+        again at once, to any consumer of the group, with their delivery count raised."""
+        return self._run(self._core.settle("nack", message, rows, pb.ACK_TYPE_RELEASE))
+
     def commit_async(
         self, message: Message | None = None, offsets: Sequence[TopicPartition] | None = None
     ) -> Future[None]:

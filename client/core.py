@@ -53,6 +53,8 @@ class ConsumerCore(Membership):
             raise ConfigError(f"poll: timeout {timeout} is negative; give seconds >= 0 or None")
         self.polled = True
         deadline = None if timeout is None else self.clock() + timeout
+        if self.sharing:  # what the last polls handed out is done (Kafka share groups)
+            yield from self._auto_commit(changed_only=True)
         while True:
             yield from self._maintain()
             yield from self._announce()
@@ -175,5 +177,6 @@ class ConsumerCore(Membership):
                 held.position = message.end_offset
                 held.rows += message.row_count
                 self._turn = index + 1
+                self.delivered(message)
                 return message
         return None

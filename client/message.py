@@ -60,10 +60,20 @@ class Message:
     kind: MessageKind
     blocks: list[Block] = field(default_factory=list)
     meta: dict[str, Any] | None = None
+    # shared groups: each row's delivery count (1 on first delivery), aligned with
+    # rows(), and its id (WAL version, index in the entry) for acknowledging it
+    delivery_counts: tuple[int, ...] = ()
+    row_ids: tuple[tuple[int, int], ...] = field(default=(), repr=False)
 
     @property
     def row_count(self) -> int:
         return sum(len(block) for block in self.blocks)
+
+    @property
+    def delivery_count(self) -> int | None:
+        """The highest delivery count of the message's rows (shared groups; None in
+        other groups, which do not count deliveries)."""
+        return max(self.delivery_counts, default=None)
 
     def rows(self) -> list[Row]:
         """Every block's rows, in order."""
@@ -190,7 +200,17 @@ def message_from_frames(
                 f"poll of topic {topic} vgroup {vgroup}: the answer announces "
                 f"{head.data.block_count} blocks but carries {len(blocks)}"
             )
-        return Message(*where, head.data.offset, head.data.end_offset, "data", blocks)
+        data = head.data
+        ids = tuple(zip(data.row_versions, data.row_indexes, strict=False))
+        counts = tuple(data.delivery_counts)
+        if (ids or counts) and not (len(data.row_versions) == len(data.row_indexes) == len(counts)
+                        == sum(len(b) for b in blocks)):  # fmt: skip
+            raise Error(
+                f"poll of topic {topic} vgroup {vgroup}: the answer's row ids and delivery "
+                "counts do not match its rows"
+            )
+        return Message(*where, data.offset, data.end_offset, "data", blocks,
+                       delivery_counts=counts, row_ids=ids)  # fmt: skip
     if kind == "meta":
         event = _with_int_ids(json.loads(head.meta.event_json)) if head.meta.event_json else {}
         return Message(*where, head.meta.offset, head.meta.end_offset, "meta", meta=event)

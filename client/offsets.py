@@ -9,9 +9,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
+from sqltopic.client.acks import Acks
 from sqltopic.client.effects import Cancel, Flow
 from sqltopic.client.message import Message, TopicPartition
-from sqltopic.client.state import CoreState, Key, offset_of
+from sqltopic.client.state import Key, offset_of
 from sqltopic.errors import ConfigError, ConsumerFenced, Error, OffsetOutOfRange
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
@@ -20,7 +21,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 REWIND = 0
 
 
-class Offsets(CoreState):
+class Offsets(Acks):
     """Flows on positions and committed offsets."""
 
     def offsets_to_commit(
@@ -31,6 +32,11 @@ class Offsets(CoreState):
         self.check_open()
         if message is not None and offsets is not None:
             raise ConfigError("commit: give a message or offsets, not both")
+        if self.sharing:
+            raise ConfigError(
+                f"commit: group.type is {self.config.group_type}, which acknowledges rows "
+                "instead of committing offsets: use ack(message)"
+            )
         if message is not None:
             return [offset_of(message.topic, message.vgroup, message.end_offset)]
         if offsets is None:
@@ -68,6 +74,9 @@ class Offsets(CoreState):
         self, changed_only: bool, keys: Iterable[Key] | None = None, level: int = logging.WARNING
     ) -> Flow[None]:
         if not self.config.enable_auto_commit or not self.consumer_id:
+            return
+        if self.sharing:  # the rows handed out are done: the application polls again
+            yield from self._quietly("acknowledging", self.accept_unsettled(), level)
             return
         if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
             self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000

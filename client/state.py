@@ -101,6 +101,8 @@ class CoreState:
         self.announced: set[Key] = set()  # told to the application by an "assign" Notify
         self.in_callback = False  # a rebalance callback runs (from within a flow)
         self.callback_error: Exception | None = None  # what a callback raised, to re-raise
+        # shared groups: messages handed out with rows not acknowledged yet (acks.py)
+        self.unsettled: dict[int, Any] = {}
         self._tickets = itertools.count(1)
         self._in_flight: dict[int, Key] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)

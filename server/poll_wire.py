@@ -57,7 +57,10 @@ def frames_of(message: Message, with_names: bool) -> list[pb.PollResponse]:
         event = event_json(message.meta.event)
         meta = pb.MetaMessage(**offsets, version=message.meta.version, event_json=event)
         return [pb.PollResponse(meta=meta)]
-    data = pb.DataMessage(**offsets, block_count=len(message.blocks), row_count=message.rows)
+    data = pb.DataMessage(
+        offset=message.offset, end_offset=message.end_offset,
+        block_count=len(message.blocks), row_count=message.rows,
+    )  # fmt: skip
     frames = [pb.PollResponse(data=data)]
     budget = MAX_CHUNK_BYTES
     for index, block in enumerate(message.blocks):

@@ -85,23 +85,32 @@ class ShareWindow:
         return max(self.max_in_flight - len(self.rows), 0)
 
     def admit(
-        self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float
-    ) -> list[RowId]:
+        self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float,
+        max_leased: int | None = None,
+    ) -> list[RowId]:  # fmt: skip
         """The topic's rows of the WAL read from `end` (their ids; the read stopped
-        before `next_end`) leased to `consumer` until `deadline`; the ids leased (rows
-        acknowledged before a restart are skipped)."""
+        before `next_end`) leased to `consumer` until `deadline`, the first `max_leased`
+        of them (None: all; the rest wait, never delivered, for the next acquire: one
+        entry may hold more rows than a lease); the ids leased (rows acknowledged before
+        a restart are skipped)."""
         if next_end < self.end:
             raise ValueError(f"admit: end {next_end} is before the window's end {self.end}")
         leased: list[RowId] = []
+        waiting: list[RowId] = []
         for rid in ids:
             version = rid[0]
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
             if rid in self.acked or rid in self.rows:
                 continue
-            self.rows[rid] = RowState(1, consumer, deadline)
             self.open[version] = self.open.get(version, 0) + 1
-            leased.append(rid)
+            if max_leased is None or len(leased) < max_leased:
+                self.rows[rid] = RowState(1, consumer, deadline)
+                leased.append(rid)
+            else:
+                self.rows[rid] = RowState(0)
+                waiting.append(rid)
+        self._free(waiting)
         self.end = next_end
         self._advance()
         return leased
@@ -155,6 +164,10 @@ class ShareWindow:
         """Leases past their deadline end; how many."""
         late = [r for r, s in self.rows.items() if s.holder and s.deadline <= now]
         return self._free(late)
+
+    def next_deadline(self) -> float | None:
+        """When the first lease runs out, if any is held."""
+        return min((s.deadline for s in self.rows.values() if s.holder), default=None)
 
     def _free(self, ids: list[RowId]) -> int:
         for rid in ids:

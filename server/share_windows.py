@@ -70,11 +70,12 @@ class ShareWindows:
 
     def admit(
         self, topic: str, group: str, ids: Iterable[RowId], next_end: int, consumer: int,
-        deadline: float,
+        deadline: float, max_leased: int | None = None,
     ) -> list[RowId]:  # fmt: skip
         """`ShareWindow.admit`: rows read at the frontier leased to `consumer`."""
         with self._lock:
-            return self._window(topic, group).admit(ids, next_end, consumer, deadline)
+            window = self._window(topic, group)
+            return window.admit(ids, next_end, consumer, deadline, max_leased)
 
     def acquire(
         self, topic: str, group: str, consumer: int, deadline: float, max_rows: int
@@ -97,10 +98,26 @@ class ShareWindows:
             entry = self._entries.get((topic, group))
             return entry.window.nack(consumer, ids) if entry is not None else []
 
-    def release(self, consumer: int) -> int:
-        """Every lease of `consumer` ends, in every window (it closed or was removed)."""
+    def release(self, consumer: int, topics: Iterable[str] | None = None) -> int:
+        """Every lease of `consumer` ends, in every window (it closed or was removed) or
+        in the windows of `topics` (it stopped reading them)."""
+        wanted = None if topics is None else set(topics)
         with self._lock:
-            return sum(e.window.release(consumer) for e in self._entries.values())
+            return sum(
+                e.window.release(consumer)
+                for (topic, _), e in self._entries.items()
+                if wanted is None or topic in wanted
+            )
+
+    def next_deadline(self) -> float | None:
+        """When the first lease of any window runs out, if any is held."""
+        with self._lock:
+            times = [e.window.next_deadline() for e in self._entries.values()]
+        return min((t for t in times if t is not None), default=None)
+
+    def opened(self, topic: str, group: str) -> bool:
+        with self._lock:
+            return (topic, group) in self._entries
 
     def expire(self, now: float) -> int:
         """Leases past their deadline end, in every window."""

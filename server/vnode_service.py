@@ -49,6 +49,7 @@ from sqltopic.server.poll import (
 from sqltopic.server.poll_wire import frames_of, limits_of, wait_s, with_names
 from sqltopic.server.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rwlock import here_or_worker
+from sqltopic.server.share_polls import SharePolls, check_sharer
 from sqltopic.server.slots import Slots
 from sqltopic.server.users import check_consumer_user, check_evict, check_subscribe
 from sqltopic.server.vnode import Vnode
@@ -96,6 +97,7 @@ class VnodeService(pb_grpc.VnodeServicer):
                 loop.call_soon_threadsafe(self._on_reassign)
 
         coordinator.listeners.append(on_change)
+        self._shares = SharePolls(engine, coordinator, self._run)
         self._stop_watch = loop.create_task(self._on_stop())
 
     def _on_reassign(self) -> None:
@@ -117,6 +119,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         await self._stopping.wait()
         for hub in self._hubs.values():
             hub.close()
+        self._shares.close()
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -172,6 +175,9 @@ class VnodeService(pb_grpc.VnodeServicer):
         """The answer's frames, waiting up to `wait` seconds for rows. Each read (and
         its framing) is one step, on the event loop when small (`_soon`), else one trip
         to the worker pool."""
+        if self._shares.sharer(request.consumer_id, request.group_id) is not None:
+            await self._run(self._check_poller, request, user)
+            return await self._shares.poll(request, wait, max_bytes, self._stopping)
         deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
@@ -251,9 +257,8 @@ class VnodeService(pb_grpc.VnodeServicer):
         member = self._coordinator.member(consumer_id)
         return member.epoch if member is not None else 0
 
-    def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int, PollLimits]:
-        """The vnode, after the fencing check, the position to read from, and the
-        request's limits (bad ones fail before any read)."""
+    def _check_poller(self, request: pb.PollRequest, user: str) -> Vnode:
+        """The vnode a poll reads, once the poller passed fencing and holds the right."""
         topic, group, vgroup = request.topic, request.group_id, request.vgroup
         try:
             vnode = self._engine.vnode_of(topic, vgroup)
@@ -267,6 +272,13 @@ class VnodeService(pb_grpc.VnodeServicer):
             raise
         self._coordinator.check_owner(request.consumer_id, group, topic, vgroup, request.epoch)
         self._check_right(request.consumer_id, topic, user)
+        return vnode
+
+    def _start(self, request: pb.PollRequest, user: str) -> tuple[Vnode, int, PollLimits]:
+        """The vnode, after the fencing check, the position to read from, and the
+        request's limits (bad ones fail before any read)."""
+        topic, group = request.topic, request.group_id
+        vnode = self._check_poller(request, user)
         limits = limits_of(request)
         if request.HasField("position"):
             return vnode, requested_position(vnode, request.position), limits
@@ -294,6 +306,23 @@ class VnodeService(pb_grpc.VnodeServicer):
         message = read_message(self._engine, vnode, request.topic, position, limits)
         message.offset = first
         return message, frames_of(message, with_names(request))
+
+    @unary
+    async def Acknowledge(
+        self, request: pb.AcknowledgeRequest, context: Context
+    ) -> pb.AcknowledgeResponse:
+        user = self._sessions.session(context.invocation_metadata()).user
+        check_offsets_group(request.group_id)
+        check_sharer(
+            self._coordinator.member(request.consumer_id), request.consumer_id,
+            request.group_id,
+        )  # fmt: skip
+        self._coordinator.check_owner(
+            request.consumer_id, request.group_id, request.topic, request.vgroup,
+            request.epoch,
+        )  # fmt: skip
+        self._check_right(request.consumer_id, request.topic, user)
+        return await self._shares.acknowledge(request)
 
     @unary
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:

@@ -33,6 +33,17 @@ def test_rows_read_are_leased_and_acks_move_the_start() -> None:
     assert (w.start, w.in_flight, w.acked) == (13, 0, set())
 
 
+def test_rows_of_an_entry_past_a_lease_wait_undelivered_for_the_next_consumer() -> None:
+    w = ShareWindow(start=1)
+    assert w.admit(rows((1, 3)), 2, A, deadline=5.0, max_leased=1) == [(1, 0)]
+    assert (w.end, w.in_flight, w.leased_to(A)) == (2, 3, [(1, 0)])
+    # never delivered yet: their first delivery counts 1
+    assert w.acquire(B, deadline=5.0, max_rows=10) == ([((1, 1), 1), ((1, 2), 1)], [])
+    assert w.ack(B, [(1, 1), (1, 2)]) == [(1, 1), (1, 2)]
+    assert w.ack(A, [(1, 0)]) == [(1, 0)]
+    assert (w.start, w.in_flight) == (2, 0)
+
+
 def test_a_nacked_or_expired_row_is_delivered_again_with_its_count_raised() -> None:
     w = ShareWindow(start=1)
     w.admit(rows((1, 2)), 2, A, deadline=5.0)
@@ -117,8 +128,9 @@ def test_every_row_is_acknowledged_once_and_never_delivered_after(
         now += 1.0
         if op == "read" and window.room and window.end < len(entries):
             batch, end = _read(entries, window.end, n + 1, window.room)
-            read = window.admit(rows(*batch), end, consumer, now + 3)
+            read = window.admit(rows(*batch), end, consumer, now + 3, max_leased=n or None)
             assert not set(read) & acked
+            assert len(read) <= (n or len(read))
         elif op == "acquire":
             again, dead = window.acquire(consumer, now + 3, n + 1)
             assert not {rid for rid, _ in again} & acked

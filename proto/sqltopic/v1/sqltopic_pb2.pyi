@@ -125,6 +125,34 @@ else.
 """
 Global___ConsumerStatus: _TypeAlias = ConsumerStatus  # noqa: Y015
 
+class _AckType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AckTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AckType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACK_TYPE_UNSPECIFIED: _AckType.ValueType  # 0
+    """refused: INVALID_ARGUMENT"""
+    ACK_TYPE_ACCEPT: _AckType.ValueType  # 1
+    """Processed: never delivered again (durable before the answer)."""
+    ACK_TYPE_RELEASE: _AckType.ValueType  # 2
+    """Not processed: delivered again at once, to any consumer of the group, with its
+    delivery count raised (or dead-lettered past max.deliveries).
+    """
+
+class AckType(_AckType, metaclass=_AckTypeEnumTypeWrapper):
+    """How an Acknowledge settles its rows (Kafka share groups' ACCEPT and RELEASE)."""
+
+ACK_TYPE_UNSPECIFIED: AckType.ValueType  # 0
+"""refused: INVALID_ARGUMENT"""
+ACK_TYPE_ACCEPT: AckType.ValueType  # 1
+"""Processed: never delivered again (durable before the answer)."""
+ACK_TYPE_RELEASE: AckType.ValueType  # 2
+"""Not processed: delivered again at once, to any consumer of the group, with its
+delivery count raised (or dead-lettered past max.deliveries).
+"""
+Global___AckType: _TypeAlias = AckType  # noqa: Y015
+
 @_typing.final
 class LoginRequest(_message.Message):
     """Credentials for a new session."""
@@ -1397,6 +1425,9 @@ class DataMessage(_message.Message):
     END_OFFSET_FIELD_NUMBER: _builtins.int
     BLOCK_COUNT_FIELD_NUMBER: _builtins.int
     ROW_COUNT_FIELD_NUMBER: _builtins.int
+    ROW_VERSIONS_FIELD_NUMBER: _builtins.int
+    ROW_INDEXES_FIELD_NUMBER: _builtins.int
+    DELIVERY_COUNTS_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """First version the message covers (the position the poll read from)."""
     end_offset: _builtins.int
@@ -1407,6 +1438,21 @@ class DataMessage(_message.Message):
     """Number of blocks; their parts follow in PollResponse.blocks."""
     row_count: _builtins.int
     """Rows over all blocks."""
+    @_builtins.property
+    def row_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Shared groups only (empty otherwise): each row's id, in row order over all blocks:
+        the WAL version of its entry and its 0-based index among that entry's rows. An
+        Acknowledge names rows by these.
+        """
+
+    @_builtins.property
+    def row_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def delivery_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Shared groups only: how many times each row has been delivered, this time
+        included (1 on first delivery), aligned with row_versions.
+        """
+
     def __init__(
         self,
         *,
@@ -1414,10 +1460,13 @@ class DataMessage(_message.Message):
         end_offset: _builtins.int = ...,
         block_count: _builtins.int = ...,
         row_count: _builtins.int = ...,
+        row_versions: _abc.Iterable[_builtins.int] | None = ...,
+        row_indexes: _abc.Iterable[_builtins.int] | None = ...,
+        delivery_counts: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_count", b"block_count", "end_offset", b"end_offset", "offset", b"offset", "row_count", b"row_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_count", b"block_count", "delivery_counts", b"delivery_counts", "end_offset", b"end_offset", "offset", b"offset", "row_count", b"row_count", "row_indexes", b"row_indexes", "row_versions", b"row_versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1558,6 +1607,83 @@ class EmptyMessage(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EmptyMessage: _TypeAlias = EmptyMessage  # noqa: Y015
+
+@_typing.final
+class AcknowledgeRequest(_message.Message):
+    """Settles rows of one (topic, vgroup) leased to a consumer of a shared group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    INDEXES_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    consumer_id: _builtins.int
+    """The consumer the rows were leased to, its group and epoch (as in PollRequest)."""
+    group_id: _builtins.str
+    topic: _builtins.str
+    vgroup: _builtins.int
+    epoch: _builtins.int
+    type: Global___AckType.ValueType
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The rows, as DataMessage names them: versions[i] and indexes[i] are row i's id
+        (the two lists have the same length, at most 1,000,000 rows per request).
+        """
+
+    @_builtins.property
+    def indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        consumer_id: _builtins.int = ...,
+        group_id: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        versions: _abc.Iterable[_builtins.int] | None = ...,
+        indexes: _abc.Iterable[_builtins.int] | None = ...,
+        type: Global___AckType.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "indexes", b"indexes", "topic", b"topic", "type", b"type", "versions", b"versions", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcknowledgeRequest: _TypeAlias = AcknowledgeRequest  # noqa: Y015
+
+@_typing.final
+class AcknowledgeResponse(_message.Message):
+    """What the Acknowledge did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETTLED_FIELD_NUMBER: _builtins.int
+    NOT_HELD_FIELD_NUMBER: _builtins.int
+    settled: _builtins.int
+    """Rows settled by this call."""
+    not_held: _builtins.int
+    """Rows named that were not leased to the consumer any more (their lease expired, or
+    they were settled already): left as they are.
+    """
+    def __init__(
+        self,
+        *,
+        settled: _builtins.int = ...,
+        not_held: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["not_held", b"not_held", "settled", b"settled"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcknowledgeResponse: _TypeAlias = AcknowledgeResponse  # noqa: Y015
 
 @_typing.final
 class CommitRequest(_message.Message):

@@ -747,6 +747,11 @@ class VnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
                 _registered_method=True)
+        self.Acknowledge = channel.unary_unary(
+                '/sqltopic.v1.Vnode/Acknowledge',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeResponse.FromString,
+                _registered_method=True)
 
 
 class VnodeServicer:
@@ -818,6 +823,15 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Acknowledge(self, request, context):
+        """Shared groups: settles rows leased to the calling consumer (accept: done for
+        good, durably before the answer; release: delivered again at once). Rows no longer
+        leased to it (its lease expired and another took them) are counted, not changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VnodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -850,6 +864,11 @@ def add_VnodeServicer_to_server(servicer, server):
                     servicer.OffsetRange,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.SerializeToString,
+            ),
+            'Acknowledge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Acknowledge,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1021,6 +1040,33 @@ class Vnode:
             '/sqltopic.v1.Vnode/OffsetRange',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Acknowledge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Vnode/Acknowledge',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeResponse.FromString,
             options,
             channel_credentials,
             insecure,

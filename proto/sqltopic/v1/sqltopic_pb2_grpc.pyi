@@ -481,6 +481,11 @@ class VnodeStub:
     """The group's committed offsets."""
     OffsetRange: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]
     """Each vgroup's retained version range: [begin, end)."""
+    Acknowledge: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]
+    """Shared groups: settles rows leased to the calling consumer (accept: done for
+    good, durably before the answer; release: delivered again at once). Rows no longer
+    leased to it (its lease expired and another took them) are counted, not changed.
+    """
 
 @_typing.type_check_only
 class VnodeAsyncStub(VnodeStub):
@@ -526,6 +531,11 @@ class VnodeAsyncStub(VnodeStub):
     """The group's committed offsets."""
     OffsetRange: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]  # type: ignore[assignment]
     """Each vgroup's retained version range: [begin, end)."""
+    Acknowledge: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]  # type: ignore[assignment]
+    """Shared groups: settles rows leased to the calling consumer (accept: done for
+    good, durably before the answer; release: delivered again at once). Rows no longer
+    leased to it (its lease expired and another took them) are counted, not changed.
+    """
 
 class VnodeServicer(metaclass=_abc_1.ABCMeta):
     """Reading topics from vnodes, and the group's committed offsets (stored durably on the
@@ -604,5 +614,16 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sqltopic_pb2.OffsetRangeResponse, _abc.Awaitable[_sqltopic_pb2.OffsetRangeResponse]]:
         """Each vgroup's retained version range: [begin, end)."""
+
+    @_abc_1.abstractmethod
+    def Acknowledge(
+        self,
+        request: _sqltopic_pb2.AcknowledgeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.AcknowledgeResponse, _abc.Awaitable[_sqltopic_pb2.AcknowledgeResponse]]:
+        """Shared groups: settles rows leased to the calling consumer (accept: done for
+        good, durably before the answer; release: delivered again at once). Rows no longer
+        leased to it (its lease expired and another took them) are counted, not changed.
+        """
 
 def add_VnodeServicer_to_server(servicer: VnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,123 @@
+"""A shared group's acknowledgements as flows: `ack` and `nack` of a message's rows, and
+the implicit acknowledgement of every row handed out (with `enable.auto.commit`).
+
+In a shared group the vnodes lease rows to consumers; each row of a message carries its
+id, and the consumer settles it with `Vnode.Acknowledge`: accepted (done) or released
+(delivered again). The state keeps the data messages handed out with rows not settled
+yet (`unsettled`), so that an implicit acknowledgement (the next poll, a commit, close)
+accepts exactly those rows, and a row is never settled twice by this consumer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqltopic.client.config import SHARING_TYPES
+from sqltopic.client.effects import Flow
+from sqltopic.client.message import Message
+from sqltopic.client.state import CoreState, Key
+from sqltopic.errors import ConfigError
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+# Rows one Acknowledge names at most (the server's limit is 1,000,000): larger
+# settlements go in several calls.
+ACK_BATCH_ROWS = 100_000
+
+
+@dataclass
+class Delivered:
+    """A data message handed out in a shared group, and its rows settled so far."""
+
+    message: Message
+    settled: set[int] = field(default_factory=set)
+
+
+class Acks(CoreState):
+    """Flows of a shared group's acknowledgements."""
+
+    @property
+    def sharing(self) -> bool:
+        return self.config.group_type in SHARING_TYPES
+
+    def delivered(self, message: Message) -> None:
+        """`message` goes to the application: its rows wait to be settled."""
+        if self.sharing and message.row_ids:
+            self.unsettled[id(message)] = Delivered(message)
+
+    def settle(
+        self, what: str, message: Message, rows: Sequence[int] | None, kind: int
+    ) -> Flow[int]:
+        """Accept or release `rows` (positions in `message.rows()`; None: all) of the
+        message; the rows the vnode settled (rows whose lease ran out are not)."""
+        self.check_open()
+        if not self.sharing:
+            raise ConfigError(
+                f"{what}: group.type is {self.config.group_type}; only shared groups "
+                "acknowledge rows (commit offsets with commit(message))"
+            )
+        if not isinstance(message, Message):
+            raise ConfigError(f"{what}: expected a Message from poll, got {type(message).__name__}")
+        positions = _positions(what, message, rows)
+        record = self.unsettled.get(id(message))
+        if record is not None:
+            positions = [i for i in positions if i not in record.settled]
+        settled = yield from self._acknowledge(
+            (message.topic, message.vgroup), [message.row_ids[i] for i in positions], kind
+        )
+        if record is not None:
+            record.settled.update(positions)
+            if len(record.settled) == len(message.row_ids):
+                del self.unsettled[id(message)]
+        return settled
+
+    def accept_unsettled(self) -> Flow[None]:
+        """Accept every row handed out and not settled yet (implicit acknowledgement)."""
+        records, self.unsettled = list(self.unsettled.values()), {}
+        by_vgroup: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+        for record in records:
+            ids = record.message.row_ids
+            key = (record.message.topic, record.message.vgroup)
+            by_vgroup[key] += [ids[i] for i in range(len(ids)) if i not in record.settled]
+        for key, ids in by_vgroup.items():
+            yield from self._acknowledge(key, ids, pb.ACK_TYPE_ACCEPT)
+
+    def _acknowledge(self, key: Key, ids: list[tuple[int, int]], kind: int) -> Flow[int]:
+        held = self.held.get(key)
+        endpoint = held.endpoint if held is not None else ""
+        settled = 0
+        for start in range(0, len(ids), ACK_BATCH_ROWS):
+            batch = ids[start : start + ACK_BATCH_ROWS]
+            request = pb.AcknowledgeRequest(
+                consumer_id=self.consumer_id, group_id=self.offsets_group, topic=key[0],
+                vgroup=key[1], epoch=self.epoch, versions=[v for v, _ in batch],
+                indexes=[i for _, i in batch], type=kind,  # type: ignore[arg-type]
+            )  # fmt: skip
+            answer: pb.AcknowledgeResponse = yield from self._rpc(
+                "vnode", "Acknowledge", request, endpoint
+            )
+            settled += answer.settled
+        return settled
+
+
+def _positions(what: str, message: Message, rows: Iterable[int] | None) -> list[int]:
+    """The row positions asked for, checked against the message."""
+    count = len(message.row_ids)
+    if not count:
+        raise ConfigError(
+            f"{what}: the message ({message.kind}, topic {message.topic} vgroup "
+            f"{message.vgroup}) has no rows to acknowledge"
+        )
+    if rows is None:
+        return list(range(count))
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+        raise ConfigError(f"{what}: rows must be a list of row positions, got {rows!r}")
+    out = []
+    for i in rows:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count:
+            raise ConfigError(
+                f"{what}: row {i!r} is not a position in the message's rows (0..{count - 1})"
+            )
+        out.append(i)
+    return sorted(set(out))

@@ -1,0 +1,299 @@
+"""Polls and acknowledgements of shared groups, on the vnodes.
+
+Every consumer of a shared group polls every vgroup of its topics (the coordinator gives
+each all of them). A poll here leases rows to its consumer from the vgroup's window for
+the group (server/share_windows.py): rows to deliver again first (nacked, their lease
+expired, their consumer gone), else rows read on from the window's end, up to the poll's
+`max_rows` (`DEFAULT_LEASE_ROWS` without one) and as long as the window has room. Each
+row goes out with its id and its delivery count. A poll that finds nothing waits until a
+write lands, a row becomes available again or a lease runs out, whichever comes first,
+or its own deadline. `Acknowledge` settles leased rows: accepted rows are done (on disk
+before the answer), released ones are available again at once.
+
+Leases end when their consumer leaves the group or stops reading a topic (the
+coordinator's `departures`), or at their deadline, which polls check as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sqltopic.errors import ConfigError, ConsumerFenced, TooLarge, VersionNotRetained
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.coordinator import Coordinator, Member
+from sqltopic.server.engine import Engine
+from sqltopic.server.group_names import shares
+from sqltopic.server.poll import Message
+from sqltopic.server.poll_wire import frames_of, with_names
+from sqltopic.server.share_window import RowId
+from sqltopic.server.share_windows import ShareWindows
+from sqltopic.server.topic_reader import TopicBlock
+from sqltopic.server.tracked_reader import TrackedBlock, read_rows, read_tracked
+from sqltopic.server.vnode import Vnode
+
+Runner = Callable[..., Awaitable[Any]]
+
+# Rows one lease hands out when the poll sets no max_rows (Kafka's max.poll.records):
+# small enough that the group's consumers share a vgroup's rows evenly.
+DEFAULT_LEASE_ROWS = 500
+# How long a lease lasts (ack.timeout.ms's default, as Pulsar's ackTimeout and Kafka
+# share groups' record lock): an unacknowledged row goes to another consumer after it.
+DEFAULT_ACK_TIMEOUT_MS = 30_000
+# Rows one Acknowledge may name: a window holds at most 10,000 by default, so a larger
+# request is a mistake, and this bounds what one call makes the vnode look at.
+MAX_ACK_ROWS = 1_000_000
+# Reads from the window's end in one lease that find no row of the topic, at most: a
+# poll answers empty then (and waits), rather than scanning the whole WAL in one go.
+MAX_EMPTY_READS = 8
+
+
+@dataclass
+class _Vnode:
+    """A vnode's shared windows, and the event its waiting polls wait on."""
+
+    vnode: Vnode
+    windows: ShareWindows
+    changed: asyncio.Event
+    remove: Callable[[], None]
+    kicked: bool = False
+
+
+class SharePolls:
+    """Shared groups' polls and acknowledgements over the engine's vnodes. Lives on the
+    event loop; reads run through `run` (the worker pool)."""
+
+    def __init__(
+        self, engine: Engine, coordinator: Coordinator, run: Runner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
+        self._engine = engine
+        self._coordinator = coordinator
+        self._run = run
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self._vnodes: dict[int, _Vnode] = {}
+        coordinator.departures.append(self._on_departure)
+
+    def close(self) -> None:
+        """Every waiting poll answers now."""
+        for entry in self._vnodes.values():
+            entry.remove()
+            entry.changed.set()
+
+    def sharer(self, consumer_id: int, group: str) -> Member | None:
+        """The member, when it polls as a consumer of a shared group."""
+        member = self._coordinator.member(consumer_id)
+        if member is not None and member.group == group and shares(member.mode):
+            return member
+        return None
+
+    async def poll(
+        self, request: pb.PollRequest, wait: float, max_bytes: int, stopping: asyncio.Event
+    ) -> list[pb.PollResponse]:
+        """Rows leased to the polling consumer, as frames; empty after `wait` seconds
+        without any. The caller checked who polls (fencing and rights)."""
+        deadline = self._clock() + wait
+        entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
+        await self._run(self._open, entry, request)
+        while True:
+            changed = entry.changed
+            message = await self._run(self._lease, entry, request, max_bytes)
+            epoch = self._epoch(request.consumer_id)
+            now = self._clock()
+            if message is not None:
+                frames = frames_of(message[0], with_names(request))
+                _with_ids(frames[0].data, message[1], message[2])
+                frames[0].epoch = epoch
+                return frames
+            if now >= deadline or stopping.is_set() or epoch != request.epoch:
+                end = self._engine.vnode_of(request.topic, request.vgroup).wal.next_version
+                frames = frames_of(Message("empty", end, end), False)
+                frames[0].epoch = epoch
+                return frames
+            until = min(deadline, entry.windows.next_deadline() or deadline)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), max(until - now, 0.0))
+            self._coordinator.check_owner(
+                request.consumer_id, request.group_id, request.topic, request.vgroup,
+                request.epoch,
+            )  # fmt: skip
+
+    async def acknowledge(self, request: pb.AcknowledgeRequest) -> pb.AcknowledgeResponse:
+        """Settle rows leased to the consumer. The caller checked who calls."""
+        ids = _ids_of(request)
+        entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
+        windows, topic, group = entry.windows, request.topic, request.group_id
+        if not windows.opened(topic, group):
+            return pb.AcknowledgeResponse(settled=0, not_held=len(ids))
+        if request.type == pb.ACK_TYPE_ACCEPT:
+            done = await self._run(windows.ack, topic, group, request.consumer_id, ids)
+        else:
+            done = windows.nack(topic, group, request.consumer_id, ids)
+            if done:
+                self._kick(entry)
+        return pb.AcknowledgeResponse(settled=len(done), not_held=len(ids) - len(done))
+
+    def _epoch(self, consumer_id: int) -> int:
+        member = self._coordinator.member(consumer_id)
+        return member.epoch if member is not None else 0
+
+    def _entry(self, vnode: Vnode) -> _Vnode:
+        """The vnode's windows (new ones for a vnode created again under its id)."""
+        entry = self._vnodes.get(vnode.vgroup)
+        if entry is None or entry.vnode is not vnode:
+            if entry is not None:
+                entry.remove()
+            windows = ShareWindows(vnode.offsets, self._engine.state.clock)
+            entry = _Vnode(vnode, windows, asyncio.Event(), lambda: None)
+            listener = self._listener(entry)
+            entry.remove = vnode.wal.notifier.add_listener(listener)
+            self._vnodes[vnode.vgroup] = entry
+        return entry
+
+    def _listener(self, entry: _Vnode) -> Callable[[int], None]:
+        def on_versions(next_version: int) -> None:  # the writer's thread
+            if not entry.kicked:
+                entry.kicked = True
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                    self._loop.call_soon_threadsafe(self._kick, entry)
+
+        return on_versions
+
+    def _kick(self, entry: _Vnode) -> None:
+        """Wake the vnode's waiting polls: they look again."""
+        entry.kicked = False
+        entry.changed.set()
+        entry.changed = asyncio.Event()
+
+    def _on_departure(self, consumer_id: int, topics: tuple[str, ...] | None) -> None:
+        """A sharing consumer left (or stopped reading `topics`): its leases end."""
+        for entry in list(self._vnodes.values()):
+            if entry.windows.release(consumer_id, topics):
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._kick, entry)
+
+    # --- on a worker thread -----------------------------------------------------------
+
+    def _open(self, entry: _Vnode, request: pb.PollRequest) -> None:
+        vnode = entry.vnode
+
+        def start() -> int:  # a group new here starts where auto.offset.reset says
+            latest = request.auto_offset_reset == pb.OFFSET_RESET_LATEST
+            return vnode.wal.next_version if latest else vnode.wal.first_version
+
+        entry.windows.open(request.topic, request.group_id, start)
+
+    def _lease(
+        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int
+    ) -> tuple[Message, list[RowId], list[int]] | None:
+        """Rows leased to the poll's consumer (message, ids, delivery counts), or None."""
+        windows, topic, group = entry.windows, request.topic, request.group_id
+        consumer, vgroup = request.consumer_id, request.vgroup
+        now = self._clock()
+        windows.expire(now)
+        until = now + DEFAULT_ACK_TIMEOUT_MS / 1000
+        wanted = request.max_rows or DEFAULT_LEASE_ROWS
+        state = self._engine.state
+        with state.lock.shared():
+            again, _dead = windows.acquire(topic, group, consumer, until, wanted)
+            if again:
+                blocks, gone = read_rows(state, topic, vgroup, [rid for rid, _ in again])
+                if gone:
+                    windows.ack(topic, group, consumer, gone)  # nothing left to deliver
+                if blocks:
+                    return _message(blocks, dict(again))
+            for _ in range(MAX_EMPTY_READS):
+                at, room = windows.frontier(topic, group)
+                wal = entry.vnode.wal
+                if room <= 0 or at >= wal.next_version:
+                    return None
+                try:
+                    blocks, after = read_tracked(
+                        state, topic, vgroup, at, min(room, wanted), max_bytes
+                    )
+                except VersionNotRetained:  # retention went past the window: go on there
+                    windows.admit(topic, group, [], wal.first_version, consumer, until)
+                    continue
+                ids = [rid for block in blocks for rid in block.ids()]
+                leased = windows.admit(topic, group, ids, after, consumer, until, wanted)
+                if leased:
+                    mine = set(leased)
+                    kept = [k for b in blocks if (k := _keep(b, mine)) is not None]
+                    return _message(kept, dict.fromkeys(leased, 1))
+        return None
+
+
+def _keep(block: TrackedBlock, mine: set[RowId]) -> TrackedBlock | None:
+    """`block` with only the rows in `mine` (rows acknowledged before a restart are
+    read again but not delivered); None when none is left."""
+    ids = block.ids()
+    if all(rid in mine for rid in ids):
+        return block
+    keep = pa.array([rid in mine for rid in ids], pa.bool_())
+    if not pc.any(keep).as_py():
+        return None
+    data = block.block
+    return TrackedBlock(
+        TopicBlock(data.table_name, data.data.filter(keep), data.first_version,
+                   data.last_version),
+        block.versions.filter(keep), block.indexes.filter(keep),
+    )  # fmt: skip
+
+
+def _message(
+    blocks: list[TrackedBlock], counts: dict[RowId, int]
+) -> tuple[Message, list[RowId], list[int]]:
+    """A data message of the blocks, with its rows' ids and delivery counts in row order."""
+    ids = [rid for block in blocks for rid in block.ids()]
+    first = min(v for v, _ in ids)
+    last = max(v for v, _ in ids)
+    message = Message("data", first, last + 1, [b.block for b in blocks])
+    return message, ids, [counts[rid] for rid in ids]
+
+
+def _with_ids(data: pb.DataMessage, ids: list[RowId], counts: list[int]) -> None:
+    data.row_versions.extend(v for v, _ in ids)
+    data.row_indexes.extend(i for _, i in ids)
+    data.delivery_counts.extend(counts)
+
+
+def _ids_of(request: pb.AcknowledgeRequest) -> list[RowId]:
+    """The request's row ids, checked: ConfigError or TooLarge, naming the field."""
+    if request.type not in (pb.ACK_TYPE_ACCEPT, pb.ACK_TYPE_RELEASE):
+        raise ConfigError(
+            f"Acknowledge: type {request.type} is not ACK_TYPE_ACCEPT (1) or ACK_TYPE_RELEASE (2)"
+        )
+    versions, indexes = request.versions, request.indexes
+    if len(versions) != len(indexes):
+        raise ConfigError(
+            f"Acknowledge: {len(versions)} versions but {len(indexes)} indexes; give one "
+            "(version, index) pair per row"
+        )
+    if len(versions) > MAX_ACK_ROWS:
+        raise TooLarge(
+            f"Acknowledge: {len(versions):,} rows, above the limit of {MAX_ACK_ROWS:,} per "
+            "call; split them"
+        )
+    return list(zip(versions, indexes, strict=True))
+
+
+def check_sharer(member: Member | None, consumer_id: int, group: str) -> Member:
+    """ConsumerFenced unless the caller is a member of shared group `group`."""
+    if member is None or member.group != group:
+        raise ConsumerFenced(
+            f"consumer {consumer_id} is not a member of group {group}: subscribe again"
+        )
+    if not shares(member.mode):
+        raise ConfigError(
+            f"consumer group {group} is {member.mode}: only shared groups acknowledge "
+            "rows; commit offsets instead"
+        )
+    return member

@@ -1,0 +1,117 @@
+"""Shared groups through a real server: every consumer reads every vgroup, rows are
+leased to them, acknowledged one by one, released rows come again with their delivery
+count raised, and a closed consumer's leases go to the others at once."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sqltopic.client import Connection
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message
+from sqltopic.errors import ConfigError
+from tests.client.support import DEADLINE_S, SELECT, config, later_rows
+from tests.live_server import ServerProcess
+
+Row = tuple[Any, ...]
+
+
+def _shared(address: str, **extra: Any) -> dict[str, object]:
+    return config(address, "s", group_type="shared", **extra)
+
+
+def _all_rows(power: Connection) -> Counter[Row]:
+    return Counter(power.execute(SELECT).rows)
+
+
+def _until(
+    consumers: list[Consumer], wanted: int, ack: bool = True, who: Counter[int] | None = None
+) -> list[Message]:
+    """Poll the consumers in turn until `wanted` rows came (acknowledging each message);
+    `who` counts the rows each consumer got."""
+    got: list[Message] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(m.row_count for m in got) < wanted:
+        assert time.monotonic() < deadline, f"{sum(m.row_count for m in got)} of {wanted} rows"
+        for n, consumer in enumerate(consumers):
+            message = consumer.poll(0.2)
+            if message is not None:
+                got.append(message)
+                if who is not None:
+                    who[n] += message.row_count
+                if ack:
+                    assert consumer.ack(message) == message.row_count
+    return got
+
+
+def _rows(messages: list[Message]) -> Counter[Row]:
+    return Counter(row for m in messages for row in m.rows())
+
+
+def test_shared_consumers_all_read_and_each_row_is_acknowledged_once(
+    power: Connection, server: ServerProcess
+) -> None:
+    power.execute(later_rows(1_700_000_000_000, 400))
+    everything = _all_rows(power)
+    total = sum(everything.values())
+    consumers = [Consumer(_shared(server.address, max_poll_rows=20)) for _ in range(3)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe(["overvoltage"])
+        for consumer in consumers:
+            assert {p.vgroup for p in consumer.assignment()} == {1, 2}
+        who: Counter[int] = Counter()
+        got = _until(consumers, total, who=who)
+        assert _rows(got) == everything
+        assert len(who) == 3, f"every consumer got rows: {who}"
+        assert all(m.delivery_counts == (1,) * m.row_count for m in got)
+        assert {m.delivery_count for m in got} == {1}
+        ids = [rid for m in got for rid in m.row_ids]
+        assert len(ids) == len(set(ids)) == total
+        for consumer in consumers:  # nothing comes again: every row was acknowledged
+            assert consumer.poll(0.3) is None
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_nack_delivers_again_with_the_count_raised_and_close_releases(
+    power: Connection, server: ServerProcess
+) -> None:
+    everything = _all_rows(power)
+    total = sum(everything.values())
+    with Consumer(_shared(server.address)) as first, Consumer(_shared(server.address)) as other:
+        first.subscribe(["overvoltage"])
+        other.subscribe(["overvoltage"])
+        held = _until([first], total, ack=False)
+        assert _rows(held) == everything
+        message = held[0]
+        assert first.nack(message, rows=[0]) == 1
+        again = _until([first], 1, ack=False)
+        assert again[0].rows() == [message.rows()[0]]
+        assert again[0].delivery_counts == (2,)
+        first.close()  # its leases end: the other consumer gets every row left
+        rest = _until([other], total - 0)
+        assert _rows(rest) == everything
+        assert max(m.delivery_count or 0 for m in rest) >= 2
+
+
+def test_acknowledging_outside_a_shared_group_is_refused(
+    power: Connection, server: ServerProcess
+) -> None:
+    with Consumer(config(server.address, "v")) as consumer:
+        consumer.subscribe(["overvoltage"])
+        message = _until([consumer], 1, ack=False)[0]
+        with pytest.raises(ConfigError, match="only shared groups acknowledge rows"):
+            consumer.ack(message)
+    with Consumer(_shared(server.address)) as consumer:
+        consumer.subscribe(["overvoltage"])
+        message = _until([consumer], 1, ack=False)[0]
+        with pytest.raises(ConfigError, match="acknowledges rows instead of committing"):
+            consumer.commit(message)
+        with pytest.raises(ConfigError, match=r"row 99 is not a position"):
+            consumer.ack(message, rows=[99])
