@@ -39,6 +39,9 @@ INT32_MAX = 2**31 - 1
 SESSION_TIMEOUT_RANGE = (6_000, 1_800_000)
 MIN_MAX_POLL_INTERVAL_MS = 1_000
 MIN_HEARTBEAT_INTERVAL_MS = 1_000
+# ack.timeout.ms and max.deliveries: the server's ranges (server/share_settings.py).
+ACK_TIMEOUT_RANGE_MS = (1_000, 3_600_000)
+MAX_MAX_DELIVERIES = 1_000_000
 # difflib ratio above which an unknown key is named as a likely typo of a known one.
 TYPO_SIMILARITY = 0.85
 
@@ -67,6 +70,10 @@ class ConsumerConfig:
     ssl_ca_location: str | None = None  # None: gRPC's default roots
     ssl_certificate_location: str | None = None  # mutual TLS, with ssl.key.location
     ssl_key_location: str | None = None
+    # a shared group's settings (its first member fixes them; 0 / "": the server's default)
+    ack_timeout_ms: int = 0
+    max_deliveries: int = 0
+    dead_letter_table: str = ""
 
 
 # --- value parsers: each takes (key, raw value) and returns the typed value -----------
@@ -194,6 +201,15 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "ssl.ca.location": ("ssl_ca_location", _pem_path),
     "ssl.certificate.location": ("ssl_certificate_location", _pem_path),
     "ssl.key.location": ("ssl_key_location", _pem_path),
+    "ack.timeout.ms": ("ack_timeout_ms", _int_in(*ACK_TIMEOUT_RANGE_MS)),
+    "max.deliveries": ("max_deliveries", _int_in(0, MAX_MAX_DELIVERIES)),
+    "dead.letter.table": ("dead_letter_table", _text),
+}
+# The keys of a shared group's settings, with their fields: other groups refuse them.
+SHARE_KEYS = {
+    "ack.timeout.ms": "ack_timeout_ms",
+    "max.deliveries": "max_deliveries",
+    "dead.letter.table": "dead_letter_table",
 }
 # The keys that only TLS (security.protocol ssl) uses, with their fields.
 SSL_KEYS = {
@@ -264,6 +280,13 @@ def _checked(config: ConsumerConfig) -> ConsumerConfig:
             "client.id: required with group.type broadcast (each consumer's offsets are "
             "kept under it); give every consumer of the group its own, kept across restarts"
         )
+    if config.group_type not in SHARING_TYPES:
+        for key, field in SHARE_KEYS.items():
+            if getattr(config, field):
+                raise ConfigError(
+                    f"{key}: a setting of shared groups; this consumer's group.type is "
+                    f"{config.group_type} (set group.type shared, or drop {key})"
+                )
     _check_ssl(config)
     return config
 

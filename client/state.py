@@ -171,6 +171,9 @@ class CoreState:
             msg_with_table_name=c.msg_with_table_name,
             # the default goes as "" so that servers before group types accept it
             group_type="" if c.group_type == "vgroup" else c.group_type,
+            ack_timeout_ms=c.ack_timeout_ms,
+            max_deliveries=c.max_deliveries,
+            dead_letter_table=c.dead_letter_table,
         )
 
     def _poll_request(self, held: Held) -> pb.PollRequest:

@@ -32,6 +32,7 @@ from sqltopic.server.group_names import (
     of_group,
     shares,
 )
+from sqltopic.server.share_settings import ShareSettings
 from sqltopic.sql.topic.params import topic_of
 
 Status = Literal["ready", "rebalancing", "removed"]
@@ -102,6 +103,7 @@ class Member:
     status: Status = "ready"
     assignment: frozenset[tuple[str, int]] = frozenset()
     mode: GroupType = DEFAULT_GROUP_TYPE  # the group's group.type
+    share: ShareSettings | None = None  # a shared group's settings (None in the others)
 
     @property
     def group_id(self) -> str:
@@ -344,15 +346,18 @@ class Coordinator:
         liveness: Liveness | None = None,
         parameters: dict[str, str] | None = None,
         mode: GroupType = DEFAULT_GROUP_TYPE,
+        share: ShareSettings | None = None,
     ) -> Member:
-        """Join `group` (as a consumer of its `mode`), or change the topics of a
-        member; returns the member. GroupConflict when the group refuses it."""
+        """Join `group` (as a consumer of its `mode`, with the group's `share` settings
+        if it shares), or change the topics of a member; returns the member.
+        GroupConflict when the group refuses it."""
         check_group_id(group)
         check_client_id(client_id, required=mode == "broadcast")
         wanted = tuple(dict.fromkeys(topics))
         key = lane(group, client_id) if mode == "broadcast" else group
+        share = (share or ShareSettings()) if shares(mode) else None
         with self._lock:
-            self._admit(consumer_id, group, key, mode)
+            self._admit(consumer_id, group, key, mode, share)
             now = self.clock()
             member = self.members.get(consumer_id)
             if member is not None and member.group != key:
@@ -365,7 +370,7 @@ class Coordinator:
                     mode=mode,
                 )  # fmt: skip
                 self._add_member(member)
-            member.mode = mode  # its own group's only member may change it
+            member.mode, member.share = mode, share  # its group's only member may change them
             self._touch(key)
             member.last_heartbeat = member.last_poll = now
             held, epoch = member.assignment, member.epoch
@@ -386,11 +391,15 @@ class Coordinator:
                     listener()
             return member
 
-    def _admit(self, consumer_id: int, group: str, key: str, mode: GroupType) -> None:
+    def _admit(
+        self, consumer_id: int, group: str, key: str, mode: GroupType,
+        share: ShareSettings | None,
+    ) -> None:  # fmt: skip
         """GroupConflict unless a consumer of `mode` may join `group` (as `key`): the
-        group's live members agree on the mode, an exclusive group has no other member,
-        and a broadcast lane no other consumer (refused, not taken over: two consumers
-        with one client.id would take it from each other forever)."""
+        group's live members agree on the mode (and a shared group's settings), an
+        exclusive group has no other member, and a broadcast lane no other consumer
+        (refused, not taken over: two consumers with one client.id would take it from
+        each other forever)."""
         others = [m for m in self._in_group.get(group, {}).values() if m.id != consumer_id]
         if not others:
             return
@@ -401,6 +410,13 @@ class Coordinator:
                 f"consumer group {group} has group.type {there} (consumers {ids}); this "
                 f"consumer asks for group.type {mode}: use group.type {there}, or another "
                 "group.id"
+            )
+        fixed = others[0].share
+        if fixed is not None and share is not None and fixed != share:
+            raise GroupConflict(
+                f"consumer group {group} has the settings its first member fixed: "
+                f"{'; '.join(fixed.differences(share))}. Use the group's settings, or "
+                "another group.id"
             )
         holder = next((m for m in others if m.group == key), None)
         if mode == "exclusive" or (mode == "broadcast" and holder is not None):
@@ -840,6 +856,7 @@ def _member_doc(m: Member) -> dict[str, Any]:
         "subscribed_us": m.subscribed_us, "rebalanced_us": m.rebalanced_us,
         "epoch": m.epoch, "status": m.status,
         "assignment": [list(a) for a in sorted(m.assignment)], "mode": m.mode,
+        "share": m.share.doc() if m.share is not None else None,
     }  # fmt: skip
 
 
@@ -851,6 +868,7 @@ def _member_of(doc: dict[str, Any], now: float) -> Member:
         rebalanced_us=doc["rebalanced_us"], epoch=doc["epoch"], status=doc["status"],
         assignment=frozenset((t, v) for t, v in doc["assignment"]),
         mode=doc.get("mode", DEFAULT_GROUP_TYPE),  # files before group.type: vgroup groups
+        share=ShareSettings.of_doc(doc["share"]) if doc.get("share") else None,
     )  # fmt: skip
 
 

@@ -9,10 +9,18 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from sqltopic.errors import ConfigError, Error, InvalidRequest, TopicNotFound, excerpt
+from sqltopic.errors import (
+    ConfigError,
+    Error,
+    InvalidRequest,
+    NoPermission,
+    TopicNotFound,
+    excerpt,
+)
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import call_status
+from sqltopic.server import access
 from sqltopic.server.auth import Sessions
 from sqltopic.server.coordinator import (
     AssignmentView,
@@ -22,9 +30,11 @@ from sqltopic.server.coordinator import (
     Progress,
 )
 from sqltopic.server.engine import Engine
-from sqltopic.server.group_names import check_text, group_type
+from sqltopic.server.group_names import check_text, group_type, shares
 from sqltopic.server.rpc import RESETS, Context, unary
+from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.users import check_consumer_user, check_subscribe, may_subscribe
+from sqltopic.sql.model import no_database
 from sqltopic.sql.topic.params import subscribed, topic_of
 
 log = logging.getLogger("sqltopic.server")
@@ -80,6 +90,8 @@ class MnodeService(pb_grpc.MnodeServicer):
             request.max_poll_interval_ms,
             request.heartbeat_interval_ms,
         )
+        mode = group_type(request.group_type)
+        share = self._share_settings(request, session.user) if shares(mode) else None
         member = self._coordinator.subscribe(
             request.consumer_id,
             request.group_id,
@@ -89,7 +101,8 @@ class MnodeService(pb_grpc.MnodeServicer):
             fqdn=request.fqdn or context.peer(),
             liveness=liveness,
             parameters=_parameters(request, liveness),
-            mode=group_type(request.group_type),
+            mode=mode,
+            share=share,
         )
         await asyncio.to_thread(self._coordinator.persist)
         return pb.SubscribeResponse(
@@ -147,6 +160,26 @@ class MnodeService(pb_grpc.MnodeServicer):
             status=STATUS[member.status],
             topics=self._topic_states(member),
         )
+
+    def _share_settings(self, request: pb.SubscribeRequest, user: str) -> ShareSettings:
+        """A shared group's settings as asked. The server writes its dead letters, so
+        the subscriber must hold WRITE on their database (which must exist)."""
+        share = ShareSettings.of(
+            request.ack_timeout_ms, request.max_deliveries, request.dead_letter_table
+        )
+        if share.dead_letter_table is not None:
+            db_name, table = share.dead_letter_table
+            catalog = self._engine.state.catalog
+            db = catalog.database(db_name)  # NotFoundError
+            if not access.visible(catalog, user, db):
+                raise no_database(db_name)
+            if not access.may_write_schema(catalog, user, db):
+                raise NoPermission(
+                    f"dead.letter.table {db_name}.{table}: user {user} may not create tables "
+                    f"and write rows in database {db_name}; GRANT WRITE ON {db_name}.* TO "
+                    f"{user}, or name a table in a database of your own"
+                )
+        return share
 
     def _check_user(self, consumer_id: int, user: str) -> None:
         """NoPermission when `consumer_id` names another user's live consumer."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,27 +27,28 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sqltopic.errors import ConfigError, ConsumerFenced, TooLarge, VersionNotRetained
+from sqltopic.errors import ConfigError, ConsumerFenced, Error, TooLarge, VersionNotRetained
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.coordinator import Coordinator, Member
+from sqltopic.server.dead_letters import DeadLetters
 from sqltopic.server.engine import Engine
 from sqltopic.server.group_names import shares
 from sqltopic.server.poll import Message
 from sqltopic.server.poll_wire import frames_of, with_names
+from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.share_window import RowId
 from sqltopic.server.share_windows import ShareWindows
 from sqltopic.server.topic_reader import TopicBlock
 from sqltopic.server.tracked_reader import TrackedBlock, read_rows, read_tracked
 from sqltopic.server.vnode import Vnode
 
+log = logging.getLogger("sqltopic.server")
+
 Runner = Callable[..., Awaitable[Any]]
 
 # Rows one lease hands out when the poll sets no max_rows (Kafka's max.poll.records):
 # small enough that the group's consumers share a vgroup's rows evenly.
 DEFAULT_LEASE_ROWS = 500
-# How long a lease lasts (ack.timeout.ms's default, as Pulsar's ackTimeout and Kafka
-# share groups' record lock): an unacknowledged row goes to another consumer after it.
-DEFAULT_ACK_TIMEOUT_MS = 30_000
 # Rows one Acknowledge may name: a window holds at most 10,000 by default, so a larger
 # request is a mistake, and this bounds what one call makes the vnode look at.
 MAX_ACK_ROWS = 1_000_000
@@ -80,6 +82,7 @@ class SharePolls:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._vnodes: dict[int, _Vnode] = {}
+        self._dead = DeadLetters(engine)
         coordinator.departures.append(self._on_departure)
 
     def close(self) -> None:
@@ -102,10 +105,14 @@ class SharePolls:
         without any. The caller checked who polls (fencing and rights)."""
         deadline = self._clock() + wait
         entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
-        await self._run(self._open, entry, request)
+        member = self.sharer(request.consumer_id, request.group_id)
+        settings = member.share if member is not None else None
+        if settings is None:  # it left meanwhile
+            raise ConsumerFenced(f"consumer {request.consumer_id} is not a member: subscribe again")
+        await self._run(self._open, entry, request, settings)
         while True:
             changed = entry.changed
-            message = await self._run(self._lease, entry, request, max_bytes)
+            message = await self._run(self._lease, entry, request, max_bytes, settings)
             epoch = self._epoch(request.consumer_id)
             now = self._clock()
             if message is not None:
@@ -182,28 +189,53 @@ class SharePolls:
 
     # --- on a worker thread -----------------------------------------------------------
 
-    def _open(self, entry: _Vnode, request: pb.PollRequest) -> None:
+    def _give_up(
+        self, request: pb.PollRequest, settings: ShareSettings, dead: dict[RowId, int]
+    ) -> None:
+        """Rows out of deliveries go to the dead-letter table (or are dropped) and are
+        done; when the table cannot take them they are tried again later."""
+        windows = self._vnodes[request.vgroup].windows
+        topic, group = request.topic, request.group_id
+        target = settings.dead_letter_table
+        try:
+            if target is not None:
+                with self._engine.state.lock.shared():
+                    blocks, _gone = read_rows(self._engine.state, topic, request.vgroup, dead)
+                self._dead.write(target, topic, group, request.vgroup, blocks, dead)
+        except Error as exc:
+            windows.unbury(topic, group, dead)
+            log.warning(
+                "dead-lettering %d rows of topic %s vgroup %d for group %s into %s failed "
+                "(tried again later): %s", len(dead), topic, request.vgroup, group,
+                ".".join(target or ()), exc,
+            )  # fmt: skip
+            return
+        windows.bury(topic, group, dead)
+
+    def _open(self, entry: _Vnode, request: pb.PollRequest, settings: ShareSettings) -> None:
         vnode = entry.vnode
 
         def start() -> int:  # a group new here starts where auto.offset.reset says
             latest = request.auto_offset_reset == pb.OFFSET_RESET_LATEST
             return vnode.wal.next_version if latest else vnode.wal.first_version
 
-        entry.windows.open(request.topic, request.group_id, start)
+        entry.windows.open(request.topic, request.group_id, start, settings.max_deliveries)
 
     def _lease(
-        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int
+        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, settings: ShareSettings
     ) -> tuple[Message, list[RowId], list[int]] | None:
         """Rows leased to the poll's consumer (message, ids, delivery counts), or None."""
         windows, topic, group = entry.windows, request.topic, request.group_id
         consumer, vgroup = request.consumer_id, request.vgroup
         now = self._clock()
         windows.expire(now)
-        until = now + DEFAULT_ACK_TIMEOUT_MS / 1000
+        until = now + settings.lease_s
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
         state = self._engine.state
+        again, dead = windows.acquire(topic, group, consumer, until, wanted)
+        if dead:  # outside the engine's lock: creating the table takes it
+            self._give_up(request, settings, dict(dead))
         with state.lock.shared():
-            again, _dead = windows.acquire(topic, group, consumer, until, wanted)
             if again:
                 blocks, gone = read_rows(state, topic, vgroup, [rid for rid, _ in again])
                 if gone:

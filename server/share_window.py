@@ -22,12 +22,16 @@ acknowledged is delivered again).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqltopic.errors import ConfigError
 
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
+# The holder of rows out of deliveries while they are dead-lettered (consumer ids are
+# positive, and 0 means available).
+BURYING = -1
 
 # Rows one vgroup's window tracks at most by default (leased or waiting for redelivery):
 # a consumer holding leases it never acknowledges stops its group here, not the server.
@@ -119,8 +123,9 @@ class ShareWindow:
         self, consumer: int, deadline: float, max_rows: int
     ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:
         """Available rows leased to `consumer` (at most `max_rows`, oldest first), each
-        with its delivery count raised; and the rows that ran out of deliveries instead
-        (they are done: the caller dead-letters them), with their counts."""
+        with its delivery count raised; and the rows that ran out of deliveries instead,
+        with their counts: held for the caller, which dead-letters them and then calls
+        `bury` (or `unbury`, when that failed: they are taken again later)."""
         leased: list[tuple[RowId, int]] = []
         dead: list[tuple[RowId, int]] = []
         while self._heap and len(leased) < max_rows:
@@ -131,7 +136,7 @@ class ShareWindow:
             self.free.discard(rid)
             if self.max_deliveries is not None and state.deliveries >= self.max_deliveries:
                 dead.append((rid, state.deliveries))
-                self._done(rid)
+                state.holder, state.deadline = BURYING, math.inf  # until `bury` or `unbury`
                 continue
             state.deliveries += 1
             state.holder, state.deadline = consumer, deadline
@@ -149,6 +154,14 @@ class ShareWindow:
         self._advance()
         return done
 
+    def bury(self, ids: Iterable[RowId]) -> list[RowId]:
+        """Rows out of deliveries, dead-lettered: done, as if acknowledged."""
+        return self.ack(BURYING, ids)
+
+    def unbury(self, ids: Iterable[RowId]) -> int:
+        """Rows out of deliveries that could not be dead-lettered: taken again later."""
+        return self._free([rid for rid in ids if self._holds(BURYING, rid)])
+
     def nack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Make rows leased to `consumer` available again at once; the ids released."""
         released = [rid for rid in ids if self._holds(consumer, rid)]
@@ -162,12 +175,12 @@ class ShareWindow:
 
     def expire(self, now: float) -> int:
         """Leases past their deadline end; how many."""
-        late = [r for r, s in self.rows.items() if s.holder and s.deadline <= now]
+        late = [r for r, s in self.rows.items() if s.holder > 0 and s.deadline <= now]
         return self._free(late)
 
     def next_deadline(self) -> float | None:
         """When the first lease runs out, if any is held."""
-        return min((s.deadline for s in self.rows.values() if s.holder), default=None)
+        return min((s.deadline for s in self.rows.values() if s.holder > 0), default=None)
 
     def _free(self, ids: list[RowId]) -> int:
         for rid in ids:

@@ -24,12 +24,27 @@ from sqltopic.server.share_window import DEFAULT_MAX_IN_FLIGHT, Durable, RowId, 
 Key = tuple[str, str]  # (subscription, group)
 
 
+@dataclass(frozen=True)
+class ShareStats:
+    """A window's figures for SHOW SUBSCRIPTIONS: rows in flight (leased or waiting to
+    be delivered again) now, and since the server started, rows acknowledged, delivered
+    again, and given up (dead-lettered, or dropped without a dead-letter table)."""
+
+    in_flight: int
+    acked: int
+    redelivered: int
+    dead_lettered: int
+
+
 @dataclass
 class _Entry:
     window: ShareWindow
     version: int = 0  # raised by every acknowledgement
     saved: int = 0  # the version on disk
     save_lock: threading.Lock = field(default_factory=threading.Lock)
+    acked: int = 0
+    redelivered: int = 0
+    dead_lettered: int = 0
 
 
 class ShareWindows:
@@ -50,9 +65,12 @@ class ShareWindows:
         max_deliveries: int | None = None,
     ) -> None:  # fmt: skip
         """Make sure (topic, group) has its window: as stored, or new at `start()` (a
-        group with no committed state here)."""
+        group with no committed state here); with the group's `max_deliveries` (a group
+        emptied and joined again may have other settings)."""
         with self._lock:
-            if (topic, group) in self._entries:
+            entry = self._entries.get((topic, group))
+            if entry is not None:
+                entry.window.max_deliveries = max_deliveries
                 return
         stored = self._offsets.share_state(topic, group)  # may read the file: no lock
         saved = Durable(*stored) if stored is not None else Durable(start(), frozenset())
@@ -81,17 +99,26 @@ class ShareWindows:
         self, topic: str, group: str, consumer: int, deadline: float, max_rows: int
     ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:
         """`ShareWindow.acquire`: rows to deliver again leased to `consumer`, and rows
-        out of deliveries (done: saved before this returns, the caller dead-letters
-        them)."""
+        out of deliveries, which the caller dead-letters, then `bury`s."""
         with self._lock:
             entry = self._entries[(topic, group)]
             leased, dead = entry.window.acquire(consumer, deadline, max_rows)
-            if dead:
-                entry.version += 1
-                wanted = entry.version
-        if dead:
-            self._save(topic, group, entry, wanted)
-        return leased, dead
+            entry.redelivered += sum(1 for _, count in leased if count > 1)
+            return leased, dead
+
+    def bury(self, topic: str, group: str, ids: Iterable[RowId]) -> list[RowId]:
+        """Rows out of deliveries are done (dead-lettered or dropped), on disk once this
+        returns."""
+        done = self._settle(topic, group, lambda window: window.bury(ids))
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            if entry is not None:
+                entry.dead_lettered += len(done)
+        return done
+
+    def unbury(self, topic: str, group: str, ids: Iterable[RowId]) -> int:
+        with self._lock:
+            return self._window(topic, group).unbury(ids)
 
     def nack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         with self._lock:
@@ -131,11 +158,30 @@ class ShareWindows:
     def ack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Acknowledge rows leased to `consumer`; returns the rows acknowledged, once
         they are on disk. Rows no longer its own are left out (their lease expired)."""
+        done = self._settle(topic, group, lambda window: window.ack(consumer, ids))
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            if entry is not None:
+                entry.acked += len(done)
+        return done
+
+    def stats(self) -> dict[Key, ShareStats]:
+        """Every window's figures."""
+        with self._lock:
+            return {
+                key: ShareStats(e.window.in_flight, e.acked, e.redelivered, e.dead_lettered)
+                for key, e in self._entries.items()
+            }
+
+    def _settle(
+        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]]
+    ) -> list[RowId]:
+        """Rows done by `settle(window)`, saved before this returns."""
         with self._lock:
             entry = self._entries.get((topic, group))
             if entry is None:
                 return []
-            done = entry.window.ack(consumer, ids)
+            done = settle(entry.window)
             if not done:
                 return []
             entry.version += 1

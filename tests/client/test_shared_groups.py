@@ -13,7 +13,7 @@ import pytest
 from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
-from sqltopic.errors import ConfigError
+from sqltopic.errors import ConfigError, GroupConflict, NotFoundError
 from tests.client.support import DEADLINE_S, SELECT, config, later_rows
 from tests.live_server import ServerProcess
 
@@ -115,3 +115,62 @@ def test_acknowledging_outside_a_shared_group_is_refused(
             consumer.commit(message)
         with pytest.raises(ConfigError, match=r"row 99 is not a position"):
             consumer.ack(message, rows=[99])
+
+
+def _nack_all(consumer: Consumer, total: int, count: int) -> None:
+    """Take every row (at delivery `count`) and release it again."""
+    for message in _until([consumer], total, ack=False):
+        assert message.delivery_counts == (count,) * message.row_count
+        assert consumer.nack(message) == message.row_count
+
+
+def test_rows_out_of_deliveries_go_to_the_dead_letter_table_and_a_topic_delivers_them(
+    power: Connection, server: ServerProcess
+) -> None:
+    everything = _all_rows(power)
+    total = sum(everything.values())
+    settings = {"max_deliveries": 2, "dead_letter_table": "power.dlq"}
+    with Consumer(_shared(server.address, **settings)) as consumer:
+        consumer.subscribe(["overvoltage"])
+        _nack_all(consumer, total, 1)
+        _nack_all(consumer, total, 2)
+        deadline = time.monotonic() + DEADLINE_S
+        while not _dead(power, total):
+            assert time.monotonic() < deadline, "the rows did not reach power.dlq"
+            assert consumer.poll(0.2) is None  # given up: never delivered a third time
+    shown = power.execute(
+        "SELECT topic, group_id, deliveries, reason, ts, current, voltage, location, row_tbname "
+        "FROM power.dlq"
+    )
+    assert {r[:4] for r in shown.rows} == {("overvoltage", "s", 2, "max.deliveries")}
+    assert Counter(r[4:] for r in shown.rows) == everything
+    # dead letters are rows like any other: a topic delivers them
+    power.execute("CREATE TOPIC dead AS SELECT ts, voltage, vgroup, version FROM power.dlq")
+    with Consumer(config(server.address, "reader")) as reader:
+        reader.subscribe(["dead"])
+        got = _until([reader], total, ack=False)
+    assert sorted(r[1] for m in got for r in m.rows()) == sorted(r[2] for r in everything)
+
+
+def _dead(power: Connection, total: int) -> bool:
+    tables = [r[0] for r in power.execute("SHOW power.TABLES").rows]
+    if "dlq" not in tables:
+        return False
+    return int(power.execute("SELECT count(*) FROM power.dlq").rows[0][0]) == total
+
+
+def test_the_first_member_fixes_the_groups_settings(
+    power: Connection, server: ServerProcess
+) -> None:
+    with Consumer(_shared(server.address, ack_timeout_ms=5_000)) as first:
+        first.subscribe(["overvoltage"])
+        second = Consumer(_shared(server.address))
+        with second, pytest.raises(GroupConflict, match=r"ack\.timeout\.ms 5000 \(asked: 30000\)"):
+            second.subscribe(["overvoltage"])
+        with Consumer(_shared(server.address, ack_timeout_ms=5_000)) as third:
+            third.subscribe(["overvoltage"])  # the same settings: welcome
+    lost = Consumer(_shared(server.address, dead_letter_table="nowhere.dlq"))
+    with lost, pytest.raises(NotFoundError, match="nowhere"):
+        lost.subscribe(["overvoltage"])
+    with pytest.raises(ConfigError, match=r"max\.deliveries: a setting of shared groups"):
+        Consumer(config(server.address, "v", max_deliveries=3))

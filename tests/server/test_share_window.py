@@ -63,7 +63,17 @@ def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
     assert w.acquire(A, 5.0, 10) == ([((1, 0), 2), ((2, 0), 2)], [])
     w.nack(A, [(1, 0)])
     assert w.acquire(B, 5.0, 10) == ([], [((1, 0), 2)])
+    # held while it is dead-lettered: no one takes it, no lease expiry frees it
+    assert w.next_deadline() == 5.0  # (2, 0)'s lease; the buried row has none
+    assert w.nack(A, [(2, 0)]) == [(2, 0)]
+    assert (w.expire(1e9), w.acquire(B, 5.0, 10)) == (0, ([], [((2, 0), 2)]))
+    assert w.unbury([(1, 0), (2, 0)]) == 2  # dead-lettering failed: taken again later
+    assert w.acquire(B, 5.0, 10) == ([], [((1, 0), 2), ((2, 0), 2)])
+    assert w.bury([(1, 0)]) == [(1, 0)]
     assert (w.start, w.in_flight) == (2, 1)
+    # done for good, across a restart too
+    again = ShareWindow.restored(w.durable(), max_deliveries=2)
+    assert (again.start, again.admit(rows((2, 1)), 3, A, 5.0)) == (2, [(2, 0)])
 
 
 def test_the_window_holds_at_most_max_in_flight_rows() -> None:

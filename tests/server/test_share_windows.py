@@ -93,6 +93,8 @@ def test_rows_out_of_deliveries_are_saved_as_done(store: OffsetStore) -> None:
     windows.admit("t", "s", [(3, 0), (4, 0)], 5, A, 10.0)
     windows.nack("t", "s", A, [(3, 0)])
     assert windows.acquire("t", "s", B, 10.0, 10) == ([], [((3, 0), 1)])
+    assert store.share_state("t", "s") is None  # nothing done yet: it is dead-lettered first
+    assert windows.bury("t", "s", [(3, 0)]) == [(3, 0)]
     assert store.share_state("t", "s") == (4, frozenset())
 
 

@@ -514,6 +514,9 @@ class SubscribeRequest(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     MSG_WITH_TABLE_NAME_FIELD_NUMBER: _builtins.int
     GROUP_TYPE_FIELD_NUMBER: _builtins.int
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TABLE_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id when it already joined (changing its topic list, or rejoining
     after CONSUMER_STATUS_REMOVED or ConsumerFenced). 0 to join as a new consumer. An
@@ -554,7 +557,21 @@ class SubscribeRequest(_message.Message):
     `client_id`, which is then required). Every consumer of a group must ask for the
     same type: another is refused with GroupConflict, as is a second consumer of an
     exclusive group and a broadcast consumer whose client_id is in use in the group.
-    Nothing changes on a refusal.
+    Nothing changes on a refusal. "shared": every consumer reads every vgroup, rows
+    leased to them and settled one by one with Vnode.Acknowledge.
+    """
+    ack_timeout_ms: _builtins.int
+    """Shared groups only: the group's settings, fixed by its first member (a member asking
+    for other values is refused with GroupConflict). `ack.timeout.ms` (1000..3600000;
+    0 = 30000): how long a lease lasts before its rows go to another consumer.
+    """
+    max_deliveries: _builtins.int
+    """`max.deliveries` (0 = unlimited): a row is delivered at most this many times; then
+    it goes to the dead-letter table (or, without one, is dropped and counted).
+    """
+    dead_letter_table: _builtins.str
+    """`dead.letter.table`: "db.name" (the database must exist; the table is created when
+    missing), or empty for none.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -580,10 +597,13 @@ class SubscribeRequest(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         msg_with_table_name: _builtins.bool = ...,
         group_type: _builtins.str = ...,
+        ack_timeout_ms: _builtins.int = ...,
+        max_deliveries: _builtins.int = ...,
+        dead_letter_table: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "group_type", b"group_type", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "dead_letter_table", b"dead_letter_table", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "group_type", b"group_type", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_deliveries", b"max_deliveries", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
