@@ -45,6 +45,8 @@ from sqltopic.server.vnode import Vnode
 log = logging.getLogger("sqltopic.server")
 
 Runner = Callable[..., Awaitable[Any]]
+# A lease: the message, its rows' ids and delivery counts (in row order).
+Leased = tuple[Message, list[RowId], list[int]]
 
 # Rows one lease hands out when the poll sets no max_rows (Kafka's max.poll.records):
 # small enough that the group's consumers share a vgroup's rows evenly.
@@ -62,10 +64,13 @@ class _Vnode:
     """A vnode's shared windows, and the event its waiting polls wait on."""
 
     vnode: Vnode
-    windows: ShareWindows
     changed: asyncio.Event
     remove: Callable[[], None]
     kicked: bool = False
+
+    @property
+    def windows(self) -> ShareWindows:
+        return self.vnode.shares
 
 
 class SharePolls:
@@ -158,8 +163,7 @@ class SharePolls:
         if entry is None or entry.vnode is not vnode:
             if entry is not None:
                 entry.remove()
-            windows = ShareWindows(vnode.offsets, self._engine.state.clock)
-            entry = _Vnode(vnode, windows, asyncio.Event(), lambda: None)
+            entry = _Vnode(vnode, asyncio.Event(), lambda: None)
             listener = self._listener(entry)
             entry.remove = vnode.wal.notifier.add_listener(listener)
             self._vnodes[vnode.vgroup] = entry
@@ -223,43 +227,71 @@ class SharePolls:
 
     def _lease(
         self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, settings: ShareSettings
-    ) -> tuple[Message, list[RowId], list[int]] | None:
-        """Rows leased to the poll's consumer (message, ids, delivery counts), or None."""
+    ) -> Leased | None:
+        """Rows leased to the poll's consumer (message, ids, delivery counts), or None:
+        rows waiting to be delivered (again) first, else rows read on from the window's
+        end, one reader at a time (the waiting rows are looked at again once it is this
+        poll's turn: the reader before may have left some)."""
         windows, topic, group = entry.windows, request.topic, request.group_id
-        consumer, vgroup = request.consumer_id, request.vgroup
         now = self._clock()
         windows.expire(now)
         until = now + settings.lease_s
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
-        state = self._engine.state
+        leased = self._redeliver(entry, request, settings, until, wanted)
+        if leased is not None:
+            return leased
+        with windows.reading(topic, group):
+            leased = self._redeliver(entry, request, settings, until, wanted)
+            if leased is not None:
+                return leased
+            with self._engine.state.lock.shared():
+                return self._read_on(entry, request, max_bytes, until, wanted)
+
+    def _redeliver(
+        self, entry: _Vnode, request: pb.PollRequest, settings: ShareSettings, until: float,
+        wanted: int,
+    ) -> Leased | None:  # fmt: skip
+        windows, topic, group = entry.windows, request.topic, request.group_id
+        consumer = request.consumer_id
         again, dead = windows.acquire(topic, group, consumer, until, wanted)
         if dead:  # outside the engine's lock: creating the table takes it
             self._give_up(request, settings, dict(dead))
+        if not again:
+            return None
+        state = self._engine.state
         with state.lock.shared():
-            if again:
-                blocks, gone = read_rows(state, topic, vgroup, [rid for rid, _ in again])
-                if gone:
-                    windows.ack(topic, group, consumer, gone)  # nothing left to deliver
-                if blocks:
-                    return _message(blocks, dict(again))
-            for _ in range(MAX_EMPTY_READS):
-                at, room = windows.frontier(topic, group)
-                wal = entry.vnode.wal
-                if room <= 0 or at >= wal.next_version:
-                    return None
-                try:
-                    blocks, after = read_tracked(
-                        state, topic, vgroup, at, min(room, wanted), max_bytes
-                    )
-                except VersionNotRetained:  # retention went past the window: go on there
-                    windows.admit(topic, group, [], wal.first_version, consumer, until)
-                    continue
-                ids = [rid for block in blocks for rid in block.ids()]
-                leased = windows.admit(topic, group, ids, after, consumer, until, wanted)
-                if leased:
-                    mine = set(leased)
-                    kept = [k for b in blocks if (k := _keep(b, mine)) is not None]
-                    return _message(kept, dict.fromkeys(leased, 1))
+            blocks, gone = read_rows(state, topic, request.vgroup, [rid for rid, _ in again])
+        if gone:
+            windows.ack(topic, group, consumer, gone)  # nothing left to deliver
+        return _message(blocks, dict(again)) if blocks else None
+
+    def _read_on(
+        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, until: float,
+        wanted: int,
+    ) -> Leased | None:  # fmt: skip
+        """Rows read on from the window's end, leased; rows of an entry beyond the lease
+        wait for the next poll (the polls waiting are woken for them)."""
+        windows, topic, group = entry.windows, request.topic, request.group_id
+        consumer, vgroup, state = request.consumer_id, request.vgroup, self._engine.state
+        wal = entry.vnode.wal
+        for _ in range(MAX_EMPTY_READS):
+            at, room = windows.frontier(topic, group)
+            if room <= 0 or at >= wal.next_version:
+                return None
+            try:
+                blocks, after = read_tracked(state, topic, vgroup, at, min(room, wanted), max_bytes)
+            except VersionNotRetained:  # retention went past the window: go on there
+                windows.admit(topic, group, [], wal.first_version, consumer, until)
+                continue
+            ids = [rid for block in blocks for rid in block.ids()]
+            leased = windows.admit(topic, group, ids, after, consumer, until, wanted)
+            if len(leased) < len(ids):
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._kick, entry)
+            if leased:
+                mine = set(leased)
+                kept = [k for b in blocks if (k := _keep(b, mine)) is not None]
+                return _message(kept, dict.fromkeys(leased, 1))
         return None
 
 
@@ -280,9 +312,7 @@ def _keep(block: TrackedBlock, mine: set[RowId]) -> TrackedBlock | None:
     )  # fmt: skip
 
 
-def _message(
-    blocks: list[TrackedBlock], counts: dict[RowId, int]
-) -> tuple[Message, list[RowId], list[int]]:
+def _message(blocks: list[TrackedBlock], counts: dict[RowId, int]) -> Leased:
     """A data message of the blocks, with its rows' ids and delivery counts in row order."""
     ids = [rid for block in blocks for rid in block.ids()]
     first = min(v for v, _ in ids)

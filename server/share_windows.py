@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sqltopic.server.offsets import OffsetStore
 from sqltopic.server.share_window import DEFAULT_MAX_IN_FLIGHT, Durable, RowId, ShareWindow
+from sqltopic.sql.topic.params import topic_of
 
 Key = tuple[str, str]  # (subscription, group)
 
@@ -42,6 +43,9 @@ class _Entry:
     version: int = 0  # raised by every acknowledgement
     saved: int = 0  # the version on disk
     save_lock: threading.Lock = field(default_factory=threading.Lock)
+    # held from reading the frontier to admitting what was read there: two polls
+    # reading on at once would both read the same entries
+    read_lock: threading.Lock = field(default_factory=threading.Lock)
     acked: int = 0
     redelivered: int = 0
     dead_lettered: int = 0
@@ -79,6 +83,11 @@ class ShareWindows:
         )
         with self._lock:  # a concurrent first open may have won: keep its window
             self._entries.setdefault((topic, group), _Entry(window))
+
+    def reading(self, topic: str, group: str) -> threading.Lock:
+        """The lock to hold from `frontier` to `admit` (one reader of a window at a time)."""
+        with self._lock:
+            return self._entries[(topic, group)].read_lock
 
     def frontier(self, topic: str, group: str) -> tuple[int, int]:
         """Where the window reads the WAL next, and how many rows it may still admit."""
@@ -190,10 +199,13 @@ class ShareWindows:
         return done
 
     def forget(self, topic: str | None = None, group: str | None = None) -> None:
-        """Drop windows (of a dropped topic or group); their stored state goes with the
-        offsets (`OffsetStore.forget`)."""
+        """Drop windows (of a dropped topic, its bindings' included, or of one group on
+        it); their stored state goes with the offsets (`OffsetStore.forget`)."""
         with self._lock:
-            gone = [k for k in self._entries if topic in (None, k[0]) and group in (None, k[1])]
+            gone = [
+                k for k in self._entries
+                if topic in (None, topic_of(k[0])) and group in (None, k[1])
+            ]  # fmt: skip
             for key in gone:
                 del self._entries[key]
 

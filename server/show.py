@@ -50,7 +50,8 @@ SUBSCRIPTIONS = pa.schema(
     [("topic_name", pa.string()), ("consumer_group", pa.string()), ("vgroup_id", pa.int32()),
      ("consumer_id", pa.string()), ("user", pa.string()), ("fqdn", pa.string()),
      ("offset", pa.string()), ("rows", pa.int64()), ("lag", pa.int64()),
-     ("mode", pa.string())]
+     ("mode", pa.string()), ("in_flight", pa.int64()), ("acked", pa.int64()),
+     ("redelivered", pa.int64()), ("dead_lettered", pa.int64())]
 )  # fmt: skip
 USERS = pa.schema([("name", pa.string()), ("super", pa.bool_()), ("create_time", TS)])
 USER_PRIVILEGES = pa.schema(

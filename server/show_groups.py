@@ -8,11 +8,16 @@ each consumer of a broadcast group has rows of its own, under its lane `group:cl
 `mode` is the group's group.type (NULL for a group with only committed offsets left).
 `offset` is `log:<position>/<end>`: the holder's reported position (else the group's
 committed offset) and the vgroup's next version to write; `lag` is their difference.
+A shared group has no holder: its position is the start of its window (every row
+before is done), and `in_flight`, `acked`, `redelivered` and `dead_lettered` count its
+rows on the vgroup (server/share_windows.py; NULL for other groups and for a window
+not opened since the server started).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import astuple
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +53,7 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
     by_id = {m.id: m for m in members}
     modes = {m.group: m.mode for m in members}
     rows: list[Row] = []
+    shared = {vgroup: vnode.shares.stats() for vgroup, vnode in state.vnodes.items()}
     for topic, group in sorted(_pairs(state, members, owners)):
         db = state.catalog.databases[state.catalog.topics[topic_of(topic)].db]
         mode = modes.get(group, "broadcast" if LANE_SEP in group else None)
@@ -55,7 +61,9 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
             owner = owners.get((topic, group), {}).get(vgroup)
             holder = by_id.get(owner.consumer) if owner else None
             row = _subscription(state, coordinator, topic, group, vgroup, holder)
-            rows.append((*row, mode))
+            figures = shared.get(vgroup, {}).get((topic, group))
+            counts = astuple(figures) if figures is not None else (None,) * 4
+            rows.append((*row, mode, *counts))
     return Result.of_rows(schema, rows)
 
 

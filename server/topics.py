@@ -126,4 +126,6 @@ def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> Non
     """A dropped topic's (or group's) offsets must not resume a later namesake."""
     database = state.catalog.databases.get(db)
     for vgroup in database.vgroups if database is not None else ():
-        state.vnode(vgroup).offsets.forget(topic, group)
+        vnode = state.vnode(vgroup)
+        vnode.offsets.forget(topic, group)
+        vnode.shares.forget(topic, group)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqltopic.errors import SqlError
 from sqltopic.server.offsets import OffsetStore
 from sqltopic.server.resources import FileReserve, files_exceeded, out_of_files
+from sqltopic.server.share_windows import ShareWindows
 from sqltopic.sql.entries import (
     STABLE_KEY,
     TABLE_KEY,
@@ -33,7 +34,7 @@ from sqltopic.sql.entries import (
 )
 from sqltopic.sql.model import Database
 from sqltopic.wal import Scheduler, Wal, WalOptions, WalReader
-from sqltopic.wal.options import Clock
+from sqltopic.wal.options import Clock, wall_clock_us
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,11 @@ class Vnode:
     db: str
     wal: Wal
     offsets: OffsetStore
+    # shared groups' delivery windows, kept beside the committed offsets
+    shares: ShareWindows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shares = ShareWindows(self.offsets, wall_clock_us)
 
     @classmethod
     def open(

@@ -14,7 +14,7 @@ from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
 from sqltopic.errors import ConfigError, GroupConflict, NotFoundError
-from tests.client.support import DEADLINE_S, SELECT, config, later_rows
+from tests.client.support import DEADLINE_S, SELECT, config
 from tests.live_server import ServerProcess
 
 Row = tuple[Any, ...]
@@ -52,28 +52,52 @@ def _rows(messages: list[Message]) -> Counter[Row]:
     return Counter(row for m in messages for row in m.rows())
 
 
-def test_shared_consumers_all_read_and_each_row_is_acknowledged_once(
-    power: Connection, server: ServerProcess
+WIDE = """
+CREATE DATABASE wide VGROUPS 4;
+CREATE STABLE wide.meters (ts TIMESTAMP, v INT) TAGS (site INT);
+CREATE TOPIC spread AS SELECT ts, v, tbname FROM wide.meters WHERE v % 3 > 0;
+"""
+
+
+def test_eight_consumers_on_four_vgroups_all_work_and_each_row_is_acknowledged_once(
+    conn: Connection, server: ServerProcess
 ) -> None:
-    power.execute(later_rows(1_700_000_000_000, 400))
-    everything = _all_rows(power)
+    conn.execute(WIDE)
+    for site in range(16):  # child tables spread over the four vgroups
+        values = " ".join(f"({1_700_000_000_000 + i}, {i})" for i in range(60))
+        conn.execute(f"INSERT INTO wide.m{site} USING wide.meters TAGS ({site}) VALUES {values}")
+    everything = Counter(conn.execute("SELECT ts, v, tbname FROM wide.meters WHERE v % 3 > 0").rows)
     total = sum(everything.values())
-    consumers = [Consumer(_shared(server.address, max_poll_rows=20)) for _ in range(3)]
+    consumers = [Consumer(_shared(server.address, max_poll_rows=10)) for _ in range(8)]
     try:
         for consumer in consumers:
-            consumer.subscribe(["overvoltage"])
+            consumer.subscribe(["spread"])
         for consumer in consumers:
-            assert {p.vgroup for p in consumer.assignment()} == {1, 2}
+            assert {p.vgroup for p in consumer.assignment()} == {1, 2, 3, 4}
         who: Counter[int] = Counter()
-        got = _until(consumers, total, who=who)
+        got = _until(consumers, total, who=who)  # each message acknowledged: all its rows
         assert _rows(got) == everything
-        assert len(who) == 3, f"every consumer got rows: {who}"
-        assert all(m.delivery_counts == (1,) * m.row_count for m in got)
+        assert len(who) == 8, f"every consumer got rows: {who}"
         assert {m.delivery_count for m in got} == {1}
-        ids = [rid for m in got for rid in m.row_ids]
+        ids = [(m.vgroup, *rid) for m in got for rid in m.row_ids]  # ids are per vgroup
         assert len(ids) == len(set(ids)) == total
         for consumer in consumers:  # nothing comes again: every row was acknowledged
             assert consumer.poll(0.3) is None
+        shown = conn.execute("SHOW SUBSCRIPTIONS")
+        names = shown.columns
+        figures = [
+            {k: r[names.index(k)] for k in ("vgroup_id", "consumer_id", "mode", "in_flight",
+                                            "acked", "redelivered", "dead_lettered", "lag")}
+            for r in shown.rows
+        ]  # fmt: skip
+        assert sorted(f["vgroup_id"] for f in figures) == [1, 2, 3, 4]
+        assert all(
+            (f["consumer_id"], f["mode"], f["in_flight"], f["redelivered"], f["dead_lettered"])
+            == (None, "shared", 0, 0, 0)
+            for f in figures
+        )
+        assert sum(f["acked"] for f in figures) == total
+        assert all(f["lag"] == 0 for f in figures)  # the windows' starts are at the ends
     finally:
         for consumer in consumers:
             consumer.close()

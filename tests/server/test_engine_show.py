@@ -113,7 +113,7 @@ def test_show_users_consumers_subscriptions(catalog: Engine) -> None:
     subscriptions = catalog.execute("SHOW SUBSCRIPTIONS")
     assert subscriptions.columns == [
         "topic_name", "consumer_group", "vgroup_id", "consumer_id", "user", "fqdn", "offset",
-        "rows", "lag", "mode",
+        "rows", "lag", "mode", "in_flight", "acked", "redelivered", "dead_lettered",
     ]  # fmt: skip
     assert subscriptions.rows == []
 

@@ -1,0 +1,109 @@
+"""Shared groups under crashes: a consumer SIGKILLed while holding leases loses them to
+the others when they expire, and a server SIGKILLed and restarted keeps every
+acknowledgement that returned, delivering again only the rows not acknowledged."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqltopic.client import connect
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message
+from tests.client.support import DEADLINE_S, METERS, SELECT, TOPIC, config, later_rows
+from tests.live_server import POWER, ServerProcess
+
+Row = tuple[Any, ...]
+# A lease much shorter than the session timeout (60 s below): the rows come back by
+# lease expiry, not because the consumer was removed.
+ACK_TIMEOUT_MS = 1_000
+HOLDER = """
+import sys
+from sqltopic.client.consumer import Consumer
+config = {"server": sys.argv[1], "group.id": "s", "group.type": "shared",
+          "ack.timeout.ms": sys.argv[2], "session.timeout.ms": "60000",
+          "auto.offset.reset": "earliest", "enable.auto.commit": "false",
+          "fetch.max.wait.ms": "100"}
+consumer = Consumer(config)
+consumer.subscribe(["overvoltage"])
+held = 0
+while held < int(sys.argv[3]):
+    message = consumer.poll(0.5)
+    held += message.row_count if message is not None else 0
+print("holding", held, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def _take(consumer: Consumer, wanted: int) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(m.row_count for m in got) < wanted:
+        assert time.monotonic() < deadline, f"{sum(m.row_count for m in got)} of {wanted} rows"
+        message = consumer.poll(0.5)
+        got += [message] if message is not None else []
+    return got
+
+
+def _rows(messages: list[Message]) -> Counter[Row]:
+    return Counter(row for m in messages for row in m.rows())
+
+
+def test_a_killed_consumers_leases_go_to_the_others_when_they_expire(
+    power: Any, server: ServerProcess
+) -> None:
+    everything = Counter(power.execute(SELECT).rows)
+    total = sum(everything.values())
+    args = [sys.executable, "-c", HOLDER, server.address, str(ACK_TIMEOUT_MS), str(total)]
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().split() == ["holding", str(total)]
+        group = config(server.address, "s", group_type="shared", ack_timeout_ms=ACK_TIMEOUT_MS)
+        with Consumer(group) as survivor:
+            survivor.subscribe(["overvoltage"])
+            child.kill()  # SIGKILL, holding every row: no close, no acknowledgement
+            child.wait(DEADLINE_S)
+            got = _take(survivor, total)
+            assert _rows(got) == everything  # nothing lost
+            assert {m.delivery_count for m in got} == {2}  # each came a second time
+            assert sum(survivor.ack(m) for m in got) == total
+    finally:
+        child.kill()
+
+
+def test_a_restarted_server_keeps_acknowledgements_and_redelivers_the_rest(
+    data: Path,
+) -> None:
+    server = ServerProcess(data)
+    server.wait_ready()
+    try:
+        with connect(server.address) as conn:
+            conn.execute(POWER + METERS + ";" + TOPIC)
+            conn.execute(later_rows(1_600_000_000_000, 200))
+            everything = Counter(conn.execute(SELECT).rows)
+        total = sum(everything.values())
+        group = config(server.address, "s", group_type="shared", max_poll_rows=10)
+        consumer = Consumer(group)
+        consumer.subscribe(["overvoltage"])
+        got = _take(consumer, total)
+        acked = got[::2]  # every other message, out of order with the ones left
+        assert sum(consumer.ack(m) for m in acked) == sum(m.row_count for m in acked)
+        server.kill()  # SIGKILL: whatever was not on disk is lost
+        server = ServerProcess(data, port=server.port)
+        server.wait_ready()
+        consumer.close()  # its leases died with the server
+        left = _rows(got) - _rows(acked)
+        with Consumer(group) as again:
+            again.subscribe(["overvoltage"])
+            redelivered = _take(again, sum(left.values()))
+            assert _rows(redelivered) == left  # only the rows not acknowledged
+            for message in redelivered:
+                again.ack(message)
+            assert again.poll(0.5) is None
+    finally:
+        server.kill()
