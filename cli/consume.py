@@ -8,7 +8,8 @@ stderr otherwise; a `data_lost` message is a note on stderr.
 
 Group: `--group G` joins G, starts from its committed offsets (`--from` applies only to
 vgroups without one) and commits each message once printed; `--group-type` chooses how
-the group shares the topic (broadcast: with `--client-id`, whose offsets it resumes from).
+the group shares the topic (broadcast: with `--client-id`, whose offsets it resumes from;
+shared: rows leased to every consumer of the group, each row acknowledged once printed).
 Without `--group` the command joins a new group of its own, `sqltopic-cli-<random>`, as
 Kafka's console consumer does, and commits nothing. `--commit/--no-commit` overrides either default.
 A message cut short by `--max-rows` is not committed: its rows come again next time.
@@ -38,7 +39,7 @@ from sqltopic.cli.connect import (
 )
 from sqltopic.cli.format import FORMATS, Format, counted, table_lines, writer
 from sqltopic.cli.stop import StopRequest, stop_requests
-from sqltopic.client.config import GROUP_TYPES, GroupType
+from sqltopic.client.config import GROUP_TYPES, SHARING_TYPES, GroupType
 from sqltopic.client.tls import TlsHandshakeError
 from sqltopic.errors import ConfigError
 
@@ -197,9 +198,25 @@ def follow(consumer: Consumer, printer: Printer, settings: Settings, stop: StopR
         limit = None if settings.max_rows is None else settings.max_rows - printed
         shown = printer.show(msg, limit)
         printed += shown
-        if settings.commit and shown == msg.row_count:
-            consumer.commit(msg)
+        if settings.commit:
+            _settle(consumer, msg, shown, settings.group_type)
     return printed
+
+
+def _settle(consumer: Consumer, msg: Message, shown: int, group_type: GroupType) -> None:
+    """What was printed is done: a vgroup group commits a message printed whole (a cut
+    one comes again next time); a shared group acknowledges the rows printed and releases
+    the others, which another consumer of the group may take at once."""
+    if group_type not in SHARING_TYPES:
+        if shown == msg.row_count:
+            consumer.commit(msg)
+        return
+    if msg.kind != "data" or not msg.row_ids:
+        return
+    if shown:
+        consumer.ack(msg, rows=range(shown))
+    if shown < msg.row_count:
+        consumer.nack(msg, rows=range(shown, msg.row_count))
 
 
 class Printer:

@@ -177,3 +177,26 @@ def test_broadcast_without_a_client_id_is_one_line(
     assert done.returncode == 1
     assert done.stderr.startswith("sqltopic: --group-type broadcast: give --client-id NAME")
     assert topic.execute("SHOW CONSUMERS").rows == []
+
+
+def test_a_shared_group_acknowledges_what_it_printed_and_releases_the_rest(
+    topic: Connection, server: ServerProcess
+) -> None:
+    everything = _expected(topic)
+    total = sum(everything.values())
+    args = ("consume", "over", "--group", "sg", "--group-type", "shared", "--from",
+            "earliest", "--format", "jsonl")  # fmt: skip
+
+    def rows(done: Any) -> Counter[tuple[Any, ...]]:
+        assert done.returncode == 0, done.stderr
+        return _normal([json.loads(line) for line in done.stdout.splitlines()])
+
+    first = rows(run_on(server, *args, "--max-rows", "3", "--timeout", IDLE_S))
+    assert sum(first.values()) == 3
+    # the rest of a message cut by --max-rows was released: the next run prints it
+    rest = rows(run_on(server, *args, "--max-rows", str(total - 3), "--timeout", IDLE_S))
+    assert first + rest == everything
+    assert rows(run_on(server, *args, "--timeout", "2")) == Counter()  # all acknowledged
+    shown = topic.execute("SHOW SUBSCRIPTIONS")
+    acked = shown.columns.index("acked")
+    assert sum(r[acked] for r in shown.rows) == total

@@ -72,6 +72,9 @@ class UserWire:
     def fetch(self, request: pb.PollRequest) -> pb.PollResponse:
         return self.vnode.Fetch(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
 
+    def acknowledge(self, request: pb.AcknowledgeRequest) -> pb.AcknowledgeResponse:
+        return self.vnode.Acknowledge(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
+
     def commit(self, request: pb.CommitRequest) -> pb.CommitResponse:
         return self.vnode.Commit(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
 
