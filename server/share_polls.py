@@ -259,10 +259,18 @@ class SharePolls:
         if not again:
             return None
         state = self._engine.state
-        with state.lock.shared():
-            blocks, gone = read_rows(state, topic, request.vgroup, [rid for rid, _ in again])
-        if gone:
-            windows.ack(topic, group, consumer, gone)  # nothing left to deliver
+        ids = [rid for rid, _ in again]
+        first = entry.vnode.wal.first_version
+        lost = [rid for rid in ids if rid[0] < first]  # retention deleted their writes
+        kept = [rid for rid in ids if rid[0] >= first]
+        try:
+            with state.lock.shared():
+                blocks, gone = read_rows(state, topic, request.vgroup, kept)
+        except VersionNotRetained:  # deleted just now: the next poll drops them
+            windows.nack(topic, group, consumer, ids)
+            return None
+        if gone or lost:
+            windows.ack(topic, group, consumer, lost + gone)  # nothing left to deliver
         return _message(blocks, dict(again)) if blocks else None
 
     def _read_on(

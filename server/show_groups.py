@@ -63,6 +63,8 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
             row = _subscription(state, coordinator, topic, group, vgroup, holder)
             figures = shared.get(vgroup, {}).get((topic, group))
             counts = astuple(figures) if figures is not None else (None,) * 4
+            if mode is None and figures is not None:
+                mode = "shared"  # no member left, but its window on the vgroup is open
             rows.append((*row, mode, *counts))
     return Result.of_rows(schema, rows)
 

@@ -45,6 +45,9 @@ DEFAULTS = {
     "ssl_ca_location": None,
     "ssl_certificate_location": None,
     "ssl_key_location": None,
+    "ack_timeout_ms": 0,
+    "max_deliveries": 0,
+    "dead_letter_table": "",
 }
 
 # key, value given, field, value parsed
@@ -91,6 +94,10 @@ GOOD = [
     ("ssl.ca.location", "/etc/sqltopic/ca.pem", "ssl_ca_location", "/etc/sqltopic/ca.pem"),
     ("ssl.certificate.location", "c.pem", "ssl_certificate_location", "c.pem"),
     ("ssl.key.location", "k.pem", "ssl_key_location", "k.pem"),
+    ("group.type", "shared", "group_type", "shared"),
+    ("ack.timeout.ms", "5000", "ack_timeout_ms", 5000),
+    ("max.deliveries", 3, "max_deliveries", 3),
+    ("dead.letter.table", "power.dlq", "dead_letter_table", "power.dlq"),
 ]
 # What a key of GOOD needs beside it to be valid: the ssl.* keys need TLS on, and the
 # client certificate and its key come together.
@@ -98,6 +105,9 @@ NEEDS: dict[str, dict[str, object]] = {
     "ssl.ca.location": {"security.protocol": "ssl"},
     "ssl.certificate.location": {"security.protocol": "ssl", "ssl.key.location": "k.pem"},
     "ssl.key.location": {"security.protocol": "ssl", "ssl.certificate.location": "c.pem"},
+    "ack.timeout.ms": {"group.type": "shared"},
+    "max.deliveries": {"group.type": "shared"},
+    "dead.letter.table": {"group.type": "shared"},
 }
 
 # extra config, the ConfigError message (exactly)
@@ -163,8 +173,24 @@ BAD = [
     ({"user": None}, "user: None is not a string"),
     ({"password": True}, "password: True is not a string"),
     ({"client.id": "c" * 256}, f"client.id: {'c' * 256!r} is not at most 255 characters long"),
-    ({"group.type": "shard"}, "group.type: 'shard' is not one of vgroup, exclusive, broadcast"),
-    ({"group.type": 3}, "group.type: 3 is not one of vgroup, exclusive, broadcast"),
+    (
+        {"group.type": "shard"},
+        "group.type: 'shard' is not one of vgroup, exclusive, broadcast, shared",
+    ),
+    ({"group.type": 3}, "group.type: 3 is not one of vgroup, exclusive, broadcast, shared"),
+    (
+        {"group.type": "shared", "ack.timeout.ms": 999},
+        "ack.timeout.ms: 999 is out of range 1000..3600000",
+    ),
+    (
+        {"group.type": "shared", "max.deliveries": -1},
+        "max.deliveries: -1 is out of range 0..1000000",
+    ),
+    (
+        {"ack.timeout.ms": 5000},
+        "ack.timeout.ms: a setting of shared groups; this consumer's group.type is vgroup "
+        "(set group.type shared, or drop ack.timeout.ms)",
+    ),
     (
         {"group.type": "broadcast"},
         "client.id: required with group.type broadcast (each consumer's offsets are kept under "
@@ -299,7 +325,9 @@ def test_missing_group_id_unknown_keys_and_a_non_dict() -> None:
         parse_config({"client.id": "c1"})
     with pytest.raises(ConfigError, match=r"^td.connect.db: unknown consumer config key") as info:
         parse_config({**GROUP, "td.connect.db": "power"})
-    assert "known keys: auto.commit.interval.ms, auto.offset.reset," in str(info.value)
+    assert "known keys: ack.timeout.ms, auto.commit.interval.ms, auto.offset.reset," in str(
+        info.value
+    )
     with pytest.raises(ConfigError, match=r"is not a dict of key -> value"):
         parse_config([("group.id", "g")])  # type: ignore[arg-type]
 

@@ -4,12 +4,14 @@ count raised, and a closed consumer's leases go to the others at once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from sqltopic.aio import Consumer as AsyncConsumer
 from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
@@ -198,3 +200,33 @@ def test_the_first_member_fixes_the_groups_settings(
         lost.subscribe(["overvoltage"])
     with pytest.raises(ConfigError, match=r"max\.deliveries: a setting of shared groups"):
         Consumer(config(server.address, "v", max_deliveries=3))
+
+
+def test_the_asyncio_consumer_acknowledges_and_releases(
+    power: Connection, server: ServerProcess
+) -> None:
+    everything = _all_rows(power)
+    total = sum(everything.values())
+
+    async def take(consumer: AsyncConsumer, wanted: int) -> list[Message]:
+        got: list[Message] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while sum(m.row_count for m in got) < wanted:
+            assert time.monotonic() < deadline
+            message = await consumer.poll(0.2)
+            got += [message] if message is not None else []
+        return got
+
+    async def scenario() -> None:
+        async with AsyncConsumer(_shared(server.address)) as consumer:
+            await consumer.subscribe(["overvoltage"])
+            first = await take(consumer, total)
+            assert _rows(first) == everything
+            assert await consumer.nack(first[0], rows=[0]) == 1
+            again = await take(consumer, 1)
+            assert (again[0].rows(), again[0].delivery_counts) == ([first[0].rows()[0]], (2,))
+            for message in first + again:
+                await consumer.ack(message)  # the nacked row is no longer held: skipped
+            assert await consumer.poll(0.3) is None
+
+    asyncio.run(scenario())

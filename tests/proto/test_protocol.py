@@ -43,6 +43,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Fetch": (False, False),
         "Consume": (True, True),
         "Commit": (False, False),
+        "Acknowledge": (False, False),
         "Committed": (False, False),
         "OffsetRange": (False, False),
     },

@@ -132,7 +132,7 @@ class _AckType:
 class _AckTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AckType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ACK_TYPE_UNSPECIFIED: _AckType.ValueType  # 0
-    """refused: INVALID_ARGUMENT"""
+    """Not set: refused with INVALID_ARGUMENT (ConfigError)."""
     ACK_TYPE_ACCEPT: _AckType.ValueType  # 1
     """Processed: never delivered again (durable before the answer)."""
     ACK_TYPE_RELEASE: _AckType.ValueType  # 2
@@ -144,7 +144,7 @@ class AckType(_AckType, metaclass=_AckTypeEnumTypeWrapper):
     """How an Acknowledge settles its rows (Kafka share groups' ACCEPT and RELEASE)."""
 
 ACK_TYPE_UNSPECIFIED: AckType.ValueType  # 0
-"""refused: INVALID_ARGUMENT"""
+"""Not set: refused with INVALID_ARGUMENT (ConfigError)."""
 ACK_TYPE_ACCEPT: AckType.ValueType  # 1
 """Processed: never delivered again (durable before the answer)."""
 ACK_TYPE_RELEASE: AckType.ValueType  # 2
@@ -1460,13 +1460,15 @@ class DataMessage(_message.Message):
     """Rows over all blocks."""
     @_builtins.property
     def row_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Shared groups only (empty otherwise): each row's id, in row order over all blocks:
-        the WAL version of its entry and its 0-based index among that entry's rows. An
-        Acknowledge names rows by these.
+        """Shared groups only (empty otherwise): each row's id, in row order over all blocks,
+        is (row_versions[i], row_indexes[i]); an Acknowledge names rows by these. This is
+        the WAL version of the row's entry.
         """
 
     @_builtins.property
-    def row_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def row_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Shared groups only: the row's 0-based index among its entry's rows."""
+
     @_builtins.property
     def delivery_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Shared groups only: how many times each row has been delivered, this time
@@ -1643,20 +1645,27 @@ class AcknowledgeRequest(_message.Message):
     INDEXES_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
-    """The consumer the rows were leased to, its group and epoch (as in PollRequest)."""
+    """The consumer the rows were leased to (as in PollRequest)."""
     group_id: _builtins.str
+    """Its group."""
     topic: _builtins.str
+    """The topic the rows were polled from."""
     vgroup: _builtins.int
+    """Their vgroup."""
     epoch: _builtins.int
+    """The consumer's epoch (from GetAssignment; an older one is accepted)."""
     type: Global___AckType.ValueType
+    """How to settle them."""
     @_builtins.property
     def versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The rows, as DataMessage names them: versions[i] and indexes[i] are row i's id
-        (the two lists have the same length, at most 1,000,000 rows per request).
+        """The rows, as DataMessage names them: (versions[i], indexes[i]) is row i's id. The
+        two lists have the same length, at most 1,000,000 rows per request.
         """
 
     @_builtins.property
-    def indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The rows' indexes in their entries."""
+
     def __init__(
         self,
         *,
