@@ -10,7 +10,6 @@ accepts exactly those rows, and a row is never settled twice by this consumer.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -72,15 +71,25 @@ class Acks(CoreState):
                 del self.unsettled[id(message)]
         return settled
 
-    def accept_unsettled(self) -> Flow[None]:
-        """Accept every row handed out and not settled yet (implicit acknowledgement)."""
+    def queue_unsettled(self) -> None:
+        """Accept every row handed out and not settled yet (implicit acknowledgement),
+        lazily: each vgroup's next poll carries them (`CoreState._poll_request`)."""
         records, self.unsettled = list(self.unsettled.values()), {}
-        by_vgroup: dict[Key, list[tuple[int, int]]] = defaultdict(list)
         for record in records:
             ids = record.message.row_ids
             key = (record.message.topic, record.message.vgroup)
-            by_vgroup[key] += [ids[i] for i in range(len(ids)) if i not in record.settled]
-        for key, ids in by_vgroup.items():
+            pending = self.pending_acks.setdefault(key, [])
+            pending += [ids[i] for i in range(len(ids)) if i not in record.settled]
+
+    def accept_unsettled(self) -> Flow[None]:
+        """Accept every row handed out and not settled yet, and send every accepted row
+        not sent yet, now (close, unsubscribe: no later poll will carry them)."""
+        self.queue_unsettled()
+        pending, self.pending_acks = self.pending_acks, {}
+        for key, ids in self.acks_in_flight.values():  # maybe not applied: again
+            pending.setdefault(key, []).extend(ids)
+        self.acks_in_flight.clear()
+        for key, ids in pending.items():
             yield from self._acknowledge(key, ids, pb.ACK_TYPE_ACCEPT)
 
     def _acknowledge(self, key: Key, ids: list[tuple[int, int]], kind: int) -> Flow[int]:

@@ -113,9 +113,13 @@ class ConsumerCore(Membership):
             held.ticket, held.retry_at = next(self._tickets), 0.0
             self._in_flight[held.ticket] = key
             timeout = self.config.fetch_max_wait_ms / 1000 + POLL_DEADLINE_MARGIN_S
+            request = self._poll_request(held)
+            if request.ack_versions:
+                acks = list(zip(request.ack_versions, request.ack_indexes, strict=True))
+                self.acks_in_flight[held.ticket] = (key, acks)
             yield Fetch(
                 held.ticket, held.topic, held.database, held.vgroup, held.endpoint,
-                self._poll_request(held), self.metadata, timeout,
+                request, self.metadata, timeout,
             )  # fmt: skip
 
     def _wait_s(self, deadline: float | None) -> float | None:
@@ -135,6 +139,7 @@ class ConsumerCore(Membership):
     def _on_fetched(self, done: Fetched) -> None:
         if done.epoch > self.epoch:
             self.need_refresh = True  # our assignment moved on: take it up now
+        self.acks_in_flight.pop(done.ticket, None)  # answered: the vnode applied them
         key = self._in_flight.pop(done.ticket, None)
         held = self.held.get(key) if key is not None else None
         if held is None or held.ticket != done.ticket:

@@ -76,7 +76,10 @@ class Offsets(Acks):
         if not self.config.enable_auto_commit or not self.consumer_id:
             return
         if self.sharing:  # the rows handed out are done: the application polls again
-            yield from self._quietly("acknowledging", self.accept_unsettled(), level)
+            if changed_only:  # a poll: the next polls carry them
+                self.queue_unsettled()
+            else:  # close, unsubscribe, subscribe: send them now
+                yield from self._quietly("acknowledging", self.accept_unsettled(), level)
             return
         if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
             self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000

@@ -103,6 +103,11 @@ class CoreState:
         self.callback_error: Exception | None = None  # what a callback raised, to re-raise
         # shared groups: messages handed out with rows not acknowledged yet (acks.py)
         self.unsettled: dict[int, Any] = {}
+        # and rows accepted that the vgroup's next poll carries (implicit acknowledgement)
+        self.pending_acks: dict[Key, list[tuple[int, int]]] = {}
+        # and those a poll in flight carries, by ticket: its answer means the vnode
+        # applied them; without one (cancelled, closing) they are sent again
+        self.acks_in_flight: dict[int, tuple[Key, list[tuple[int, int]]]] = {}
         self._tickets = itertools.count(1)
         self._in_flight: dict[int, Key] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
@@ -177,7 +182,9 @@ class CoreState:
         )
 
     def _poll_request(self, held: Held) -> pb.PollRequest:
+        """The poll of `held`'s vgroup, carrying the rows accepted there meanwhile."""
         c = self.config
+        acks = self.pending_acks.pop((held.topic, held.vgroup), [])
         return pb.PollRequest(
             consumer_id=self.consumer_id,
             group_id=self.offsets_group,
@@ -190,6 +197,8 @@ class CoreState:
             min_rows=c.min_poll_rows,
             max_wait_ms=c.fetch_max_wait_ms,
             with_table_name=c.msg_with_table_name,
+            ack_versions=[v for v, _ in acks],
+            ack_indexes=[i for _, i in acks],
         )
 
     def _by_endpoint(

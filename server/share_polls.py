@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,7 @@ class SharePolls:
         self._loop = asyncio.get_running_loop()
         self._vnodes: dict[int, _Vnode] = {}
         self._dead = DeadLetters(engine)
+        self._saves: set[asyncio.Future[Any]] = set()  # piggybacked acks being saved
         coordinator.departures.append(self._on_departure)
 
     def close(self) -> None:
@@ -115,6 +116,7 @@ class SharePolls:
         if settings is None:  # it left meanwhile
             raise ConsumerFenced(f"consumer {request.consumer_id} is not a member: subscribe again")
         await self._run(self._open, entry, request, settings)
+        self._accept_piggybacked(entry, request)
         while True:
             changed = entry.changed
             message = await self._run(self._lease, entry, request, max_bytes, settings)
@@ -137,6 +139,23 @@ class SharePolls:
                 request.consumer_id, request.group_id, request.topic, request.vgroup,
                 request.epoch,
             )  # fmt: skip
+
+    def _accept_piggybacked(self, entry: _Vnode, request: pb.PollRequest) -> None:
+        """The rows the poll accepts (implicit acknowledgement): done now, saved soon on
+        a worker (saves of a window group together and never go back)."""
+        ids = checked_ids("PollRequest", request.ack_versions, request.ack_indexes)
+        if not ids:
+            return
+        save = entry.windows.accept(request.topic, request.group_id, request.consumer_id, ids)
+        if save is not None:
+            task = asyncio.ensure_future(self._run(save))
+            self._saves.add(task)
+            task.add_done_callback(self._saved)
+
+    def _saved(self, task: asyncio.Future[Any]) -> None:
+        self._saves.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("saving piggybacked acknowledgements failed: %s", task.exception())
 
     async def acknowledge(self, request: pb.AcknowledgeRequest) -> pb.AcknowledgeResponse:
         """Settle rows leased to the consumer. The caller checked who calls."""
@@ -341,15 +360,20 @@ def _ids_of(request: pb.AcknowledgeRequest) -> list[RowId]:
         raise ConfigError(
             f"Acknowledge: type {request.type} is not ACK_TYPE_ACCEPT (1) or ACK_TYPE_RELEASE (2)"
         )
-    versions, indexes = request.versions, request.indexes
+    return checked_ids("Acknowledge", request.versions, request.indexes)
+
+
+def checked_ids(what: str, versions: Sequence[int], indexes: Sequence[int]) -> list[RowId]:
+    """Row ids from their two lists: ConfigError when their lengths differ, TooLarge
+    past MAX_ACK_ROWS."""
     if len(versions) != len(indexes):
         raise ConfigError(
-            f"Acknowledge: {len(versions)} versions but {len(indexes)} indexes; give one "
+            f"{what}: {len(versions)} versions but {len(indexes)} indexes; give one "
             "(version, index) pair per row"
         )
     if len(versions) > MAX_ACK_ROWS:
         raise TooLarge(
-            f"Acknowledge: {len(versions):,} rows, above the limit of {MAX_ACK_ROWS:,} per "
+            f"{what}: {len(versions):,} rows, above the limit of {MAX_ACK_ROWS:,} per "
             "call; split them"
         )
     return list(zip(versions, indexes, strict=True))

@@ -182,6 +182,24 @@ class ShareWindows:
                 for key, e in self._entries.items()
             }
 
+    def accept(
+        self, topic: str, group: str, consumer: int, ids: Iterable[RowId]
+    ) -> Callable[[], None] | None:
+        """`ack` without waiting for the disk (a poll's piggybacked acknowledgements):
+        the rows are done now; the function returned saves them (call it on a worker;
+        None when nothing changed). Until a save, a crash may deliver them again."""
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            if entry is None:
+                return None
+            done = entry.window.ack(consumer, ids)
+            if not done:
+                return None
+            entry.acked += len(done)
+            entry.version += 1
+            wanted = entry.version
+        return lambda: self._save(topic, group, entry, wanted)
+
     def _settle(
         self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]]
     ) -> list[RowId]:

@@ -178,6 +178,11 @@ class VnodeService(pb_grpc.VnodeServicer):
         if self._shares.sharer(request.consumer_id, request.group_id) is not None:
             await self._run(self._check_poller, request, user)
             return await self._shares.poll(request, wait, max_bytes, self._stopping)
+        if request.ack_versions or request.ack_indexes:
+            raise ConfigError(
+                f"PollRequest: ack_versions and ack_indexes are for shared groups; group "
+                f"{request.group_id} commits offsets"
+            )
         deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip

@@ -16,7 +16,7 @@ from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
 from sqltopic.errors import ConfigError, GroupConflict, NotFoundError
-from tests.client.support import DEADLINE_S, SELECT, config
+from tests.client.support import DEADLINE_S, SELECT, config, later_rows
 from tests.live_server import ServerProcess
 
 Row = tuple[Any, ...]
@@ -230,3 +230,26 @@ def test_the_asyncio_consumer_acknowledges_and_releases(
             assert await consumer.poll(0.3) is None
 
     asyncio.run(scenario())
+
+
+def test_with_auto_commit_the_next_poll_accepts_what_the_last_ones_handed_out(
+    power: Connection, server: ServerProcess
+) -> None:
+    power.execute(later_rows(1_700_000_000_000, 300))
+    everything = _all_rows(power)
+    total = sum(everything.values())
+    implicit = _shared(server.address, enable_auto_commit="true", max_poll_rows=50)
+    with Consumer(implicit) as consumer:
+        consumer.subscribe(["overvoltage"])
+        got = _until([consumer], total, ack=False)  # each poll accepts the messages before
+        assert _rows(got) == everything
+        shown = power.execute("SHOW SUBSCRIPTIONS")
+        acked, in_flight = shown.columns.index("acked"), shown.columns.index("in_flight")
+        # every message but the last of each vgroup rode a later poll (or is on its way)
+        assert sum(r[acked] for r in shown.rows) + sum(r[in_flight] for r in shown.rows) == total
+    # close sent the rest: the group has nothing left to deliver
+    with Consumer(_shared(server.address)) as after:
+        after.subscribe(["overvoltage"])
+        assert after.poll(1.0) is None
+    shown = power.execute("SHOW SUBSCRIPTIONS")
+    assert sum(r[shown.columns.index("acked")] for r in shown.rows) == total

@@ -141,3 +141,28 @@ def test_a_dead_letter_table_needs_write_on_its_database(
     users.execute("GRANT WRITE ON power.* TO alice")
     alice.subscribe("s", ["t1"], group_type="shared", dead_letter_table="power.dlq")
     assert PASSWORD  # the users' password, from the shared fixtures
+
+
+def test_acknowledgements_riding_on_a_poll_are_checked(
+    alice: UserWire, users: Connection, leased: Leased
+) -> None:
+    consumer, epoch, vgroup, answer = leased
+    rows = len(answer.data.row_versions)
+    request = pb.PollRequest(
+        consumer_id=consumer, group_id="s", topic="t1", vgroup=vgroup, epoch=epoch,
+        ack_versions=list(answer.data.row_versions), ack_indexes=[0],
+    )  # fmt: skip
+    code, error, message = refusal(lambda: alice.fetch(request))
+    assert ((code, error), "PollRequest: " in message) == (BAD, True)
+    joined = alice.subscribe("v", ["t1"])  # a vgroup group's poll carries none
+    held = alice.assignment(joined.consumer_id)
+    plain = pb.PollRequest(
+        consumer_id=joined.consumer_id, group_id="v", topic="t1",
+        vgroup=held.assignments[0].vgroup, epoch=held.epoch, position=1,
+        ack_versions=[1], ack_indexes=[0],
+    )  # fmt: skip
+    code, error, message = refusal(lambda: alice.fetch(plain))
+    assert (code, error) == BAD
+    assert "are for shared groups" in message
+    # the rows are still alice's: the refused poll accepted none of them
+    assert alice.acknowledge(_ack(leased)).settled == rows

@@ -1298,6 +1298,8 @@ class PollRequest(_message.Message):
     MIN_ROWS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     WITH_TABLE_NAME_FIELD_NUMBER: _builtins.int
+    ACK_VERSIONS_FIELD_NUMBER: _builtins.int
+    ACK_INDEXES_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The polling consumer."""
     group_id: _builtins.str
@@ -1340,6 +1342,19 @@ class PollRequest(_message.Message):
     """
     with_table_name: _builtins.bool
     """`msg.with.table.name`: set Block.table_name. Absent = true."""
+    @_builtins.property
+    def ack_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Shared groups only: rows of this vgroup leased to the consumer that it accepts
+        before the poll leases more (a client's implicit acknowledgement), named as
+        DataMessage names them; (ack_versions[i], ack_indexes[i]) is one row. Unlike an
+        Acknowledge's, the poll does not wait for them to reach the disk: after a server
+        crash a row accepted this way may be delivered again. At most 1,000,000 rows.
+        """
+
+    @_builtins.property
+    def ack_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Shared groups only: the rows' indexes, as many as ack_versions."""
+
     def __init__(
         self,
         *,
@@ -1355,10 +1370,12 @@ class PollRequest(_message.Message):
         min_rows: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
         with_table_name: _builtins.bool | None = ...,
+        ack_versions: _abc.Iterable[_builtins.int] | None = ...,
+        ack_indexes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "position", b"position", "with_table_name", b"with_table_name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "auto_offset_reset", b"auto_offset_reset", "consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_rows", b"max_rows", "max_wait_ms", b"max_wait_ms", "min_rows", b"min_rows", "position", b"position", "topic", b"topic", "vgroup", b"vgroup", "with_table_name", b"with_table_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "ack_indexes", b"ack_indexes", "ack_versions", b"ack_versions", "auto_offset_reset", b"auto_offset_reset", "consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_rows", b"max_rows", "max_wait_ms", b"max_wait_ms", "min_rows", b"min_rows", "position", b"position", "topic", b"topic", "vgroup", b"vgroup", "with_table_name", b"with_table_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__position: _TypeAlias = _typing.Literal["position"]  # noqa: Y015
     _WhichOneofArgType__position: _TypeAlias = _typing.Literal["_position", b"_position"]  # noqa: Y015
