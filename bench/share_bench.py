@@ -15,8 +15,9 @@ runs from the moment they all may start until every row was processed:
 * `shared_rows_s_nowork_c4` and Redis Streams' `redis_rows_s_nowork_c4` (XREADGROUP
   COUNT 500, XACK per entry, pipelined per read) with the same four consumers, no work;
   `redis_rows_s_c8` with the 1 ms work, for comparison;
-* `redelivery_ms_p99`: a consumer leasing rows is SIGKILLed; the time until another
-  consumer of the group gets them (delivery count 2), minus the lease (ack.timeout.ms);
+* `redelivery_ms_p99`: a consumer holding a lease is SIGKILLed; the time from the end of
+  its lease (ack.timeout.ms after it got the rows) until another consumer of the group
+  gets them (delivery count 2);
 * `lost_rows`, `acked_twice`: over every shared run, from the ids of the rows received
   (each received once: none delivered twice, none missing).
 
@@ -192,6 +193,7 @@ def drain(target: Callable[..., None], args: list[tuple[Any, ...]], total: int) 
 
 HOLDER = """
 import sys
+import time
 from sqltopic.client.consumer import Consumer
 consumer = Consumer({"server": sys.argv[1], "group.id": sys.argv[2], "group.type": "shared",
     "ack.timeout.ms": sys.argv[3], "session.timeout.ms": "60000", "max.poll.rows": "500",
@@ -199,13 +201,15 @@ consumer = Consumer({"server": sys.argv[1], "group.id": sys.argv[2], "group.type
 consumer.subscribe(["everything"])
 while (message := consumer.poll(1.0)) is None:
     pass
-print(message.row_count, flush=True)
+print(time.monotonic(), flush=True)  # the lease began just before
 sys.stdin.read()
 """
 
 
 def redelivery_ms(address: str, group: str) -> float:
-    """ms from a holder's SIGKILL until another consumer gets its rows, minus the lease."""
+    """ms from the end of a SIGKILLed holder's lease (it got its rows, on the system's
+    monotonic clock, plus ack.timeout.ms) until another consumer of the group gets them
+    (0 when sooner: the lease began just before the holder had the rows)."""
 
     survivor = Consumer(
         _config(address, group, "shared", **{"ack.timeout.ms": str(ACK_TIMEOUT_MS)})
@@ -215,17 +219,16 @@ def redelivery_ms(address: str, group: str) -> float:
         args = [sys.executable, "-c", HOLDER, address, group, str(ACK_TIMEOUT_MS)]
         holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout is not None
-        int(holder.stdout.readline())  # it holds a lease now
+        lease_end = float(holder.stdout.readline()) + ACK_TIMEOUT_MS / 1000
         holder.send_signal(signal.SIGKILL)
-        killed = time.perf_counter()
         holder.wait()
-        deadline = killed + RUN_DEADLINE_S
-        while time.perf_counter() < deadline:
+        deadline = time.monotonic() + RUN_DEADLINE_S
+        while time.monotonic() < deadline:
             message = survivor.poll(0.05)
             if message is None:
                 continue
             if (message.delivery_count or 0) >= 2:
-                return (time.perf_counter() - killed) * 1000 - ACK_TIMEOUT_MS
+                return max(0.0, (time.monotonic() - lease_end) * 1000)
             survivor.ack(message)
         raise RuntimeError("the killed consumer's rows never came back")
     finally:

@@ -78,12 +78,13 @@ class SharePolls:
     event loop; reads run through `run` (the worker pool)."""
 
     def __init__(
-        self, engine: Engine, coordinator: Coordinator, run: Runner,
+        self, engine: Engine, coordinator: Coordinator, run: Runner, save: Runner,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self._engine = engine
         self._coordinator = coordinator
         self._run = run
+        self._save = save  # where saves run: apart from reads, as commits do
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._vnodes: dict[int, _Vnode] = {}
@@ -148,7 +149,7 @@ class SharePolls:
             return
         save = entry.windows.accept(request.topic, request.group_id, request.consumer_id, ids)
         if save is not None:
-            task = asyncio.ensure_future(self._run(save))
+            task = asyncio.ensure_future(self._save(save))
             self._saves.add(task)
             task.add_done_callback(self._saved)
 
@@ -165,7 +166,7 @@ class SharePolls:
         if not windows.opened(topic, group):
             return pb.AcknowledgeResponse(settled=0, not_held=len(ids))
         if request.type == pb.ACK_TYPE_ACCEPT:
-            done = await self._run(windows.ack, topic, group, request.consumer_id, ids)
+            done = await self._save(windows.ack, topic, group, request.consumer_id, ids)
         else:
             done = windows.nack(topic, group, request.consumer_id, ids)
             if done:

@@ -49,6 +49,8 @@ class _Entry:
     acked: int = 0
     redelivered: int = 0
     dead_lettered: int = 0
+    # a save of acknowledgements that no caller waits for is due: later ones join it
+    save_due: bool = False
 
 
 class ShareWindows:
@@ -186,8 +188,10 @@ class ShareWindows:
         self, topic: str, group: str, consumer: int, ids: Iterable[RowId]
     ) -> Callable[[], None] | None:
         """`ack` without waiting for the disk (a poll's piggybacked acknowledgements):
-        the rows are done now; the function returned saves them (call it on a worker;
-        None when nothing changed). Until a save, a crash may deliver them again."""
+        the rows are done now; the function returned saves them (call it on a worker),
+        None when nothing changed or a save not begun yet will take these too (so that
+        many polls cost one save, not a queue of them). Until a save, a crash may
+        deliver them again."""
         with self._lock:
             entry = self._entries.get((topic, group))
             if entry is None:
@@ -197,8 +201,17 @@ class ShareWindows:
                 return None
             entry.acked += len(done)
             entry.version += 1
-            wanted = entry.version
-        return lambda: self._save(topic, group, entry, wanted)
+            if entry.save_due:
+                return None
+            entry.save_due = True
+
+        def save() -> None:
+            with self._lock:
+                entry.save_due = False  # acknowledgements from now on need another
+                wanted = entry.version
+            self._save(topic, group, entry, wanted)
+
+        return save
 
     def _settle(
         self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]]

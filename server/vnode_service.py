@@ -97,7 +97,7 @@ class VnodeService(pb_grpc.VnodeServicer):
                 loop.call_soon_threadsafe(self._on_reassign)
 
         coordinator.listeners.append(on_change)
-        self._shares = SharePolls(engine, coordinator, self._run)
+        self._shares = SharePolls(engine, coordinator, self._run, self._commit_run)
         self._stop_watch = loop.create_task(self._on_stop())
 
     def _on_reassign(self) -> None:
@@ -123,6 +123,10 @@ class VnodeService(pb_grpc.VnodeServicer):
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _commit_run(self, fn: Callable[..., T], *args: object) -> T:
+        """On the commit pool: a save waiting for the disk holds no reader's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._committer, fn, *args)
 
     @streaming
     async def Poll(
