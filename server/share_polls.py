@@ -35,6 +35,7 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.group_names import shares
 from sqltopic.server.poll import Message
 from sqltopic.server.poll_wire import frames_of, with_names
+from sqltopic.server.rwlock import WouldBlock, here_or_worker
 from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.share_window import RowId
 from sqltopic.server.share_windows import ShareWindows
@@ -54,6 +55,9 @@ DEFAULT_LEASE_ROWS = 500
 # Rows one Acknowledge may name: a window holds at most 10,000 by default, so a larger
 # request is a mistake, and this bounds what one call makes the vnode look at.
 MAX_ACK_ROWS = 1_000_000
+# Rows a lease may ask for and still be read on the event loop (a few ms of work at
+# most: cheaper there than two hops to a worker and back); larger leases use a worker.
+INLINE_ROWS = 2_000
 # Reads from the window's end in one lease that find no row of the topic, at most: a
 # poll answers empty then (and waits), rather than scanning the whole WAL in one go.
 MAX_EMPTY_READS = 8
@@ -116,11 +120,14 @@ class SharePolls:
         settings = member.share if member is not None else None
         if settings is None:  # it left meanwhile
             raise ConsumerFenced(f"consumer {request.consumer_id} is not a member: subscribe again")
-        await self._run(self._open, entry, request, settings)
+        if not entry.windows.reopen(request.topic, request.group_id, settings.max_deliveries):
+            await self._run(self._open, entry, request, settings)  # may read the offsets file
         self._accept_piggybacked(entry, request)
+        lock = self._engine.state.lock
         while True:
             changed = entry.changed
-            message = await self._run(self._lease, entry, request, max_bytes, settings)
+            args = (entry, request, max_bytes, settings)
+            message = await here_or_worker(lock, self._run, self._lease, *args)
             epoch = self._epoch(request.consumer_id)
             now = self._clock()
             if message is not None:
@@ -251,41 +258,62 @@ class SharePolls:
         """Rows leased to the poll's consumer (message, ids, delivery counts), or None:
         rows waiting to be delivered (again) first, else rows read on from the window's
         end, one reader at a time (the waiting rows are looked at again once it is this
-        poll's turn: the reader before may have left some)."""
+        poll's turn: the reader before may have left some). Runs on the event loop in
+        the engine lock's no-wait mode (`here_or_worker`), where it raises WouldBlock only
+        where what it did so far stands (expiry, dropping rows gone) or before anything;
+        a group with max.deliveries always runs on a worker, as dead-lettering writes."""
+        state = self._engine.state
+        wanted = request.max_rows or DEFAULT_LEASE_ROWS
+        if state.lock.no_wait and (settings.max_deliveries is not None or wanted > INLINE_ROWS):
+            raise WouldBlock
+        dead: dict[RowId, int] = {}
+        with state.lock.shared():
+            leased = self._lease_locked(entry, request, max_bytes, settings, dead)
+        if dead:  # outside the engine's lock: creating the table takes it
+            self._give_up(request, settings, dead)
+        return leased
+
+    def _lease_locked(
+        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, settings: ShareSettings,
+        dead: dict[RowId, int],
+    ) -> Leased | None:  # fmt: skip
         windows, topic, group = entry.windows, request.topic, request.group_id
         now = self._clock()
         windows.expire(now)
         until = now + settings.lease_s
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
-        leased = self._redeliver(entry, request, settings, until, wanted)
+        leased = self._redeliver(entry, request, until, wanted, dead)
         if leased is not None:
             return leased
-        with windows.reading(topic, group):
-            leased = self._redeliver(entry, request, settings, until, wanted)
+        reading = windows.reading(topic, group)
+        if not reading.acquire(blocking=not self._engine.state.lock.no_wait):
+            raise WouldBlock  # another poll reads on: wait for it on a worker
+        try:
+            leased = self._redeliver(entry, request, until, wanted, dead)
             if leased is not None:
                 return leased
-            with self._engine.state.lock.shared():
-                return self._read_on(entry, request, max_bytes, until, wanted)
+            return self._read_on(entry, request, max_bytes, until, wanted)
+        finally:
+            reading.release()
 
     def _redeliver(
-        self, entry: _Vnode, request: pb.PollRequest, settings: ShareSettings, until: float,
-        wanted: int,
+        self, entry: _Vnode, request: pb.PollRequest, until: float, wanted: int,
+        dead: dict[RowId, int],
     ) -> Leased | None:  # fmt: skip
+        """Rows waiting to be delivered (again), leased; rows out of deliveries go to
+        `dead` (held for dead-lettering)."""
         windows, topic, group = entry.windows, request.topic, request.group_id
         consumer = request.consumer_id
-        again, dead = windows.acquire(topic, group, consumer, until, wanted)
-        if dead:  # outside the engine's lock: creating the table takes it
-            self._give_up(request, settings, dict(dead))
+        again, out = windows.acquire(topic, group, consumer, until, wanted)
+        dead.update(out)
         if not again:
             return None
-        state = self._engine.state
         ids = [rid for rid, _ in again]
         first = entry.vnode.wal.first_version
         lost = [rid for rid in ids if rid[0] < first]  # retention deleted their writes
         kept = [rid for rid in ids if rid[0] >= first]
         try:
-            with state.lock.shared():
-                blocks, gone = read_rows(state, topic, request.vgroup, kept)
+            blocks, gone = read_rows(self._engine.state, topic, request.vgroup, kept)
         except VersionNotRetained:  # deleted just now: the next poll drops them
             windows.nack(topic, group, consumer, ids)
             return None

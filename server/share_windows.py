@@ -91,6 +91,15 @@ class ShareWindows:
         with self._lock:
             return self._entries[(topic, group)].read_lock
 
+    def reopen(self, topic: str, group: str, max_deliveries: int | None) -> bool:
+        """`open` of a window open already (no file read: on the event loop); False when
+        it is not open yet."""
+        with self._lock:
+            entry = self._entries.get((topic, group))
+            if entry is not None:
+                entry.window.max_deliveries = max_deliveries
+            return entry is not None
+
     def frontier(self, topic: str, group: str) -> tuple[int, int]:
         """Where the window reads the WAL next, and how many rows it may still admit."""
         with self._lock:
