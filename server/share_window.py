@@ -13,6 +13,11 @@ or its consumer left). The window admits rows from the WAL only while it tracks 
 than `max_in_flight` (a read may pass it by the rows of its last entry), so that a
 consumer that never acknowledges stops the group reading on, not the server's memory.
 
+Rows are kept as *segments*: runs of consecutive rows of one entry in the same state
+(holder, deliveries, deadline), since rows are read, leased and acknowledged in runs;
+an operation costs per segment, not per row (tests/server/test_share_window.py runs it
+against a row-by-row model).
+
 This module is I/O-free and single-threaded: the vnode serialises calls on it, reads the
 rows' entries, and keeps `durable()` beside the committed offsets (acknowledgements must
 be durable before an Ack returns; leases need not be: after a restart every row not
@@ -21,9 +26,10 @@ acknowledged is delivered again).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sqltopic.errors import ConfigError
@@ -39,9 +45,12 @@ DEFAULT_MAX_IN_FLIGHT = 10_000
 
 
 @dataclass(slots=True)
-class RowState:
-    """A tracked row: delivered `deliveries` times; `holder` 0 when available."""
+class Seg:
+    """Rows `lo` .. `hi - 1` of one entry, in one state: delivered `deliveries` times;
+    `holder` 0 when available (BURYING while dead-lettered)."""
 
+    lo: int
+    hi: int
     deliveries: int
     holder: int = 0
     deadline: float = 0.0
@@ -63,14 +72,13 @@ class ShareWindow:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     max_deliveries: int | None = None  # None: unlimited
     end: int = -1  # -1: read from `start`
-    rows: dict[RowId, RowState] = field(default_factory=dict)
+    # version -> its tracked rows, as segments sorted by `lo` (a version with none is
+    # not here: every version in [start, end) not here is done)
+    segs: dict[int, list[Seg]] = field(default_factory=dict)
     # acknowledged rows past `start` (a version stays here until all of its rows are done)
     acked: set[RowId] = field(default_factory=set)
-    # versions in [start, end) with rows still tracked: version -> how many
-    open: dict[int, int] = field(default_factory=dict)
-    # the tracked rows no consumer holds, and the same (with stale ids) as a heap, so
-    # that an acquire takes the oldest without sorting them all
-    free: set[RowId] = field(default_factory=set)
+    tracked: int = 0  # rows in `segs`
+    # where available segments start, oldest first; stale entries are skipped
     _heap: list[RowId] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -81,40 +89,37 @@ class ShareWindow:
 
     @property
     def in_flight(self) -> int:
-        return len(self.rows)
+        return self.tracked
 
     @property
     def room(self) -> int:
         """Rows that may still be admitted from the WAL."""
-        return max(self.max_in_flight - len(self.rows), 0)
+        return max(self.max_in_flight - self.tracked, 0)
 
     def admit(
         self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float,
         max_leased: int | None = None,
     ) -> list[RowId]:  # fmt: skip
-        """The topic's rows of the WAL read from `end` (their ids; the read stopped
-        before `next_end`) leased to `consumer` until `deadline`, the first `max_leased`
-        of them (None: all; the rest wait, never delivered, for the next acquire: one
-        entry may hold more rows than a lease); the ids leased (rows acknowledged before
-        a restart are skipped)."""
+        """The topic's rows of the WAL read from `end` (their ids, in WAL order; the
+        read stopped before `next_end`) leased to `consumer` until `deadline`, the first
+        `max_leased` of them (None: all; the rest wait, never delivered, for the next
+        acquire: one entry may hold more rows than a lease); the ids leased (rows
+        acknowledged before a restart are skipped)."""
         if next_end < self.end:
             raise ValueError(f"admit: end {next_end} is before the window's end {self.end}")
         leased: list[RowId] = []
-        waiting: list[RowId] = []
-        for rid in ids:
-            version = rid[0]
+        for version, lo, hi in _runs(ids):
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
-            if rid in self.acked or rid in self.rows:
-                continue
-            self.open[version] = self.open.get(version, 0) + 1
-            if max_leased is None or len(leased) < max_leased:
-                self.rows[rid] = RowState(1, consumer, deadline)
-                leased.append(rid)
-            else:
-                self.rows[rid] = RowState(0)
-                waiting.append(rid)
-        self._free(waiting)
+            for a, b in self._not_acked(version, lo, hi):
+                room = b - a if max_leased is None else max(0, max_leased - len(leased))
+                take = min(b - a, room)
+                if take:
+                    self._add(version, Seg(a, a + take, 1, consumer, deadline))
+                    leased += [(version, i) for i in range(a, a + take)]
+                if take < b - a:
+                    self._add(version, Seg(a + take, b, 0))
+                    heapq.heappush(self._heap, (version, a + take))
         self.end = next_end
         self._advance()
         return leased
@@ -129,28 +134,29 @@ class ShareWindow:
         leased: list[tuple[RowId, int]] = []
         dead: list[tuple[RowId, int]] = []
         while self._heap and len(leased) < max_rows:
-            rid = heapq.heappop(self._heap)
-            if rid not in self.free:
-                continue  # leased or done since it was freed
-            state = self.rows[rid]
-            self.free.discard(rid)
-            if self.max_deliveries is not None and state.deliveries >= self.max_deliveries:
-                dead.append((rid, state.deliveries))
-                state.holder, state.deadline = BURYING, math.inf  # until `bury` or `unbury`
+            version, lo = heapq.heappop(self._heap)
+            seg = self._at(version, lo)
+            if seg is None or seg.holder:
+                continue  # leased, split or done since it was freed
+            if self.max_deliveries is not None and seg.deliveries >= self.max_deliveries:
+                seg.holder, seg.deadline = BURYING, math.inf  # until `bury` or `unbury`
+                dead += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
                 continue
-            state.deliveries += 1
-            state.holder, state.deadline = consumer, deadline
-            leased.append((rid, state.deliveries))
+            take = min(seg.hi - seg.lo, max_rows - len(leased))
+            if take < seg.hi - seg.lo:  # the rest stays available
+                self._split(version, seg, seg.lo + take)
+                heapq.heappush(self._heap, (version, seg.lo + take))
+            seg.deliveries += 1
+            seg.holder, seg.deadline = consumer, deadline
+            leased += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
         self._advance()
         return leased, dead
 
     def ack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Acknowledge rows leased to `consumer`; the ids acknowledged (a row no longer
         its own, its lease expired and taken by another, is left as it is)."""
-        done = [rid for rid in ids if self._holds(consumer, rid)]
-        for rid in done:
-            self.acked.add(rid)
-            self._done(rid)
+        done = self._take(consumer, ids, remove=True)
+        self.acked.update(done)
         self._advance()
         return done
 
@@ -160,38 +166,39 @@ class ShareWindow:
 
     def unbury(self, ids: Iterable[RowId]) -> int:
         """Rows out of deliveries that could not be dead-lettered: taken again later."""
-        return self._free([rid for rid in ids if self._holds(BURYING, rid)])
+        return len(self._take(BURYING, ids, remove=False))
 
     def nack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Make rows leased to `consumer` available again at once; the ids released."""
-        released = [rid for rid in ids if self._holds(consumer, rid)]
-        self._free(released)
-        return released
+        return self._take(consumer, ids, remove=False)
 
     def release(self, consumer: int) -> int:
         """Every lease of `consumer` ends (it closed or was removed); how many."""
-        mine = [r for r, s in self.rows.items() if s.holder == consumer]
-        return self._free(mine)
+        return self._free_where(lambda seg: seg.holder == consumer)
 
     def expire(self, now: float) -> int:
         """Leases past their deadline end; how many."""
-        late = [r for r, s in self.rows.items() if s.holder > 0 and s.deadline <= now]
-        return self._free(late)
+        return self._free_where(lambda seg: seg.holder > 0 and seg.deadline <= now)
 
     def next_deadline(self) -> float | None:
         """When the first lease runs out, if any is held."""
-        return min((s.deadline for s in self.rows.values() if s.holder > 0), default=None)
-
-    def _free(self, ids: list[RowId]) -> int:
-        for rid in ids:
-            self.rows[rid].holder = 0
-            if rid not in self.free:
-                self.free.add(rid)
-                heapq.heappush(self._heap, rid)
-        return len(ids)
+        return min((seg.deadline for _, seg in self._all() if seg.holder > 0), default=None)
 
     def leased_to(self, consumer: int) -> list[RowId]:
-        return sorted(r for r, s in self.rows.items() if s.holder == consumer)
+        return [
+            (version, i)
+            for version, seg in sorted(self._all(), key=lambda vs: (vs[0], vs[1].lo))
+            if seg.holder == consumer
+            for i in range(seg.lo, seg.hi)
+        ]
+
+    def rows(self) -> dict[RowId, tuple[int, int]]:
+        """Every tracked row: (deliveries, holder). For tests and inspection."""
+        return {
+            (version, i): (seg.deliveries, seg.holder)
+            for version, seg in self._all()
+            for i in range(seg.lo, seg.hi)
+        }
 
     def durable(self) -> Durable:
         return Durable(self.start, frozenset(self.acked))
@@ -204,24 +211,102 @@ class ShareWindow:
         window.acked = {rid for rid in saved.acked if rid[0] >= saved.start}
         return window
 
-    def _holds(self, consumer: int, rid: RowId) -> bool:
-        state = self.rows.get(rid)
-        return state is not None and state.holder == consumer
+    # --- segments ---------------------------------------------------------------------
 
-    def _done(self, rid: RowId) -> None:
-        del self.rows[rid]
-        self.free.discard(rid)
-        version = rid[0]
-        left = self.open[version] - 1
-        if left:
-            self.open[version] = left
-        else:
-            del self.open[version]
+    def _all(self) -> Iterator[tuple[int, Seg]]:
+        for version, segs in self.segs.items():
+            for seg in segs:
+                yield version, seg
+
+    def _not_acked(self, version: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """[lo, hi) without the rows acknowledged before a restart, as runs."""
+        if not self.acked:
+            yield lo, hi
+            return
+        a = lo
+        for i in range(lo, hi):
+            if (version, i) in self.acked:
+                if a < i:
+                    yield a, i
+                a = i + 1
+        if a < hi:
+            yield a, hi
+
+    def _add(self, version: int, seg: Seg) -> None:
+        segs = self.segs.setdefault(version, [])
+        at = bisect.bisect_left([s.lo for s in segs], seg.lo) if segs else 0
+        segs.insert(at, seg)
+        self.tracked += seg.hi - seg.lo
+
+    def _at(self, version: int, lo: int) -> Seg | None:
+        """The segment of `version` starting at `lo`, if there is one."""
+        segs = self.segs.get(version)
+        if not segs:
+            return None
+        at = bisect.bisect_left([s.lo for s in segs], lo)
+        return segs[at] if at < len(segs) and segs[at].lo == lo else None
+
+    def _split(self, version: int, seg: Seg, at: int) -> Seg:
+        """Cut `seg` at row `at`; the second part (same state) is returned."""
+        rest = Seg(at, seg.hi, seg.deliveries, seg.holder, seg.deadline)
+        seg.hi = at
+        segs = self.segs[version]
+        segs.insert(segs.index(seg) + 1, rest)
+        return rest
+
+    def _take(self, holder: int, ids: Iterable[RowId], remove: bool) -> list[RowId]:
+        """The rows of `ids` that `holder` holds: done (`remove`) or available again;
+        their ids, in the order of `ids`' runs."""
+        taken: list[RowId] = []
+        for version, lo, hi in _runs(ids):
+            for found in list(self.segs.get(version, ())):
+                if found.holder != holder or found.hi <= lo or found.lo >= hi:
+                    continue
+                seg = self._split(version, found, lo) if found.lo < lo else found
+                if seg.hi > hi:
+                    self._split(version, seg, hi)
+                taken += [(version, i) for i in range(seg.lo, seg.hi)]
+                if remove:
+                    self._drop(version, seg)
+                else:
+                    seg.holder, seg.deadline = 0, 0.0
+                    heapq.heappush(self._heap, (version, seg.lo))
+        return taken
+
+    def _free_where(self, chosen: Callable[[Seg], bool]) -> int:
+        freed = 0
+        for version, seg in list(self._all()):
+            if chosen(seg):
+                seg.holder, seg.deadline = 0, 0.0
+                heapq.heappush(self._heap, (version, seg.lo))
+                freed += seg.hi - seg.lo
+        return freed
+
+    def _drop(self, version: int, seg: Seg) -> None:
+        segs = self.segs[version]
+        segs.remove(seg)
+        self.tracked -= seg.hi - seg.lo
+        if not segs:
+            del self.segs[version]
 
     def _advance(self) -> None:
         """`start` moves to the oldest version with a tracked row (or `end`); the
         acknowledgements before it are no longer needed."""
-        start = min(self.open, default=self.end)
+        start = min(self.segs, default=self.end)
         if start > self.start:
             self.start = start
             self.acked = {rid for rid in self.acked if rid[0] >= start}
+
+
+def _runs(ids: Iterable[RowId]) -> Iterator[tuple[int, int, int]]:
+    """`ids` as runs (version, lo, hi) of consecutive rows, sorted and without repeats."""
+    ordered = sorted(set(ids))
+    i = 0
+    while i < len(ordered):
+        version, lo = ordered[i]
+        hi = lo + 1
+        i += 1
+        while i < len(ordered) and ordered[i] == (version, hi):
+            hi += 1
+            i += 1
+        yield version, lo, hi

@@ -5,12 +5,15 @@ again after its acknowledgement."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import RowId, ShareWindow
+from sqltopic.server.share_window import BURYING, RowId, ShareWindow
+from tests.server.share_window_model import RowModel
 
 A, B = 1, 2  # consumers
 
@@ -158,8 +161,8 @@ def test_every_row_is_acknowledged_once_and_never_delivered_after(
         elif op == "restart":
             window = ShareWindow.restored(window.durable(), max_in_flight=8)
         assert window.in_flight <= 8 + 2  # a read stops after the entry that fills it
-        assert all(v >= window.start for v, _ in window.rows)
-        assert window.free == {rid for rid, state in window.rows.items() if not state.holder}
+        assert all(v >= window.start for v, _ in window.rows())
+        assert window.in_flight == len(window.rows())
     # drain: everything still out is delivered and acknowledged, each row once overall
     for _ in range(200):
         window.expire(now + 1_000)
@@ -171,7 +174,74 @@ def test_every_row_is_acknowledged_once_and_never_delivered_after(
             leased = window.admit(rows(*batch), end, A, now + 2_000)
             assert not set(leased) & acked
             acked |= set(window.ack(A, leased))
-        if window.end >= 30 and not window.rows:
+        if window.end >= 30 and not window.rows():
             break
     assert acked >= {(v, r) for v, count in entries for r in range(count)}
     assert window.start == 30
+
+
+DIFF_OPS = (*OPS, "nack_some", "ack_some", "bury", "unbury")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(DIFF_OPS), st.integers(1, 3), st.integers(0, 7)),
+             max_size=80),
+    st.sampled_from((None, 2, 3)),
+)  # fmt: skip
+def test_the_window_does_what_the_row_by_row_model_does(
+    ops: list[tuple[str, int, int]], max_deliveries: int | None
+) -> None:
+    """The segment-based window against the row-by-row model it replaced: the same
+    answer to every operation, and the same rows in the same states after each."""
+    settings_: dict[str, Any] = {"max_in_flight": 12, "max_deliveries": max_deliveries}
+    window, model = ShareWindow(start=0, **settings_), RowModel(start=0, **settings_)
+    entries = [(v, 1 + v % 4) for v in range(40)]  # version v has 1 + v % 4 rows
+    now = 0.0
+    got: list[Any]
+    for op, consumer, n in ops:
+        now += 1.0
+        both: tuple[Any, Any] = (window, model)
+        if op == "read" and window.room and window.end < len(entries):
+            batch, end = _read(entries, window.end, n + 1, window.room)
+            most = n or None
+            got = [w.admit(rows(*batch), end, consumer, now + 3, most) for w in both]
+        elif op == "acquire":
+            got = [w.acquire(consumer, now + 3, n + 1) for w in both]
+        elif op in ("ack", "nack", "ack_some", "nack_some"):
+            held = model.leased_to(consumer)
+            chosen = held[:n] if op in ("ack", "nack") else held[::2]
+            kind = op.split("_")[0]
+            got = [getattr(w, kind)(consumer, chosen) for w in both]
+        elif op == "bury":
+            buried = sorted(r for r, state in model.rows.items() if state.holder == BURYING)
+            got = [w.bury(buried[:n]) for w in both]
+        elif op == "unbury":
+            buried = sorted(r for r, state in model.rows.items() if state.holder == BURYING)
+            got = [w.unbury(buried[n:]) for w in both]
+        elif op == "expire":
+            got = [w.expire(now) for w in both]
+        elif op == "release":
+            got = [w.release(consumer) for w in both]
+        elif op == "restart":
+            window = ShareWindow.restored(window.durable(), **settings_)
+            model = RowModel.restored(model.durable(), **settings_)
+            got = [None, None]
+        else:
+            continue
+        assert _same(got[0]) == _same(got[1]), op
+        expected = {r: (state.deliveries, state.holder) for r, state in model.rows.items()}
+        assert window.rows() == expected, op
+        assert (window.start, window.end, window.in_flight, window.durable()) == (
+            model.start, model.end, model.in_flight, model.durable(),
+        ), op  # fmt: skip
+        assert window.next_deadline() == model.next_deadline()
+
+
+def _same(answer: object) -> object:
+    """An answer comparable across the two: lists of ids as sorted lists."""
+    if isinstance(answer, tuple):
+        return tuple(_same(part) for part in answer)
+    if isinstance(answer, list):
+        return sorted(answer)
+    return answer
