@@ -19,10 +19,10 @@ from sqltopic.errors import ConfigError
 
 OffsetResetName = Literal["earliest", "latest", "none"]
 SecurityProtocol = Literal["plaintext", "ssl"]
-GroupType = Literal["vgroup", "exclusive", "broadcast", "shared"]
-GROUP_TYPES: tuple[GroupType, ...] = ("vgroup", "exclusive", "broadcast", "shared")
+GroupType = Literal["vgroup", "exclusive", "broadcast", "shared", "key_shared"]
+GROUP_TYPES: tuple[GroupType, ...] = ("vgroup", "exclusive", "broadcast", "shared", "key_shared")
 # Group types whose consumers acknowledge rows instead of committing offsets.
-SHARING_TYPES: frozenset[GroupType] = frozenset({"shared"})
+SHARING_TYPES: frozenset[GroupType] = frozenset({"shared", "key_shared"})
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6030

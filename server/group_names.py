@@ -19,12 +19,12 @@ MAX_GROUP_ID = 192
 MAX_CLIENT_ID = 255
 LANE_SEP = ":"
 
-GroupType = Literal["vgroup", "exclusive", "broadcast", "shared"]
+GroupType = Literal["vgroup", "exclusive", "broadcast", "shared", "key_shared"]
 GROUP_TYPES: tuple[GroupType, ...] = get_args(GroupType)
 DEFAULT_GROUP_TYPE: GroupType = "vgroup"
 # The types whose consumers all read every vgroup, rows leased to them one by one
 # (server/share_window.py), instead of each vgroup having one owner.
-SHARING_TYPES: frozenset[GroupType] = frozenset({"shared"})
+SHARING_TYPES: frozenset[GroupType] = frozenset({"shared", "key_shared"})
 
 
 def shares(mode: GroupType) -> bool:

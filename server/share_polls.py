@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from sqltopic.errors import ConfigError, ConsumerFenced, Error, TooLarge, VersionNotRetained
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -40,8 +41,9 @@ from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.share_window import RowId
 from sqltopic.server.share_windows import ShareWindows
 from sqltopic.server.topic_reader import TopicBlock
-from sqltopic.server.tracked_reader import TrackedBlock, read_rows, read_tracked
+from sqltopic.server.tracked_reader import TrackedBlock, read_rows, read_tracked, table_of
 from sqltopic.server.vnode import Vnode
+from sqltopic.sql.topic.params import topic_of
 
 log = logging.getLogger("sqltopic.server")
 
@@ -282,29 +284,53 @@ class SharePolls:
         windows.expire(now)
         until = now + settings.lease_s
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
-        leased = self._redeliver(entry, request, until, wanted, dead)
+        lease = _Lease(until, wanted, self._eligible(entry, request))
+        leased = self._redeliver(entry, request, lease, dead)
         if leased is not None:
             return leased
         reading = windows.reading(topic, group)
         if not reading.acquire(blocking=not self._engine.state.lock.no_wait):
             raise WouldBlock  # another poll reads on: wait for it on a worker
         try:
-            leased = self._redeliver(entry, request, until, wanted, dead)
+            leased = self._redeliver(entry, request, lease, dead)
             if leased is not None:
                 return leased
-            return self._read_on(entry, request, max_bytes, until, wanted)
+            return self._read_on(entry, request, max_bytes, lease)
         finally:
             reading.release()
 
+    def _eligible(self, entry: _Vnode, request: pb.PollRequest) -> Callable[[str], bool] | None:
+        """In a key_shared group, the keys the polling consumer may take now: those the
+        group's members hash to it (rendezvous hashing: a key moves only when members
+        come or go) that no other member holds leased rows of (a moved key waits for its
+        old holder's leases to end). None in a shared group: any row."""
+        member = self._coordinator.member(request.consumer_id)
+        if member is None or member.mode != "key_shared":
+            return None
+        me = request.consumer_id
+        subscribers = self._coordinator.subscribers(topic_of(request.topic), member.group)
+        members = [m.id for m in subscribers]
+        holders = entry.windows.key_holders(request.topic, request.group_id)
+        owners: dict[str, int] = {}
+
+        def eligible(key: str) -> bool:
+            owner = owners.get(key)
+            if owner is None:
+                owner = owners[key] = max(members or [me], key=lambda m: _weight(key, m))
+            return owner == me and holders.get(key, set()) <= {me}
+
+        return eligible
+
     def _redeliver(
-        self, entry: _Vnode, request: pb.PollRequest, until: float, wanted: int,
-        dead: dict[RowId, int],
-    ) -> Leased | None:  # fmt: skip
+        self, entry: _Vnode, request: pb.PollRequest, lease: _Lease, dead: dict[RowId, int]
+    ) -> Leased | None:
         """Rows waiting to be delivered (again), leased; rows out of deliveries go to
         `dead` (held for dead-lettering)."""
         windows, topic, group = entry.windows, request.topic, request.group_id
         consumer = request.consumer_id
-        again, out = windows.acquire(topic, group, consumer, until, wanted)
+        again, out = windows.acquire(
+            topic, group, consumer, lease.until, lease.rows, lease.eligible
+        )
         dead.update(out)
         if not again:
             return None
@@ -322,14 +348,14 @@ class SharePolls:
         return _message(blocks, dict(again)) if blocks else None
 
     def _read_on(
-        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, until: float,
-        wanted: int,
-    ) -> Leased | None:  # fmt: skip
+        self, entry: _Vnode, request: pb.PollRequest, max_bytes: int, lease: _Lease
+    ) -> Leased | None:
         """Rows read on from the window's end, leased; rows of an entry beyond the lease
         wait for the next poll (the polls waiting are woken for them)."""
         windows, topic, group = entry.windows, request.topic, request.group_id
         consumer, vgroup, state = request.consumer_id, request.vgroup, self._engine.state
         wal = entry.vnode.wal
+        until, wanted = lease.until, lease.rows
         for _ in range(MAX_EMPTY_READS):
             at, room = windows.frontier(topic, group)
             if room <= 0 or at >= wal.next_version:
@@ -340,7 +366,10 @@ class SharePolls:
                 windows.admit(topic, group, [], wal.first_version, consumer, until)
                 continue
             ids = [rid for block in blocks for rid in block.ids()]
-            leased = windows.admit(topic, group, ids, after, consumer, until, wanted)
+            key_of = table_of(blocks) if lease.eligible is not None else None
+            leased = windows.admit(
+                topic, group, ids, after, consumer, until, wanted, key_of, lease.eligible
+            )
             if len(leased) < len(ids):
                 with contextlib.suppress(RuntimeError):
                     self._loop.call_soon_threadsafe(self._kick, entry)
@@ -349,6 +378,21 @@ class SharePolls:
                 kept = [k for b in blocks if (k := _keep(b, mine)) is not None]
                 return _message(kept, dict.fromkeys(leased, 1))
         return None
+
+
+@dataclass(frozen=True)
+class _Lease:
+    """One poll's lease: until when, how many rows, which keys (key_shared)."""
+
+    until: float
+    rows: int
+    eligible: Callable[[str], bool] | None
+
+
+def _weight(key: str, member: int) -> int:
+    """Rendezvous hashing's weight of `member` for `key` (stable across processes; a
+    mixing hash: CRC32's is linear, so one member would win every key)."""
+    return xxhash.xxh64_intdigest(f"{key}\x00{member}".encode())
 
 
 def _keep(block: TrackedBlock, mine: set[RowId]) -> TrackedBlock | None:
@@ -364,7 +408,7 @@ def _keep(block: TrackedBlock, mine: set[RowId]) -> TrackedBlock | None:
     return TrackedBlock(
         TopicBlock(data.table_name, data.data.filter(keep), data.first_version,
                    data.last_version),
-        block.versions.filter(keep), block.indexes.filter(keep),
+        block.versions.filter(keep), block.indexes.filter(keep), block.tables,
     )  # fmt: skip
 
 

@@ -54,6 +54,7 @@ class Seg:
     deliveries: int
     holder: int = 0
     deadline: float = 0.0
+    key: str = ""  # a key_shared group's key of these rows (their table)
 
 
 @dataclass(frozen=True)
@@ -98,41 +99,46 @@ class ShareWindow:
 
     def admit(
         self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float,
-        max_leased: int | None = None,
+        max_leased: int | None = None, key_of: Callable[[RowId], str] | None = None,
+        eligible: Callable[[str], bool] | None = None,
     ) -> list[RowId]:  # fmt: skip
         """The topic's rows of the WAL read from `end` (their ids, in WAL order; the
         read stopped before `next_end`) leased to `consumer` until `deadline`, the first
         `max_leased` of them (None: all; the rest wait, never delivered, for the next
         acquire: one entry may hold more rows than a lease); the ids leased (rows
-        acknowledged before a restart are skipped)."""
+        acknowledged before a restart are skipped). A key_shared group gives each row's
+        key (`key_of`) and which keys `consumer` may take now (`eligible`)."""
         if next_end < self.end:
             raise ValueError(f"admit: end {next_end} is before the window's end {self.end}")
         leased: list[RowId] = []
         for version, lo, hi in _runs(ids):
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
-            for a, b in self._not_acked(version, lo, hi):
+            for a, b, key in self._pieces(version, lo, hi, key_of):
                 room = b - a if max_leased is None else max(0, max_leased - len(leased))
-                take = min(b - a, room)
+                take = min(b - a, room) if eligible is None or eligible(key) else 0
                 if take:
-                    self._add(version, Seg(a, a + take, 1, consumer, deadline))
+                    self._add(version, Seg(a, a + take, 1, consumer, deadline, key))
                     leased += [(version, i) for i in range(a, a + take)]
                 if take < b - a:
-                    self._add(version, Seg(a + take, b, 0))
+                    self._add(version, Seg(a + take, b, 0, key=key))
                     heapq.heappush(self._heap, (version, a + take))
         self.end = next_end
         self._advance()
         return leased
 
     def acquire(
-        self, consumer: int, deadline: float, max_rows: int
-    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:
-        """Available rows leased to `consumer` (at most `max_rows`, oldest first), each
-        with its delivery count raised; and the rows that ran out of deliveries instead,
-        with their counts: held for the caller, which dead-letters them and then calls
-        `bury` (or `unbury`, when that failed: they are taken again later)."""
+        self, consumer: int, deadline: float, max_rows: int,
+        eligible: Callable[[str], bool] | None = None,
+    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:  # fmt: skip
+        """Available rows leased to `consumer` (at most `max_rows`, oldest first; in a
+        key_shared group only rows of keys `eligible` for it), each with its delivery
+        count raised; and the rows that ran out of deliveries instead, with their
+        counts: held for the caller, which dead-letters them and then calls `bury` (or
+        `unbury`, when that failed: they are taken again later)."""
         leased: list[tuple[RowId, int]] = []
         dead: list[tuple[RowId, int]] = []
+        skipped: list[RowId] = []
         while self._heap and len(leased) < max_rows:
             version, lo = heapq.heappop(self._heap)
             seg = self._at(version, lo)
@@ -142,6 +148,9 @@ class ShareWindow:
                 seg.holder, seg.deadline = BURYING, math.inf  # until `bury` or `unbury`
                 dead += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
                 continue
+            if eligible is not None and not eligible(seg.key):
+                skipped.append((version, lo))  # another consumer's key: left for it
+                continue
             take = min(seg.hi - seg.lo, max_rows - len(leased))
             if take < seg.hi - seg.lo:  # the rest stays available
                 self._split(version, seg, seg.lo + take)
@@ -149,8 +158,18 @@ class ShareWindow:
             seg.deliveries += 1
             seg.holder, seg.deadline = consumer, deadline
             leased += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
+        for entry in skipped:
+            heapq.heappush(self._heap, entry)
         self._advance()
         return leased, dead
+
+    def key_holders(self) -> dict[str, set[int]]:
+        """The consumers holding leased rows of each key."""
+        holders: dict[str, set[int]] = {}
+        for _, seg in self._all():
+            if seg.holder > 0:
+                holders.setdefault(seg.key, set()).add(seg.holder)
+        return holders
 
     def ack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Acknowledge rows leased to `consumer`; the ids acknowledged (a row no longer
@@ -218,6 +237,22 @@ class ShareWindow:
             for seg in segs:
                 yield version, seg
 
+    def _pieces(
+        self, version: int, lo: int, hi: int, key_of: Callable[[RowId], str] | None
+    ) -> Iterator[tuple[int, int, str]]:
+        """[lo, hi) without the rows acknowledged before a restart, as runs of one key."""
+        for a, b in self._not_acked(version, lo, hi):
+            if key_of is None:
+                yield a, b, ""
+                continue
+            start, key = a, key_of((version, a))
+            for i in range(a + 1, b):
+                other = key_of((version, i))
+                if other != key:
+                    yield start, i, key
+                    start, key = i, other
+            yield start, b, key
+
     def _not_acked(self, version: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """[lo, hi) without the rows acknowledged before a restart, as runs."""
         if not self.acked:
@@ -248,7 +283,7 @@ class ShareWindow:
 
     def _split(self, version: int, seg: Seg, at: int) -> Seg:
         """Cut `seg` at row `at`; the second part (same state) is returned."""
-        rest = Seg(at, seg.hi, seg.deliveries, seg.holder, seg.deadline)
+        rest = Seg(at, seg.hi, seg.deliveries, seg.holder, seg.deadline, seg.key)
         seg.hi = at
         segs = self.segs[version]
         segs.insert(segs.index(seg) + 1, rest)

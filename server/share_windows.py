@@ -109,20 +109,27 @@ class ShareWindows:
     def admit(
         self, topic: str, group: str, ids: Iterable[RowId], next_end: int, consumer: int,
         deadline: float, max_leased: int | None = None,
+        key_of: Callable[[RowId], str] | None = None,
+        eligible: Callable[[str], bool] | None = None,
     ) -> list[RowId]:  # fmt: skip
         """`ShareWindow.admit`: rows read at the frontier leased to `consumer`."""
         with self._lock:
             window = self._window(topic, group)
-            return window.admit(ids, next_end, consumer, deadline, max_leased)
+            return window.admit(ids, next_end, consumer, deadline, max_leased, key_of, eligible)
+
+    def key_holders(self, topic: str, group: str) -> dict[str, set[int]]:
+        with self._lock:
+            return self._window(topic, group).key_holders()
 
     def acquire(
-        self, topic: str, group: str, consumer: int, deadline: float, max_rows: int
-    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:
+        self, topic: str, group: str, consumer: int, deadline: float, max_rows: int,
+        eligible: Callable[[str], bool] | None = None,
+    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:  # fmt: skip
         """`ShareWindow.acquire`: rows to deliver again leased to `consumer`, and rows
         out of deliveries, which the caller dead-letters, then `bury`s."""
         with self._lock:
             entry = self._entries[(topic, group)]
-            leased, dead = entry.window.acquire(consumer, deadline, max_rows)
+            leased, dead = entry.window.acquire(consumer, deadline, max_rows, eligible)
             entry.redelivered += sum(1 for _, count in leased if count > 1)
             return leased, dead
 

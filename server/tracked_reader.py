@@ -12,7 +12,7 @@ by now) is reported as gone, so that its window can count it done.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,17 +38,36 @@ from sqltopic.sql.topic.params import split_subscription
 from sqltopic.sql.topic.tracked import split_ids, tracked_sql, with_row_ids
 from sqltopic.wal import EntryType
 
+# A run of an entry's rows from one table: (version, first index, end index, table).
+TableRun = tuple[int, int, int, str]
+
 
 @dataclass(frozen=True)
 class TrackedBlock:
-    """Rows of one read with the id of each: `versions[i]`, `indexes[i]` name row i."""
+    """Rows of one read with the id of each: `versions[i]`, `indexes[i]` name row i;
+    `tables` says which table each input row came from (a key_shared group's key)."""
 
     block: TopicBlock
     versions: pa.Array
     indexes: pa.Array
+    tables: tuple[TableRun, ...] = ()
 
     def ids(self) -> list[RowId]:
         return list(zip(self.versions.to_pylist(), self.indexes.to_pylist(), strict=True))
+
+
+def table_of(blocks: Iterable[TrackedBlock]) -> Callable[[RowId], str]:
+    """The table a row id of `blocks` came from ("" for one they do not cover)."""
+    runs: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for block in blocks:
+        for version, lo, hi, table in block.tables:
+            runs[version].append((lo, hi, table))
+
+    def find(rid: RowId) -> str:
+        version, index = rid
+        return next((t for lo, hi, t in runs.get(version, ()) if lo <= index < hi), "")
+
+    return find
 
 
 @dataclass(frozen=True)
@@ -157,7 +176,7 @@ def _query(state: State, topic: Topic, parts: list[_Part]) -> TrackedBlock:
     names = {p.table.name for p in parts}
     only = next(iter(names)) if len(names) == 1 else None
     block = TopicBlock(only, own.cast(shape.out), parts[0].version, parts[-1].version)
-    return TrackedBlock(block, versions, indexes)
+    return TrackedBlock(block, versions, indexes, _tables(parts))
 
 
 def _runs(state: State, parts: list[_Part]) -> list[TrackedBlock]:
@@ -177,7 +196,8 @@ def _runs(state: State, parts: list[_Part]) -> list[TrackedBlock]:
                             [p.first for p in run])  # fmt: skip
         block = TopicBlock(table.name, data, run[0].version, run[-1].version)
         versions = ided.column("__row_version").combine_chunks()
-        out.append(TrackedBlock(block, versions, ided.column("__row_index").combine_chunks()))
+        indexes = ided.column("__row_index").combine_chunks()
+        out.append(TrackedBlock(block, versions, indexes, _tables(run)))
         start = i
     return out
 
@@ -187,5 +207,9 @@ def _filtered(tracked: TrackedBlock, keep: pa.Array) -> TrackedBlock:
     data = block.data.filter(keep)
     return TrackedBlock(
         TopicBlock(block.table_name, data, block.first_version, block.last_version),
-        tracked.versions.filter(keep), tracked.indexes.filter(keep),
+        tracked.versions.filter(keep), tracked.indexes.filter(keep), tracked.tables,
     )  # fmt: skip
+
+
+def _tables(parts: list[_Part]) -> tuple[TableRun, ...]:
+    return tuple((p.version, p.first, p.first + p.batch.num_rows, p.table.name) for p in parts)

@@ -175,9 +175,12 @@ BAD = [
     ({"client.id": "c" * 256}, f"client.id: {'c' * 256!r} is not at most 255 characters long"),
     (
         {"group.type": "shard"},
-        "group.type: 'shard' is not one of vgroup, exclusive, broadcast, shared",
+        "group.type: 'shard' is not one of vgroup, exclusive, broadcast, shared, key_shared",
     ),
-    ({"group.type": 3}, "group.type: 3 is not one of vgroup, exclusive, broadcast, shared"),
+    (
+        {"group.type": 3},
+        "group.type: 3 is not one of vgroup, exclusive, broadcast, shared, key_shared",
+    ),
     (
         {"group.type": "shared", "ack.timeout.ms": 999},
         "ack.timeout.ms: 999 is out of range 1000..3600000",

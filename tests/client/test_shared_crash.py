@@ -24,12 +24,13 @@ ACK_TIMEOUT_MS = 1_000
 HOLDER = """
 import sys
 from sqltopic.client.consumer import Consumer
-config = {"server": sys.argv[1], "group.id": "s", "group.type": "shared",
-          "ack.timeout.ms": sys.argv[2], "session.timeout.ms": "60000",
+config = {"server": sys.argv[1], "group.id": "s", "group.type": sys.argv[4],
+          "ack.timeout.ms": sys.argv[2], "session.timeout.ms": sys.argv[5],
+          "heartbeat.interval.ms": "1000", "max.poll.rows": sys.argv[6],
           "auto.offset.reset": "earliest", "enable.auto.commit": "false",
           "fetch.max.wait.ms": "100"}
 consumer = Consumer(config)
-consumer.subscribe(["overvoltage"])
+consumer.subscribe([sys.argv[7]])
 held = 0
 while held < int(sys.argv[3]):
     message = consumer.poll(0.5)
@@ -58,7 +59,8 @@ def test_a_killed_consumers_leases_go_to_the_others_when_they_expire(
 ) -> None:
     everything = Counter(power.execute(SELECT).rows)
     total = sum(everything.values())
-    args = [sys.executable, "-c", HOLDER, server.address, str(ACK_TIMEOUT_MS), str(total)]
+    args = [sys.executable, "-c", HOLDER, server.address, str(ACK_TIMEOUT_MS), str(total),
+            "shared", "60000", "100000", "overvoltage"]  # fmt: skip
     child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -107,3 +109,54 @@ def test_a_restarted_server_keeps_acknowledgements_and_redelivers_the_rest(
             assert again.poll(0.5) is None
     finally:
         server.kill()
+
+
+KEYED = """
+CREATE DATABASE keyed VGROUPS 2;
+CREATE STABLE keyed.meters (ts TIMESTAMP, v INT) TAGS (site INT);
+CREATE TOPIC by_meter AS SELECT ts, v, tbname FROM keyed.meters;
+"""
+# The shortest session timeout: a killed key_shared consumer owns its keys until removed.
+SESSION_TIMEOUT_MS = 6_000
+
+
+def test_a_killed_key_shared_consumers_keys_move_with_their_order_kept(
+    conn: Any, server: ServerProcess
+) -> None:
+    conn.execute(KEYED)
+    first = 1_700_000_000_000
+    for w in range(3):  # six tables (keys), 3 writes of 20 rows each
+        for n in range(6):
+            values = " ".join(f"({first + w * 20 + i}, {w * 20 + i})" for i in range(20))
+            conn.execute(f"INSERT INTO keyed.m{n} USING keyed.meters TAGS ({n}) VALUES {values}")
+    total = 6 * 60
+    group = config(server.address, "s", group_type="key_shared", ack_timeout_ms=ACK_TIMEOUT_MS,
+                   max_poll_rows=10)  # fmt: skip
+    with Consumer(group) as survivor:
+        survivor.subscribe(["by_meter"])
+        args = [sys.executable, "-c", HOLDER, server.address, str(ACK_TIMEOUT_MS), "1",
+                "key_shared", str(SESSION_TIMEOUT_MS), "10", "by_meter"]  # fmt: skip
+        child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().split()[0] == "holding"  # rows of its keys
+            child.kill()  # SIGKILL: its keys stay its own until it is removed
+            child.wait(DEADLINE_S)
+            got: list[Message] = []
+            deadline = time.monotonic() + DEADLINE_S * 2
+            while sum(m.row_count for m in got) < total:
+                assert time.monotonic() < deadline, f"{sum(m.row_count for m in got)} rows"
+                message = survivor.poll(0.5)
+                if message is not None:
+                    got.append(message)
+                    survivor.ack(message)
+        finally:
+            child.kill()
+    stamps: dict[str, list[int]] = {}
+    for message in got:
+        for ts, _, table in message.rows():
+            stamps.setdefault(table, []).append(ts)
+    assert sorted(stamps) == [f"m{n}" for n in range(6)]
+    for table, seen in stamps.items():  # every row once, each table's in WAL order
+        assert seen == sorted(seen), table
+        assert len(set(seen)) == len(seen) == 60, table

@@ -253,3 +253,63 @@ def test_with_auto_commit_the_next_poll_accepts_what_the_last_ones_handed_out(
         assert after.poll(1.0) is None
     shown = power.execute("SHOW SUBSCRIPTIONS")
     assert sum(r[shown.columns.index("acked")] for r in shown.rows) == total
+
+
+KEYED = """
+CREATE DATABASE keyed VGROUPS 2;
+CREATE STABLE keyed.meters (ts TIMESTAMP, v INT) TAGS (site INT);
+CREATE TOPIC by_meter AS SELECT ts, v, tbname FROM keyed.meters;
+"""
+
+
+def test_key_shared_keeps_each_tables_rows_in_wal_order_through_joins_and_leaves(
+    conn: Connection, server: ServerProcess
+) -> None:
+    conn.execute(KEYED)
+
+    first = 1_700_000_000_000
+    for w in range(4):  # eight tables (keys), 4 writes of 40 rows each
+        for n in range(8):
+            values = " ".join(f"({first + w * 40 + i}, {w * 40 + i})" for i in range(40))
+            conn.execute(f"INSERT INTO keyed.m{n} USING keyed.meters TAGS ({n}) VALUES {values}")
+    keyed = config(server.address, "k", group_type="key_shared", max_poll_rows=30)
+    seen: list[tuple[int, str, int]] = []  # (consumer, table, ts) in the order received
+    consumers = [Consumer(keyed), Consumer(keyed)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe(["by_meter"])
+
+        def take(rows: int) -> None:
+            got = 0
+            deadline = time.monotonic() + DEADLINE_S
+            while got < rows:
+                assert time.monotonic() < deadline, f"{got} of {rows} rows"
+                for n, consumer in enumerate(consumers):
+                    message = consumer.poll(0.1)
+                    if message is None:
+                        continue
+                    seen.extend((n, r[2], r[0]) for r in message.rows())
+                    got += message.row_count
+                    consumer.ack(message)
+
+        take(8 * 160 // 2)
+        consumers.append(Consumer(keyed))  # a join moves some keys to it
+        consumers[-1].subscribe(["by_meter"])
+        take(8 * 160 // 4)
+        consumers[0].close()  # a leave moves its keys to the others
+        consumers[0] = Consumer(keyed)
+        consumers[0].subscribe(["by_meter"])
+        take(8 * 160 - len(seen))  # the rest (messages overshoot the counts above)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert len(seen) == 8 * 160
+    by_table: dict[str, list[int]] = {}
+    holders: dict[str, set[int]] = {}
+    for n, table, ts in seen:
+        by_table.setdefault(table, []).append(ts)
+        holders.setdefault(table, set()).add(n)
+    for table, stamps in by_table.items():  # each table's rows in WAL order, once each
+        assert stamps == sorted(stamps), table
+        assert len(set(stamps)) == 160, table
+    assert len({n for hs in holders.values() for n in hs}) >= 2  # keys were spread

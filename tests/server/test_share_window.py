@@ -245,3 +245,19 @@ def _same(answer: object) -> object:
     if isinstance(answer, list):
         return sorted(answer)
     return answer
+
+
+def test_key_shared_rows_wait_for_their_keys_consumer() -> None:
+    """Rows of keys the reader may not take wait for the consumer that may; a key's
+    holders are known, so a moved key can wait for its old holder's leases to end."""
+    w = ShareWindow(start=1)
+    key = {(1, 0): "a", (1, 1): "a", (1, 2): "b", (1, 3): "b"}.__getitem__
+    mine_a = {"a"}.__contains__
+    assert w.admit(rows((1, 4)), 2, A, 5.0, key_of=key, eligible=mine_a) == [(1, 0), (1, 1)]
+    assert w.key_holders() == {"a": {A}}
+    assert w.acquire(A, 5.0, 10, eligible=mine_a) == ([], [])  # b is not A's
+    assert w.acquire(B, 5.0, 1, eligible={"b"}.__contains__) == ([((1, 2), 1)], [])
+    assert w.acquire(B, 5.0, 10, eligible={"b"}.__contains__) == ([((1, 3), 1)], [])
+    assert w.key_holders() == {"a": {A}, "b": {B}}
+    w.nack(A, [(1, 1)])  # a released row of a goes to whoever may take a now
+    assert w.acquire(B, 5.0, 10, eligible={"a", "b"}.__contains__) == ([((1, 1), 2)], [])
