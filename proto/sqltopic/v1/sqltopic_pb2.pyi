@@ -558,7 +558,8 @@ class SubscribeRequest(_message.Message):
     same type: another is refused with GroupConflict, as is a second consumer of an
     exclusive group and a broadcast consumer whose client_id is in use in the group.
     Nothing changes on a refusal. "shared": every consumer reads every vgroup, rows
-    leased to them and settled one by one with Vnode.Acknowledge.
+    leased to them and settled one by one with Vnode.Acknowledge; "key_shared": as
+    shared, but all rows of one table go to one consumer at a time, in WAL order.
     """
     ack_timeout_ms: _builtins.int
     """Shared groups only: the group's settings, fixed by its first member (a member asking
