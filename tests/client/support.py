@@ -130,3 +130,22 @@ def big_write(conn: Connection) -> int:
         }),
     )  # fmt: skip
     return int(conn.execute("SELECT count(*) FROM power.d1001").rows[0][0])
+
+
+KEYED = """
+CREATE DATABASE keyed VGROUPS 2;
+CREATE STABLE keyed.meters (ts TIMESTAMP, v INT) TAGS (site INT);
+CREATE TOPIC by_meter AS SELECT ts, v, tbname FROM keyed.meters;
+"""
+
+
+def keyed_rows(conn: Connection, tables: int, writes: int, rows: int) -> int:
+    """Database `keyed` with topic `by_meter` (every row, with `tbname`), and `writes`
+    rounds of one `rows`-row write to each of `tables` tables m0..; the rows written."""
+    conn.execute(KEYED)
+    first = 1_700_000_000_000
+    for w in range(writes):
+        for n in range(tables):
+            values = " ".join(f"({first + w * rows + i}, {w * rows + i})" for i in range(rows))
+            conn.execute(f"INSERT INTO keyed.m{n} USING keyed.meters TAGS ({n}) VALUES {values}")
+    return tables * writes * rows

@@ -14,7 +14,15 @@ from typing import Any
 from sqltopic.client import connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
-from tests.client.support import DEADLINE_S, METERS, SELECT, TOPIC, config, later_rows
+from tests.client.support import (
+    DEADLINE_S,
+    METERS,
+    SELECT,
+    TOPIC,
+    config,
+    keyed_rows,
+    later_rows,
+)
 from tests.live_server import POWER, ServerProcess
 
 Row = tuple[Any, ...]
@@ -111,11 +119,6 @@ def test_a_restarted_server_keeps_acknowledgements_and_redelivers_the_rest(
         server.kill()
 
 
-KEYED = """
-CREATE DATABASE keyed VGROUPS 2;
-CREATE STABLE keyed.meters (ts TIMESTAMP, v INT) TAGS (site INT);
-CREATE TOPIC by_meter AS SELECT ts, v, tbname FROM keyed.meters;
-"""
 # The shortest session timeout: a killed key_shared consumer owns its keys until removed.
 SESSION_TIMEOUT_MS = 6_000
 
@@ -123,13 +126,7 @@ SESSION_TIMEOUT_MS = 6_000
 def test_a_killed_key_shared_consumers_keys_move_with_their_order_kept(
     conn: Any, server: ServerProcess
 ) -> None:
-    conn.execute(KEYED)
-    first = 1_700_000_000_000
-    for w in range(3):  # six tables (keys), 3 writes of 20 rows each
-        for n in range(6):
-            values = " ".join(f"({first + w * 20 + i}, {w * 20 + i})" for i in range(20))
-            conn.execute(f"INSERT INTO keyed.m{n} USING keyed.meters TAGS ({n}) VALUES {values}")
-    total = 6 * 60
+    total = keyed_rows(conn, tables=6, writes=3, rows=20)
     group = config(server.address, "s", group_type="key_shared", ack_timeout_ms=ACK_TIMEOUT_MS,
                    max_poll_rows=10)  # fmt: skip
     with Consumer(group) as survivor:

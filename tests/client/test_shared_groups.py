@@ -16,7 +16,7 @@ from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
 from sqltopic.errors import ConfigError, GroupConflict, NotFoundError
-from tests.client.support import DEADLINE_S, SELECT, config, later_rows
+from tests.client.support import DEADLINE_S, SELECT, config, keyed_rows, later_rows
 from tests.live_server import ServerProcess
 
 Row = tuple[Any, ...]
@@ -255,23 +255,10 @@ def test_with_auto_commit_the_next_poll_accepts_what_the_last_ones_handed_out(
     assert sum(r[shown.columns.index("acked")] for r in shown.rows) == total
 
 
-KEYED = """
-CREATE DATABASE keyed VGROUPS 2;
-CREATE STABLE keyed.meters (ts TIMESTAMP, v INT) TAGS (site INT);
-CREATE TOPIC by_meter AS SELECT ts, v, tbname FROM keyed.meters;
-"""
-
-
 def test_key_shared_keeps_each_tables_rows_in_wal_order_through_joins_and_leaves(
     conn: Connection, server: ServerProcess
 ) -> None:
-    conn.execute(KEYED)
-
-    first = 1_700_000_000_000
-    for w in range(4):  # eight tables (keys), 4 writes of 40 rows each
-        for n in range(8):
-            values = " ".join(f"({first + w * 40 + i}, {w * 40 + i})" for i in range(40))
-            conn.execute(f"INSERT INTO keyed.m{n} USING keyed.meters TAGS ({n}) VALUES {values}")
+    keyed_rows(conn, tables=8, writes=4, rows=40)
     keyed = config(server.address, "k", group_type="key_shared", max_poll_rows=30)
     seen: list[tuple[int, str, int]] = []  # (consumer, table, ts) in the order received
     consumers = [Consumer(keyed), Consumer(keyed)]
