@@ -48,13 +48,20 @@ sys.stdin.read()  # until killed
 """
 
 
-def _take(consumer: Consumer, wanted: int) -> list[Message]:
+def _take(
+    consumer: Consumer, wanted: int, ack: bool = False, within: float = DEADLINE_S
+) -> list[Message]:
+    """Messages until `wanted` rows came; with `ack`, each acknowledged as it comes (a
+    lease of ACK_TIMEOUT_MS must not run out while the rest arrive on a slow machine)."""
     got: list[Message] = []
-    deadline = time.monotonic() + DEADLINE_S
+    deadline = time.monotonic() + within
     while sum(m.row_count for m in got) < wanted:
         assert time.monotonic() < deadline, f"{sum(m.row_count for m in got)} of {wanted} rows"
         message = consumer.poll(0.5)
-        got += [message] if message is not None else []
+        if message is not None:
+            got.append(message)
+            if ack:
+                assert consumer.ack(message) == message.row_count
     return got
 
 
@@ -78,10 +85,11 @@ def test_a_killed_consumers_leases_go_to_the_others_when_they_expire(
             survivor.subscribe(["overvoltage"])
             child.kill()  # SIGKILL, holding every row: no close, no acknowledgement
             child.wait(DEADLINE_S)
-            got = _take(survivor, total)
-            assert _rows(got) == everything  # nothing lost
-            assert {m.delivery_count for m in got} == {2}  # each came a second time
-            assert sum(survivor.ack(m) for m in got) == total
+            got = _take(survivor, total, ack=True)
+            assert _rows(got) == everything  # nothing lost, nothing twice
+            # each came again (a second time, or later when the holder's own lease ran
+            # out while it was still gathering on a slow machine)
+            assert min(m.delivery_count or 0 for m in got) >= 2
     finally:
         child.kill()
 
@@ -139,14 +147,8 @@ def test_a_killed_key_shared_consumers_keys_move_with_their_order_kept(
             assert child.stdout.readline().split()[0] == "holding"  # rows of its keys
             child.kill()  # SIGKILL: its keys stay its own until it is removed
             child.wait(DEADLINE_S)
-            got: list[Message] = []
-            deadline = time.monotonic() + DEADLINE_S * 2
-            while sum(m.row_count for m in got) < total:
-                assert time.monotonic() < deadline, f"{sum(m.row_count for m in got)} rows"
-                message = survivor.poll(0.5)
-                if message is not None:
-                    got.append(message)
-                    survivor.ack(message)
+            # the killed owner's keys wait for its removal (its session timeout)
+            got = _take(survivor, total, ack=True, within=2 * DEADLINE_S)
         finally:
             child.kill()
     stamps: dict[str, list[int]] = {}
