@@ -682,9 +682,16 @@ class Coordinator:
             )
 
     def held(self, group: str, topic: str, vgroup: int) -> bool:
-        """Whether a live consumer of `group` holds the vgroup (refuses standalone commits)."""
+        """Whether a live consumer of `group` holds the vgroup, or reads it in a shared
+        group (refuses standalone commits)."""
         with self._lock:
-            return vgroup in self.owners.get((topic, group), {})
+            if vgroup in self.owners.get((topic, group), {}):
+                return True
+            return any(
+                shares(m.mode) and (topic, vgroup) in m.assignment
+                for m in self._in_group.get(group_of(group), {}).values()
+                if m.group == group
+            )
 
     def _member(self, consumer_id: int) -> Member:
         member = self.members.get(consumer_id)

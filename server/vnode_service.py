@@ -400,6 +400,11 @@ class VnodeService(pb_grpc.VnodeServicer):
                 f"group {group} has a live consumer on vgroup {vgroup} of topic {topic}: a "
                 "standalone commit (consumer_id 0) needs the group idle there"
             )
+        elif self._engine.vnode_of(topic, vgroup).shares.opened(topic, group):
+            raise ConfigError(
+                f"group {group} is a shared group on vgroup {vgroup} of topic {topic}: its "
+                "progress is its acknowledgements, which a commit of offsets cannot move"
+            )
 
     @unary
     async def Committed(

@@ -109,6 +109,14 @@ def test_malformed_acknowledgements_are_refused_whole(
             assert (code, error) == expected, (name, message)
     # the rows are still leased to alice, untouched: one real acknowledgement settles all
     assert alice.acknowledge(_ack(leased)).settled == rows
+    # nor can a standalone commit move the shared group's progress
+    commit = pb.CommitRequest(
+        group_id="s", offsets=[pb.TopicVgroupOffset(topic="t1", vgroup=leased[2], offset=1)]
+    )
+    assert refusal(lambda: alice.commit(commit))[:2] == FENCED  # a member reads there
+    alice.close_consumer(consumer)
+    code, error, message = refusal(lambda: alice.commit(commit))
+    assert ((code, error), "shared group" in message) == (BAD, True)
 
 
 def test_a_vgroup_groups_consumer_does_not_acknowledge(alice: UserWire, users: Connection) -> None:
