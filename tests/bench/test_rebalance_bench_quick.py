@@ -36,7 +36,9 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     assert report["duplicate_rows"] >= 0
     assert len(meta["join_settle_ms_rounds"]) == meta["sizes"]["rounds"]
     assert len(meta["crash_takeover_ms_rounds"]) == meta["sizes"]["crash_rounds"]
-    # the killed consumer left SHOW CONSUMERS (session timeout) before its rows moved on;
-    # the bench sees that removal only at its next SHOW poll, which may come after them
-    removed, takeover = meta["crash_removed_ms_p50"], report["crash_takeover_ms_p50"]
-    assert 0 < removed <= takeover + 2 * meta["show_poll_ms"]
+    # the killed consumer left SHOW CONSUMERS (its session timeout). Whether that came
+    # before its rows moved on is not asserted from here: the bench sees the removal
+    # only at a SHOW poll, which a loaded machine delays by any amount (a CI run saw it
+    # 250 ms after the takeover with 100 ms polls); tests/server/test_grpc_groups.py
+    # checks the order on the coordinator itself
+    assert meta["crash_removed_ms_p50"] > 0
