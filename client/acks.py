@@ -73,7 +73,7 @@ class Acks(CoreState):
 
     def queue_unsettled(self) -> None:
         """Accept every row handed out and not settled yet (implicit acknowledgement),
-        lazily: each vgroup's next poll carries them (`CoreState._poll_request`)."""
+        lazily: each vgroup's next poll carries them (`ConsumerCore._launch`)."""
         records, self.unsettled = list(self.unsettled.values()), {}
         for record in records:
             ids = record.message.row_ids

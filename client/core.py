@@ -113,10 +113,10 @@ class ConsumerCore(Membership):
             held.ticket, held.retry_at = next(self._tickets), 0.0
             self._in_flight[held.ticket] = key
             timeout = self.config.fetch_max_wait_ms / 1000 + POLL_DEADLINE_MARGIN_S
-            request = self._poll_request(held)
-            if request.ack_versions:
-                acks = list(zip(request.ack_versions, request.ack_indexes, strict=True))
+            acks = self.pending_acks.pop(key, [])
+            if acks:
                 self.acks_in_flight[held.ticket] = (key, acks)
+            request = self._poll_request(held, acks)
             yield Fetch(
                 held.ticket, held.topic, held.database, held.vgroup, held.endpoint,
                 request, self.metadata, timeout,

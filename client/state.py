@@ -181,10 +181,9 @@ class CoreState:
             dead_letter_table=c.dead_letter_table,
         )
 
-    def _poll_request(self, held: Held) -> pb.PollRequest:
-        """The poll of `held`'s vgroup, carrying the rows accepted there meanwhile."""
+    def _poll_request(self, held: Held, acks: Sequence[tuple[int, int]] = ()) -> pb.PollRequest:
+        """The poll of `held`'s vgroup, carrying `acks`: rows accepted there meanwhile."""
         c = self.config
-        acks = self.pending_acks.pop((held.topic, held.vgroup), [])
         return pb.PollRequest(
             consumer_id=self.consumer_id,
             group_id=self.offsets_group,

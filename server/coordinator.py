@@ -529,6 +529,13 @@ class Coordinator:
         with self._lock:
             return self.members.get(consumer_id)
 
+    def epoch_of(self, consumer_id: int) -> int:
+        """The consumer's current epoch (0 once it is no member): a poll answers with it,
+        so a consumer whose assignment moved past the poll's learns it at once, not at
+        its next heartbeat."""
+        member = self.member(consumer_id)
+        return member.epoch if member is not None else 0
+
     def snapshot(self) -> tuple[list[Member], dict[tuple[str, str], dict[int, Owner]]]:
         """Copies of the members and owners, for SHOW: consistent with each other."""
         with self._lock:

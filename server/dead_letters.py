@@ -23,6 +23,7 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.share_window import RowId
 from sqltopic.server.tracked_reader import TrackedBlock
 from sqltopic.sql.model import TBNAME, Column
+from sqltopic.sql.values import TICKS_PER_SECOND
 
 REASON = "max.deliveries"
 # The columns every dead-letter table starts with, and their types.
@@ -37,8 +38,6 @@ HEAD = (
     ("reason", "VARCHAR(64)"),
 )
 TAKEN = frozenset({name for name, _ in HEAD} | {TBNAME})
-# dead_at's unit per database precision, in µs.
-UNIT_US = {"ms": 1_000, "us": 1, "ns": 1}
 
 
 class DeadLetters:
@@ -79,11 +78,10 @@ class DeadLetters:
         """`count` dead_at values after the table's last, in its database's precision."""
         precision = self._engine.state.catalog.database(db).precision
         now = self._engine.state.now_us()
-        now = now * 1_000 if precision == "ns" else now // UNIT_US[precision]
+        now = now * TICKS_PER_SECOND[precision] // 1_000_000
         first = max(now, self._last.get((db, name), now - 1) + 1)
         self._last[(db, name)] = first + count - 1
-        unit = {"ms": "ms", "us": "us", "ns": "ns"}[precision]
-        return pa.array(range(first, first + count), pa.timestamp(unit))
+        return pa.array(range(first, first + count), pa.timestamp(precision))
 
 
 def _create_sql(db: str, name: str, payload: list[Column]) -> str:

@@ -80,21 +80,19 @@ class Leaser:
             raise WouldBlock
         dead: dict[RowId, int] = {}
         with state.lock.shared():
-            leased = self._locked(vnode, request, max_bytes, settings, dead, wake)
+            leased = self._locked(vnode, request, max_bytes, settings, wanted, dead, wake)
         if dead:  # outside the engine's lock: creating the table takes it
             self._give_up(vnode, request, settings, dead)
         return leased
 
     def _locked(
         self, vnode: Vnode, request: pb.PollRequest, max_bytes: int, settings: ShareSettings,
-        dead: dict[RowId, int], wake: Callable[[], None],
+        wanted: int, dead: dict[RowId, int], wake: Callable[[], None],
     ) -> Leased | None:  # fmt: skip
         windows, topic, group = vnode.shares, request.topic, request.group_id
         now = self._clock()
         windows.expire(now)
-        until = now + settings.lease_s
-        wanted = request.max_rows or DEFAULT_LEASE_ROWS
-        lease = Lease(until, wanted, self._eligible(vnode, request))
+        lease = Lease(now + settings.lease_s, wanted, self._eligible(vnode, request))
         leased = self._redeliver(vnode, request, lease, dead)
         if leased is not None:
             return leased

@@ -86,24 +86,22 @@ class SharePolls:
             entry.remove()
             entry.changed.set()
 
-    def sharer(self, consumer_id: int, group: str) -> Member | None:
-        """The member, when it polls as a consumer of a shared group."""
+    def settings_of(self, consumer_id: int, group: str) -> ShareSettings | None:
+        """The group's settings, when the consumer polls as a member of a shared group."""
         member = self._coordinator.member(consumer_id)
         if member is not None and member.group == group and shares(member.mode):
-            return member
+            return member.share
         return None
 
     async def poll(
-        self, request: pb.PollRequest, wait: float, max_bytes: int, stopping: asyncio.Event
-    ) -> list[pb.PollResponse]:
-        """Rows leased to the polling consumer, as frames; empty after `wait` seconds
-        without any. The caller checked who polls (fencing and rights)."""
+        self, request: pb.PollRequest, settings: ShareSettings, wait: float, max_bytes: int,
+        stopping: asyncio.Event,
+    ) -> list[pb.PollResponse]:  # fmt: skip
+        """Rows leased to the polling consumer (of a group with `settings`), as frames;
+        empty after `wait` seconds without any. The caller checked who polls (fencing
+        and rights)."""
         deadline = self._clock() + wait
         entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
-        member = self.sharer(request.consumer_id, request.group_id)
-        settings = member.share if member is not None else None
-        if settings is None:  # it left meanwhile
-            raise ConsumerFenced(f"consumer {request.consumer_id} is not a member: subscribe again")
         if not entry.windows.reopen(request.topic, request.group_id, settings.max_deliveries):
             await self._run(self._open, entry, request, settings)  # may read the offsets file
         self._accept_piggybacked(entry, request)
@@ -112,7 +110,7 @@ class SharePolls:
             changed = entry.changed
             args = (entry.vnode, request, max_bytes, settings, lambda: self._wake(entry))
             message = await here_or_worker(lock, self._run, self._leaser.lease, *args)
-            epoch = self._epoch(request.consumer_id)
+            epoch = self._coordinator.epoch_of(request.consumer_id)
             now = self._clock()
             if message is not None:
                 frames = frames_of(message[0], with_names(request))
@@ -164,10 +162,6 @@ class SharePolls:
                 self._kick(entry)
         return pb.AcknowledgeResponse(settled=len(done), not_held=len(ids) - len(done))
 
-    def _epoch(self, consumer_id: int) -> int:
-        member = self._coordinator.member(consumer_id)
-        return member.epoch if member is not None else 0
-
     def _entry(self, vnode: Vnode) -> _Vnode:
         """The vnode's windows (new ones for a vnode created again under its id)."""
         entry = self._vnodes.get(vnode.vgroup)
@@ -184,8 +178,7 @@ class SharePolls:
         def on_versions(next_version: int) -> None:  # the writer's thread
             if not entry.kicked:
                 entry.kicked = True
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                    self._loop.call_soon_threadsafe(self._kick, entry)
+                self._wake(entry)
 
         return on_versions
 
@@ -204,8 +197,7 @@ class SharePolls:
         """A sharing consumer left (or stopped reading `topics`): its leases end."""
         for entry in list(self._vnodes.values()):
             if entry.windows.release(consumer_id, topics):
-                with contextlib.suppress(RuntimeError):
-                    self._loop.call_soon_threadsafe(self._kick, entry)
+                self._wake(entry)
 
     # --- on a worker thread -----------------------------------------------------------
 

@@ -73,11 +73,8 @@ class ShareWindows:
         """Make sure (topic, group) has its window: as stored, or new at `start()` (a
         group with no committed state here); with the group's `max_deliveries` (a group
         emptied and joined again may have other settings)."""
-        with self._lock:
-            entry = self._entries.get((topic, group))
-            if entry is not None:
-                entry.window.max_deliveries = max_deliveries
-                return
+        if self.reopen(topic, group, max_deliveries):
+            return
         stored = self._offsets.share_state(topic, group)  # may read the file: no lock
         saved = Durable(*stored) if stored is not None else Durable(start(), frozenset())
         window = ShareWindow.restored(
@@ -136,12 +133,7 @@ class ShareWindows:
     def bury(self, topic: str, group: str, ids: Iterable[RowId]) -> list[RowId]:
         """Rows out of deliveries are done (dead-lettered or dropped), on disk once this
         returns."""
-        done = self._settle(topic, group, lambda window: window.bury(ids))
-        with self._lock:
-            entry = self._entries.get((topic, group))
-            if entry is not None:
-                entry.dead_lettered += len(done)
-        return done
+        return self._settle(topic, group, lambda window: window.bury(ids), _tally_dead)
 
     def unbury(self, topic: str, group: str, ids: Iterable[RowId]) -> int:
         with self._lock:
@@ -185,12 +177,7 @@ class ShareWindows:
     def ack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
         """Acknowledge rows leased to `consumer`; returns the rows acknowledged, once
         they are on disk. Rows no longer its own are left out (their lease expired)."""
-        done = self._settle(topic, group, lambda window: window.ack(consumer, ids))
-        with self._lock:
-            entry = self._entries.get((topic, group))
-            if entry is not None:
-                entry.acked += len(done)
-        return done
+        return self._settle(topic, group, lambda window: window.ack(consumer, ids), _tally_acked)
 
     def stats(self) -> dict[Key, ShareStats]:
         """Every window's figures."""
@@ -209,16 +196,10 @@ class ShareWindows:
         many polls cost one save, not a queue of them). Until a save, a crash may
         deliver them again."""
         with self._lock:
-            entry = self._entries.get((topic, group))
-            if entry is None:
+            marked = self._mark(topic, group, lambda w: w.ack(consumer, ids), _tally_acked)
+            if marked is None or marked[0].save_due:
                 return None
-            done = entry.window.ack(consumer, ids)
-            if not done:
-                return None
-            entry.acked += len(done)
-            entry.version += 1
-            if entry.save_due:
-                return None
+            entry = marked[0]
             entry.save_due = True
 
         def save() -> None:
@@ -230,20 +211,34 @@ class ShareWindows:
         return save
 
     def _settle(
-        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]]
-    ) -> list[RowId]:
+        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]],
+        tally: Callable[[_Entry, int], None],
+    ) -> list[RowId]:  # fmt: skip
         """Rows done by `settle(window)`, saved before this returns."""
         with self._lock:
-            entry = self._entries.get((topic, group))
-            if entry is None:
+            marked = self._mark(topic, group, settle, tally)
+            if marked is None:
                 return []
-            done = settle(entry.window)
-            if not done:
-                return []
-            entry.version += 1
+            entry, done = marked
             wanted = entry.version
         self._save(topic, group, entry, wanted)
         return done
+
+    def _mark(
+        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]],
+        tally: Callable[[_Entry, int], None],
+    ) -> tuple[_Entry, list[RowId]] | None:  # fmt: skip
+        """Under the lock: rows done by `settle(window)`, counted by `tally`, in a new
+        version of the window to save; None when there is none."""
+        entry = self._entries.get((topic, group))
+        if entry is None:
+            return None
+        done = settle(entry.window)
+        if not done:
+            return None
+        tally(entry, len(done))
+        entry.version += 1
+        return entry, done
 
     def forget(self, topic: str | None = None, group: str | None = None) -> None:
         """Drop windows (of a dropped topic, its bindings' included, or of one group on
@@ -268,3 +263,11 @@ class ShareWindows:
             self._offsets.commit_share(topic, group, state.start, state.acked, self._clock_us())
             with self._lock:
                 entry.saved = max(entry.saved, version)
+
+
+def _tally_acked(entry: _Entry, rows: int) -> None:
+    entry.acked += rows
+
+
+def _tally_dead(entry: _Entry, rows: int) -> None:
+    entry.dead_lettered += rows

@@ -179,9 +179,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         """The answer's frames, waiting up to `wait` seconds for rows. Each read (and
         its framing) is one step, on the event loop when small (`_soon`), else one trip
         to the worker pool."""
-        if self._shares.sharer(request.consumer_id, request.group_id) is not None:
+        share = self._shares.settings_of(request.consumer_id, request.group_id)
+        if share is not None:
             await self._run(self._check_poller, request, user)
-            return await self._shares.poll(request, wait, max_bytes, self._stopping)
+            return await self._shares.poll(request, share, wait, max_bytes, self._stopping)
         if request.ack_versions or request.ack_indexes:
             raise ConfigError(
                 f"PollRequest: ack_versions and ack_indexes are for shared groups; group "
@@ -193,7 +194,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         vnode, position, limits, (message, frames) = await self._begin(request, user, max_bytes)
         first = position
         while True:
-            epoch = self._epoch(request.consumer_id)
+            epoch = self._coordinator.epoch_of(request.consumer_id)
             frames[0].epoch = epoch
             remaining = deadline - time.monotonic()
             done = remaining <= 0 or self._stopping.is_set() or epoch > request.epoch
@@ -259,12 +260,6 @@ class VnodeService(pb_grpc.VnodeServicer):
         vnode, position, limits = self._start(request, user)
         limits = dataclasses.replace(limits, max_bytes=min(limits.max_bytes, max_bytes))
         return vnode, position, limits, self._read(vnode, request, limits, position, position)
-
-    def _epoch(self, consumer_id: int) -> int:
-        """The consumer's current epoch: once it moved past the poll's, the consumer has
-        vgroups to take up or let go, and learns it from this answer, not its heartbeat."""
-        member = self._coordinator.member(consumer_id)
-        return member.epoch if member is not None else 0
 
     def _check_poller(self, request: pb.PollRequest, user: str) -> Vnode:
         """The vnode a poll reads, once the poller passed fencing and holds the right."""
