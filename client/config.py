@@ -20,6 +20,8 @@ from sqltopic.errors import ConfigError
 OffsetResetName = Literal["earliest", "latest", "none"]
 SecurityProtocol = Literal["plaintext", "ssl"]
 GroupType = Literal["vgroup", "exclusive", "broadcast", "shared", "key_shared"]
+# Kafka's share.acquire.mode: whole WAL entries per lease, or at most max.poll.rows rows.
+AcquireMode = Literal["batch_optimized", "record_limit"]
 GROUP_TYPES: tuple[GroupType, ...] = ("vgroup", "exclusive", "broadcast", "shared", "key_shared")
 # Group types whose consumers acknowledge rows instead of committing offsets.
 SHARING_TYPES: frozenset[GroupType] = frozenset({"shared", "key_shared"})
@@ -74,6 +76,7 @@ class ConsumerConfig:
     ack_timeout_ms: int = 0
     max_deliveries: int = 0
     dead_letter_table: str = ""
+    share_acquire_mode: AcquireMode | None = None  # None: batch_optimized
 
 
 # --- value parsers: each takes (key, raw value) and returns the typed value -----------
@@ -204,6 +207,7 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "ack.timeout.ms": ("ack_timeout_ms", _int_in(*ACK_TIMEOUT_RANGE_MS)),
     "max.deliveries": ("max_deliveries", _int_in(0, MAX_MAX_DELIVERIES)),
     "dead.letter.table": ("dead_letter_table", _text),
+    "share.acquire.mode": ("share_acquire_mode", _one_of("batch_optimized", "record_limit")),
 }
 # The keys of a shared group's settings, with their fields: other groups refuse them.
 SHARE_KEYS = {
@@ -211,6 +215,8 @@ SHARE_KEYS = {
     "max.deliveries": "max_deliveries",
     "dead.letter.table": "dead_letter_table",
 }
+# Keys that only consumers of shared groups take: the group's settings and their own.
+SHARING_ONLY_KEYS = SHARE_KEYS | {"share.acquire.mode": "share_acquire_mode"}
 # The keys that only TLS (security.protocol ssl) uses, with their fields.
 SSL_KEYS = {
     "ssl.ca.location": "ssl_ca_location",
@@ -281,7 +287,7 @@ def _checked(config: ConsumerConfig) -> ConsumerConfig:
             "kept under it); give every consumer of the group its own, kept across restarts"
         )
     if config.group_type not in SHARING_TYPES:
-        for key, field in SHARE_KEYS.items():
+        for key, field in SHARING_ONLY_KEYS.items():
             if getattr(config, field):
                 raise ConfigError(
                     f"{key}: a setting of shared groups; this consumer's group.type is "

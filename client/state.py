@@ -59,6 +59,11 @@ RESETS = {
     "latest": pb.OFFSET_RESET_LATEST,
     "none": pb.OFFSET_RESET_NONE,
 }
+ACQUIRE_MODES = {
+    None: pb.SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED,
+    "batch_optimized": pb.SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED,
+    "record_limit": pb.SHARE_ACQUIRE_MODE_RECORD_LIMIT,
+}
 
 
 @dataclass
@@ -198,6 +203,7 @@ class CoreState:
             with_table_name=c.msg_with_table_name,
             ack_versions=[v for v, _ in acks],
             ack_indexes=[i for _, i in acks],
+            acquire_mode=ACQUIRE_MODES[c.share_acquire_mode],
         )
 
     def _by_endpoint(

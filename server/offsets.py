@@ -30,9 +30,12 @@ import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 
 from sqltopic.server.group_names import LANE_SEP, of_group
+from sqltopic.server.row_runs import runs_of_lists
+from sqltopic.server.share_window import Run
 from sqltopic.sql.catalog_store import damage_reported
 from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, topic_of
 
@@ -65,8 +68,6 @@ _UPSERT = (
 # A stored row: topic, group, next version, commit time in µs, and for a shared group the
 # rows acknowledged at or past the next version (`encode_acked`; None for other groups).
 _Row = tuple[str, str, int, int, bytes | None]
-# A row of a shared group's window: (WAL version, index in the entry).
-RowId = tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -126,14 +127,14 @@ class OffsetStore:
         self._enqueue([(topic, group, offset, now_us, None) for topic, group, offset in offsets])
 
     def commit_share(
-        self, topic: str, group: str, start: int, acked: Iterable[RowId], now_us: int
+        self, topic: str, group: str, start: int, acked: Iterable[Run], now_us: int
     ) -> None:
         """Store a shared group's window durably (server/share_window.py): every row
         before version `start` is done, and `acked` are the rows acknowledged past it;
         returns once on disk, grouped with concurrent commits as `commit` is."""
         self._enqueue([(topic, group, start, now_us, encode_acked(acked))])
 
-    def share_state(self, topic: str, group: str) -> tuple[int, frozenset[RowId]] | None:
+    def share_state(self, topic: str, group: str) -> tuple[int, tuple[Run, ...]] | None:
         """A shared group's stored window: its start and the rows acknowledged past it;
         None when the group has no committed offset here."""
         with self._mutex:
@@ -285,26 +286,32 @@ def _prepare(
     return offsets, acked
 
 
-def encode_acked(rows: Iterable[RowId]) -> bytes:
-    """Acknowledged rows as stored: (version, index) pairs, sorted, as little-endian
-    64-bit integers."""
-    flat = array("q", (n for pair in sorted(rows) for n in pair))
+def encode_acked(runs: Iterable[Run]) -> bytes:
+    """Acknowledged rows (as runs, sorted) as stored: one (version, index) pair per
+    row, sorted, as little-endian 64-bit integers."""
+    flat = array("q")
+    for version, lo, hi in runs:
+        pairs = array("q", range(2 * lo, 2 * hi))  # every even slot is a version
+        pairs[::2] = array("q", repeat(version, hi - lo))
+        pairs[1::2] = array("q", range(lo, hi))
+        flat += pairs
     if sys.byteorder != "little":
         flat.byteswap()
     return flat.tobytes()
 
 
-def decode_acked(data: bytes | None) -> frozenset[RowId]:
-    """The rows `encode_acked` stored; ValueError for bytes it cannot have written."""
+def decode_acked(data: bytes | None) -> tuple[Run, ...]:
+    """The rows `encode_acked` stored, as runs; ValueError for bytes it cannot have
+    written."""
     if not data:
-        return frozenset()
+        return ()
     if len(data) % 16:
         raise ValueError(f"{len(data)} bytes of acknowledged rows, not pairs of int64")
     flat = array("q")
     flat.frombytes(data)
     if sys.byteorder != "little":
         flat.byteswap()
-    pairs = frozenset(zip(flat[::2], flat[1::2], strict=True))
-    if any(version < 0 or index < 0 for version, index in pairs):
+    versions, indexes = flat[::2], flat[1::2]
+    if min(versions) < 0 or min(indexes) < 0:
         raise ValueError("a negative version or row index among the acknowledged rows")
-    return pairs
+    return tuple(runs_of_lists(versions, indexes))

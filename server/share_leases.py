@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
@@ -29,16 +28,23 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.poll import Message
 from sqltopic.server.rwlock import WouldBlock
 from sqltopic.server.share_settings import ShareSettings
-from sqltopic.server.share_window import RowId
-from sqltopic.server.topic_reader import TopicBlock
-from sqltopic.server.tracked_reader import TrackedBlock, read_rows, read_tracked, table_of
+from sqltopic.server.share_window import Run, rows_of
+from sqltopic.server.tracked_reader import (
+    TrackedBlock,
+    filtered,
+    read_rows,
+    read_tracked,
+    table_of,
+    within,
+)
 from sqltopic.server.vnode import Vnode
 from sqltopic.sql.topic.params import topic_of
 
 log = logging.getLogger("sqltopic.server")
 
-# A lease: the message, its rows' ids and delivery counts (in row order).
-Leased = tuple[Message, list[RowId], list[int]]
+# A lease: the message, and its rows' versions, indexes and delivery counts (in row
+# order: what DataMessage carries).
+Leased = tuple[Message, list[int], list[int], list[int]]
 
 # Rows one lease hands out when the poll sets no max_rows (Kafka's max.poll.records):
 # small enough that the group's consumers share a vgroup's rows evenly.
@@ -46,6 +52,9 @@ DEFAULT_LEASE_ROWS = 500
 # Rows a lease may ask for and still be read on the event loop (a few ms of work at
 # most: cheaper there than two hops to a worker and back); larger leases use a worker.
 INLINE_ROWS = 2_000
+# WAL bodies a lease may read on from the window's end on the event loop, for the same
+# reason: a larger entry is decoded on a worker.
+INLINE_BYTES = 256 << 10
 # Reads from the window's end in one lease that find no row of the topic, at most: a
 # poll answers empty then (and waits), rather than scanning the whole WAL in one go.
 MAX_EMPTY_READS = 8
@@ -78,7 +87,7 @@ class Leaser:
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
         if state.lock.no_wait and (settings.max_deliveries is not None or wanted > INLINE_ROWS):
             raise WouldBlock
-        dead: dict[RowId, int] = {}
+        dead: list[tuple[Run, int]] = []
         with state.lock.shared():
             leased = self._locked(vnode, request, max_bytes, settings, wanted, dead, wake)
         if dead:  # outside the engine's lock: creating the table takes it
@@ -87,12 +96,13 @@ class Leaser:
 
     def _locked(
         self, vnode: Vnode, request: pb.PollRequest, max_bytes: int, settings: ShareSettings,
-        wanted: int, dead: dict[RowId, int], wake: Callable[[], None],
+        wanted: int, dead: list[tuple[Run, int]], wake: Callable[[], None],
     ) -> Leased | None:  # fmt: skip
         windows, topic, group = vnode.shares, request.topic, request.group_id
         now = self._clock()
         windows.expire(now)
-        lease = Lease(now + settings.lease_s, wanted, self._eligible(vnode, request))
+        strict = request.acquire_mode == pb.SHARE_ACQUIRE_MODE_RECORD_LIMIT
+        lease = Lease(now + settings.lease_s, wanted, self._eligible(vnode, request), strict)
         leased = self._redeliver(vnode, request, lease, dead)
         if leased is not None:
             return leased
@@ -130,30 +140,30 @@ class Leaser:
         return eligible
 
     def _redeliver(
-        self, vnode: Vnode, request: pb.PollRequest, lease: Lease, dead: dict[RowId, int]
+        self, vnode: Vnode, request: pb.PollRequest, lease: Lease, dead: list[tuple[Run, int]]
     ) -> Leased | None:
         """Rows waiting to be delivered (again), leased; rows out of deliveries go to
         `dead` (held for dead-lettering)."""
         windows, topic, group = vnode.shares, request.topic, request.group_id
         consumer = request.consumer_id
         again, out = windows.acquire(
-            topic, group, consumer, lease.until, lease.rows, lease.eligible
+            topic, group, consumer, lease.until, lease.rows, lease.eligible, not lease.strict
         )
-        dead.update(out)
+        dead += out
         if not again:
             return None
-        ids = [rid for rid, _ in again]
+        runs = [run for run, _ in again]
         first = vnode.wal.first_version
-        lost = [rid for rid in ids if rid[0] < first]  # retention deleted their writes
-        kept = [rid for rid in ids if rid[0] >= first]
+        lost = [run for run in runs if run[0] < first]  # retention deleted their writes
+        kept = [run for run in runs if run[0] >= first]
         try:
             blocks, gone = read_rows(self._engine.state, topic, request.vgroup, kept)
         except VersionNotRetained:  # deleted just now: the next poll drops them
-            windows.nack(topic, group, consumer, ids)
+            windows.nack(topic, group, consumer, runs)
             return None
         if gone or lost:
             windows.ack(topic, group, consumer, lost + gone)  # nothing left to deliver
-        return _message(blocks, dict(again)) if blocks else None
+        return _message(blocks, again) if blocks else None
 
     def _read_on(
         self, vnode: Vnode, request: pb.PollRequest, max_bytes: int, lease: Lease,
@@ -170,54 +180,63 @@ class Leaser:
             if room <= 0 or at >= wal.next_version:
                 return None
             try:
-                blocks, after = read_tracked(state, topic, vgroup, at, min(room, wanted), max_bytes)
+                inline = INLINE_BYTES if state.lock.no_wait else None
+                blocks, after = read_tracked(
+                    state, topic, vgroup, at, min(room, wanted), max_bytes, inline
+                )
             except VersionNotRetained:  # retention went past the window: go on there
                 windows.admit(topic, group, [], wal.first_version, consumer, until)
                 continue
-            ids = [rid for block in blocks for rid in block.ids()]
-            key_of = table_of(blocks) if lease.eligible is not None else None
+            runs = [run for block in blocks for run in block.runs()]
+            keys = table_of(blocks) if lease.eligible is not None else None
+            most = wanted if lease.strict else None  # batch_optimized: every row read
             leased = windows.admit(
-                topic, group, ids, after, consumer, until, wanted, key_of, lease.eligible
+                topic, group, runs, after, consumer, until, most, keys, lease.eligible
             )
-            if len(leased) < len(ids):
+            if leased != runs:
                 wake()  # for the rows left waiting
             if leased:
-                mine = set(leased)
-                kept = [k for b in blocks if (k := _keep(b, mine)) is not None]
-                return _message(kept, dict.fromkeys(leased, 1))
+                if leased != runs:
+                    blocks = [k for b in blocks if (k := _keep(b, leased)) is not None]
+                return _message(blocks, [(run, 1) for run in leased])
         return None
 
     def _give_up(
-        self, vnode: Vnode, request: pb.PollRequest, settings: ShareSettings, dead: dict[RowId, int]
-    ) -> None:
+        self, vnode: Vnode, request: pb.PollRequest, settings: ShareSettings,
+        dead: list[tuple[Run, int]],
+    ) -> None:  # fmt: skip
         """Rows out of deliveries go to the dead-letter table (or are dropped) and are
         done; when the table cannot take them they are tried again later."""
         windows = vnode.shares
         topic, group = request.topic, request.group_id
         target = settings.dead_letter_table
+        runs = [run for run, _ in dead]
         try:
             if target is not None:
+                counts = {rid: count for run, count in dead for rid in rows_of([run])}
                 with self._engine.state.lock.shared():
-                    blocks, _gone = read_rows(self._engine.state, topic, request.vgroup, dead)
-                self._dead.write(target, topic, group, request.vgroup, blocks, dead)
+                    blocks, _gone = read_rows(self._engine.state, topic, request.vgroup, runs)
+                self._dead.write(target, topic, group, request.vgroup, blocks, counts)
         except Error as exc:
-            windows.unbury(topic, group, dead)
+            windows.unbury(topic, group, runs)
             log.warning(
                 "dead-lettering %d rows of topic %s vgroup %d for group %s into %s failed "
-                "(tried again later): %s", len(dead), topic, request.vgroup, group,
+                "(tried again later): %s", len(counts), topic, request.vgroup, group,
                 ".".join(target or ()), exc,
             )  # fmt: skip
             return
-        windows.bury(topic, group, dead)
+        windows.bury(topic, group, runs)
 
 
 @dataclass(frozen=True)
 class Lease:
-    """One poll's lease: until when, how many rows, which keys (key_shared)."""
+    """One poll's lease: until when, how many rows (at most, when `strict`; else whole
+    entries up to the one that reaches it), which keys (key_shared)."""
 
     until: float
     rows: int
     eligible: Callable[[str], bool] | None
+    strict: bool
 
 
 def _weight(key: str, member: int) -> int:
@@ -226,27 +245,34 @@ def _weight(key: str, member: int) -> int:
     return xxhash.xxh64_intdigest(f"{key}\x00{member}".encode())
 
 
-def _keep(block: TrackedBlock, mine: set[RowId]) -> TrackedBlock | None:
-    """`block` with only the rows in `mine` (rows acknowledged before a restart are
-    read again but not delivered); None when none is left."""
-    ids = block.ids()
-    if all(rid in mine for rid in ids):
-        return block
-    keep = pa.array([rid in mine for rid in ids], pa.bool_())
-    if not pc.any(keep).as_py():
+def _keep(block: TrackedBlock, mine: list[Run]) -> TrackedBlock | None:
+    """`block` with only the rows of `mine` (a lease may take part of a read: a
+    record_limit, keys of other consumers, rows acknowledged before a restart); None
+    when none is left."""
+    by_version: dict[int, list[tuple[int, int]]] = {}
+    for version, lo, hi in mine:
+        by_version.setdefault(version, []).append((lo, hi))
+    keep = None
+    for version, spans in by_version.items():
+        here = pc.and_(pc.equal(block.versions, version), within(block.indexes, spans))
+        keep = here if keep is None else pc.or_(keep, here)
+    if keep is None or not pc.any(keep).as_py():
         return None
-    data = block.block
-    return TrackedBlock(
-        TopicBlock(data.table_name, data.data.filter(keep), data.first_version,
-                   data.last_version),
-        block.versions.filter(keep), block.indexes.filter(keep), block.tables,
-    )  # fmt: skip
+    return filtered(block, keep)
 
 
-def _message(blocks: list[TrackedBlock], counts: dict[RowId, int]) -> Leased:
-    """A data message of the blocks, with its rows' ids and delivery counts in row order."""
-    ids = [rid for block in blocks for rid in block.ids()]
-    first = min(v for v, _ in ids)
-    last = max(v for v, _ in ids)
-    message = Message("data", first, last + 1, [b.block for b in blocks])
-    return message, ids, [counts[rid] for rid in ids]
+def _message(blocks: list[TrackedBlock], counts: list[tuple[Run, int]]) -> Leased:
+    """A data message of the blocks (the rows of the runs in `counts`), with its rows'
+    ids and delivery counts."""
+    versions: list[int] = []
+    indexes: list[int] = []
+    for block in blocks:
+        versions += block.id_lists[0]
+        indexes += block.id_lists[1]
+    if all(count == 1 for _, count in counts):
+        delivered = [1] * len(versions)
+    else:
+        of = {rid: count for run, count in counts for rid in rows_of([run])}
+        delivered = [of[rid] for rid in zip(versions, indexes, strict=True)]
+    message = Message("data", min(versions), max(versions) + 1, [b.block for b in blocks])
+    return message, versions, indexes, delivered

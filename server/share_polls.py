@@ -31,10 +31,11 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.group_names import shares
 from sqltopic.server.poll import Message
 from sqltopic.server.poll_wire import frames_of, with_names
+from sqltopic.server.row_runs import runs_of_lists
 from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.share_leases import Leaser
 from sqltopic.server.share_settings import ShareSettings
-from sqltopic.server.share_window import RowId
+from sqltopic.server.share_window import Run, run_rows
 from sqltopic.server.share_windows import ShareWindows
 from sqltopic.server.vnode import Vnode
 
@@ -45,6 +46,7 @@ Runner = Callable[..., Awaitable[Any]]
 # Rows one Acknowledge may name: a window holds at most 10,000 by default, so a larger
 # request is a mistake, and this bounds what one call makes the vnode look at.
 MAX_ACK_ROWS = 1_000_000
+ACQUIRE_MODES = frozenset(pb.ShareAcquireMode.values())
 
 
 @dataclass
@@ -101,6 +103,7 @@ class SharePolls:
         empty after `wait` seconds without any. The caller checked who polls (fencing
         and rights)."""
         deadline = self._clock() + wait
+        check_acquire_mode(request.acquire_mode)
         entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
         if not entry.windows.reopen(request.topic, request.group_id, settings.max_deliveries):
             await self._run(self._open, entry, request, settings)  # may read the offsets file
@@ -109,12 +112,16 @@ class SharePolls:
         while True:
             changed = entry.changed
             args = (entry.vnode, request, max_bytes, settings, lambda: self._wake(entry))
-            message = await here_or_worker(lock, self._run, self._leaser.lease, *args)
+            leased = await here_or_worker(lock, self._run, self._leaser.lease, *args)
             epoch = self._coordinator.epoch_of(request.consumer_id)
             now = self._clock()
-            if message is not None:
-                frames = frames_of(message[0], with_names(request))
-                _with_ids(frames[0].data, message[1], message[2])
+            if leased is not None:
+                message, versions, indexes, counts = leased
+                frames = frames_of(message, with_names(request))
+                data = frames[0].data
+                data.row_versions.extend(versions)
+                data.row_indexes.extend(indexes)
+                data.delivery_counts.extend(counts)
                 frames[0].epoch = epoch
                 return frames
             if now >= deadline or stopping.is_set() or epoch != request.epoch:
@@ -133,10 +140,10 @@ class SharePolls:
     def _accept_piggybacked(self, entry: _Vnode, request: pb.PollRequest) -> None:
         """The rows the poll accepts (implicit acknowledgement): done now, saved soon on
         a worker (saves of a window group together and never go back)."""
-        ids = checked_ids("PollRequest", request.ack_versions, request.ack_indexes)
-        if not ids:
+        runs = checked_ids("PollRequest", request.ack_versions, request.ack_indexes)
+        if not runs:
             return
-        save = entry.windows.accept(request.topic, request.group_id, request.consumer_id, ids)
+        save = entry.windows.accept(request.topic, request.group_id, request.consumer_id, runs)
         if save is not None:
             task = asyncio.ensure_future(self._save(save))
             self._saves.add(task)
@@ -149,18 +156,20 @@ class SharePolls:
 
     async def acknowledge(self, request: pb.AcknowledgeRequest) -> pb.AcknowledgeResponse:
         """Settle rows leased to the consumer. The caller checked who calls."""
-        ids = _ids_of(request)
+        runs = _ids_of(request)
+        named = run_rows(runs)
         entry = self._entry(self._engine.vnode_of(request.topic, request.vgroup))
         windows, topic, group = entry.windows, request.topic, request.group_id
         if not windows.opened(topic, group):
-            return pb.AcknowledgeResponse(settled=0, not_held=len(ids))
+            return pb.AcknowledgeResponse(settled=0, not_held=named)
         if request.type == pb.ACK_TYPE_ACCEPT:
-            done = await self._save(windows.ack, topic, group, request.consumer_id, ids)
+            done = await self._save(windows.ack, topic, group, request.consumer_id, runs)
         else:
-            done = windows.nack(topic, group, request.consumer_id, ids)
+            done = windows.nack(topic, group, request.consumer_id, runs)
             if done:
                 self._kick(entry)
-        return pb.AcknowledgeResponse(settled=len(done), not_held=len(ids) - len(done))
+        settled = run_rows(done)
+        return pb.AcknowledgeResponse(settled=settled, not_held=named - settled)
 
     def _entry(self, vnode: Vnode) -> _Vnode:
         """The vnode's windows (new ones for a vnode created again under its id)."""
@@ -211,13 +220,7 @@ class SharePolls:
         entry.windows.open(request.topic, request.group_id, start, settings.max_deliveries)
 
 
-def _with_ids(data: pb.DataMessage, ids: list[RowId], counts: list[int]) -> None:
-    data.row_versions.extend(v for v, _ in ids)
-    data.row_indexes.extend(i for _, i in ids)
-    data.delivery_counts.extend(counts)
-
-
-def _ids_of(request: pb.AcknowledgeRequest) -> list[RowId]:
+def _ids_of(request: pb.AcknowledgeRequest) -> list[Run]:
     """The request's row ids, checked: ConfigError or TooLarge, naming the field."""
     if request.type not in (pb.ACK_TYPE_ACCEPT, pb.ACK_TYPE_RELEASE):
         raise ConfigError(
@@ -226,9 +229,9 @@ def _ids_of(request: pb.AcknowledgeRequest) -> list[RowId]:
     return checked_ids("Acknowledge", request.versions, request.indexes)
 
 
-def checked_ids(what: str, versions: Sequence[int], indexes: Sequence[int]) -> list[RowId]:
-    """Row ids from their two lists: ConfigError when their lengths differ, TooLarge
-    past MAX_ACK_ROWS."""
+def checked_ids(what: str, versions: Sequence[int], indexes: Sequence[int]) -> list[Run]:
+    """Row ids from their two lists, as runs: ConfigError when their lengths differ,
+    TooLarge past MAX_ACK_ROWS."""
     if len(versions) != len(indexes):
         raise ConfigError(
             f"{what}: {len(versions)} versions but {len(indexes)} indexes; give one "
@@ -239,7 +242,16 @@ def checked_ids(what: str, versions: Sequence[int], indexes: Sequence[int]) -> l
             f"{what}: {len(versions):,} rows, above the limit of {MAX_ACK_ROWS:,} per "
             "call; split them"
         )
-    return list(zip(versions, indexes, strict=True))
+    return runs_of_lists(versions, indexes)
+
+
+def check_acquire_mode(mode: int) -> None:
+    """ConfigError for a value that is not a ShareAcquireMode (proto3 keeps unknown ones)."""
+    if mode not in ACQUIRE_MODES:
+        raise ConfigError(
+            f"PollRequest: acquire_mode {mode} is not SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED (0) "
+            "or SHARE_ACQUIRE_MODE_RECORD_LIMIT (1)"
+        )
 
 
 def check_sharer(member: Member | None, consumer_id: int, group: str) -> Member:

@@ -13,10 +13,10 @@ or its consumer left). The window admits rows from the WAL only while it tracks 
 than `max_in_flight` (a read may pass it by the rows of its last entry), so that a
 consumer that never acknowledges stops the group reading on, not the server's memory.
 
-Rows are kept as *segments*: runs of consecutive rows of one entry in the same state
-(holder, deliveries, deadline), since rows are read, leased and acknowledged in runs;
-an operation costs per segment, not per row (tests/server/test_share_window.py runs it
-against a row-by-row model).
+Rows are kept, taken and given as *runs* (`Run`: consecutive rows of one entry), and
+tracked as *segments*: runs in the same state (holder, deliveries, deadline), since
+rows are read, leased and acknowledged in runs; an operation costs per run, not per
+row (tests/server/test_share_window.py runs it against a row-by-row model).
 
 This module is I/O-free and single-threaded: the vnode serialises calls on it, reads the
 rows' entries, and keeps `durable()` beside the committed offsets (acknowledgements must
@@ -35,6 +35,10 @@ from dataclasses import dataclass, field
 from sqltopic.errors import ConfigError
 
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
+# Rows lo .. hi - 1 of the entry at a WAL version: (version, lo, hi), hi > lo.
+Run = tuple[int, int, int]
+# A run's rows cut where their key changes (key_shared): (lo, hi, key) pieces of a run.
+KeyPieces = Callable[[int, int, int], Iterable[tuple[int, int, str]]]
 # The holder of rows out of deliveries while they are dead-lettered (consumer ids are
 # positive, and 0 means available).
 BURYING = -1
@@ -59,10 +63,11 @@ class Seg:
 
 @dataclass(frozen=True)
 class Durable:
-    """What must survive a restart: the start, and the rows acknowledged past it."""
+    """What must survive a restart: the start, and the rows acknowledged past it (as
+    `runs_of` gives them: sorted, merged)."""
 
     start: int
-    acked: frozenset[RowId]
+    acked: tuple[Run, ...]
 
 
 @dataclass
@@ -76,8 +81,9 @@ class ShareWindow:
     # version -> its tracked rows, as segments sorted by `lo` (a version with none is
     # not here: every version in [start, end) not here is done)
     segs: dict[int, list[Seg]] = field(default_factory=dict)
-    # acknowledged rows past `start` (a version stays here until all of its rows are done)
-    acked: set[RowId] = field(default_factory=set)
+    # acknowledged rows past `start`, as (lo, hi) runs per version (a version stays
+    # here until all of its rows are done)
+    acked: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     tracked: int = 0  # rows in `segs`
     # where available segments start, oldest first; stale entries are skipped
     _heap: list[RowId] = field(default_factory=list)
@@ -98,28 +104,30 @@ class ShareWindow:
         return max(self.max_in_flight - self.tracked, 0)
 
     def admit(
-        self, ids: Iterable[RowId], next_end: int, consumer: int, deadline: float,
-        max_leased: int | None = None, key_of: Callable[[RowId], str] | None = None,
+        self, runs: Iterable[Run], next_end: int, consumer: int, deadline: float,
+        max_leased: int | None = None, keys: KeyPieces | None = None,
         eligible: Callable[[str], bool] | None = None,
-    ) -> list[RowId]:  # fmt: skip
-        """The topic's rows of the WAL read from `end` (their ids, in WAL order; the
-        read stopped before `next_end`) leased to `consumer` until `deadline`, the first
+    ) -> list[Run]:  # fmt: skip
+        """The topic's rows of the WAL read from `end` (as runs, in WAL order; the read
+        stopped before `next_end`) leased to `consumer` until `deadline`, the first
         `max_leased` of them (None: all; the rest wait, never delivered, for the next
-        acquire: one entry may hold more rows than a lease); the ids leased (rows
-        acknowledged before a restart are skipped). A key_shared group gives each row's
-        key (`key_of`) and which keys `consumer` may take now (`eligible`)."""
+        acquire); the runs leased (rows acknowledged before a restart are skipped). A
+        key_shared group gives each run's pieces by key (`keys`) and which keys
+        `consumer` may take now (`eligible`)."""
         if next_end < self.end:
             raise ValueError(f"admit: end {next_end} is before the window's end {self.end}")
-        leased: list[RowId] = []
-        for version, lo, hi in _runs(ids):
+        leased: list[Run] = []
+        count = 0
+        for version, lo, hi in runs:
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
-            for a, b, key in self._pieces(version, lo, hi, key_of):
-                room = b - a if max_leased is None else max(0, max_leased - len(leased))
+            for a, b, key in self._pieces(version, lo, hi, keys):
+                room = b - a if max_leased is None else max(0, max_leased - count)
                 take = min(b - a, room) if eligible is None or eligible(key) else 0
                 if take:
                     self._add(version, Seg(a, a + take, 1, consumer, deadline, key))
-                    leased += [(version, i) for i in range(a, a + take)]
+                    leased.append((version, a, a + take))
+                    count += take
                 if take < b - a:
                     self._add(version, Seg(a + take, b, 0, key=key))
                     heapq.heappush(self._heap, (version, a + take))
@@ -129,35 +137,38 @@ class ShareWindow:
 
     def acquire(
         self, consumer: int, deadline: float, max_rows: int,
-        eligible: Callable[[str], bool] | None = None,
-    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:  # fmt: skip
-        """Available rows leased to `consumer` (at most `max_rows`, oldest first; in a
+        eligible: Callable[[str], bool] | None = None, whole: bool = False,
+    ) -> tuple[list[tuple[Run, int]], list[tuple[Run, int]]]:  # fmt: skip
+        """Available rows leased to `consumer` (at most `max_rows`, oldest first; with
+        `whole`, segments are not cut, so the last one may pass `max_rows`; in a
         key_shared group only rows of keys `eligible` for it), each with its delivery
         count raised; and the rows that ran out of deliveries instead, with their
         counts: held for the caller, which dead-letters them and then calls `bury` (or
         `unbury`, when that failed: they are taken again later)."""
-        leased: list[tuple[RowId, int]] = []
-        dead: list[tuple[RowId, int]] = []
+        leased: list[tuple[Run, int]] = []
+        dead: list[tuple[Run, int]] = []
         skipped: list[RowId] = []
-        while self._heap and len(leased) < max_rows:
+        count = 0
+        while self._heap and count < max_rows:
             version, lo = heapq.heappop(self._heap)
             seg = self._at(version, lo)
             if seg is None or seg.holder:
                 continue  # leased, split or done since it was freed
             if self.max_deliveries is not None and seg.deliveries >= self.max_deliveries:
                 seg.holder, seg.deadline = BURYING, math.inf  # until `bury` or `unbury`
-                dead += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
+                dead.append(((version, seg.lo, seg.hi), seg.deliveries))
                 continue
             if eligible is not None and not eligible(seg.key):
                 skipped.append((version, lo))  # another consumer's key: left for it
                 continue
-            take = min(seg.hi - seg.lo, max_rows - len(leased))
+            take = seg.hi - seg.lo if whole else min(seg.hi - seg.lo, max_rows - count)
             if take < seg.hi - seg.lo:  # the rest stays available
                 self._split(version, seg, seg.lo + take)
                 heapq.heappush(self._heap, (version, seg.lo + take))
             seg.deliveries += 1
             seg.holder, seg.deadline = consumer, deadline
-            leased += [((version, i), seg.deliveries) for i in range(seg.lo, seg.hi)]
+            leased.append(((version, seg.lo, seg.hi), seg.deliveries))
+            count += seg.hi - seg.lo
         for entry in skipped:
             heapq.heappush(self._heap, entry)
         self._advance()
@@ -171,25 +182,26 @@ class ShareWindow:
                 holders.setdefault(seg.key, set()).add(seg.holder)
         return holders
 
-    def ack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
-        """Acknowledge rows leased to `consumer`; the ids acknowledged (a row no longer
+    def ack(self, consumer: int, runs: Iterable[Run]) -> list[Run]:
+        """Acknowledge rows leased to `consumer`; the runs acknowledged (a row no longer
         its own, its lease expired and taken by another, is left as it is)."""
-        done = self._take(consumer, ids, remove=True)
-        self.acked.update(done)
+        done = self._take(consumer, runs, remove=True)
+        for version, lo, hi in done:
+            self.acked.setdefault(version, []).append((lo, hi))
         self._advance()
         return done
 
-    def bury(self, ids: Iterable[RowId]) -> list[RowId]:
+    def bury(self, runs: Iterable[Run]) -> list[Run]:
         """Rows out of deliveries, dead-lettered: done, as if acknowledged."""
-        return self.ack(BURYING, ids)
+        return self.ack(BURYING, runs)
 
-    def unbury(self, ids: Iterable[RowId]) -> int:
+    def unbury(self, runs: Iterable[Run]) -> int:
         """Rows out of deliveries that could not be dead-lettered: taken again later."""
-        return len(self._take(BURYING, ids, remove=False))
+        return run_rows(self._take(BURYING, runs, remove=False))
 
-    def nack(self, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
-        """Make rows leased to `consumer` available again at once; the ids released."""
-        return self._take(consumer, ids, remove=False)
+    def nack(self, consumer: int, runs: Iterable[Run]) -> list[Run]:
+        """Make rows leased to `consumer` available again at once; the runs released."""
+        return self._take(consumer, runs, remove=False)
 
     def release(self, consumer: int) -> int:
         """Every lease of `consumer` ends (it closed or was removed); how many."""
@@ -203,13 +215,13 @@ class ShareWindow:
         """When the first lease runs out, if any is held."""
         return min((seg.deadline for _, seg in self._all() if seg.holder > 0), default=None)
 
-    def leased_to(self, consumer: int) -> list[RowId]:
-        return [
+    def leased_to(self, consumer: int) -> list[Run]:
+        return runs_of(
             (version, i)
-            for version, seg in sorted(self._all(), key=lambda vs: (vs[0], vs[1].lo))
+            for version, seg in self._all()
             if seg.holder == consumer
             for i in range(seg.lo, seg.hi)
-        ]
+        )
 
     def rows(self) -> dict[RowId, tuple[int, int]]:
         """Every tracked row: (deliveries, holder). For tests and inspection."""
@@ -220,14 +232,18 @@ class ShareWindow:
         }
 
     def durable(self) -> Durable:
-        return Durable(self.start, frozenset(self.acked))
+        return Durable(self.start, tuple(_merged(
+            (version, lo, hi) for version, runs in self.acked.items() for lo, hi in runs
+        )))  # fmt: skip
 
     @classmethod
     def restored(cls, saved: Durable, **settings: int | None) -> ShareWindow:
         """A window after a restart: read again from `start`; rows acknowledged before
         are skipped as they are read, every other row is delivered again."""
         window = cls(saved.start, **settings)  # type: ignore[arg-type]
-        window.acked = {rid for rid in saved.acked if rid[0] >= saved.start}
+        for version, lo, hi in saved.acked:
+            if version >= saved.start:
+                window.acked.setdefault(version, []).append((lo, hi))
         return window
 
     # --- segments ---------------------------------------------------------------------
@@ -238,32 +254,24 @@ class ShareWindow:
                 yield version, seg
 
     def _pieces(
-        self, version: int, lo: int, hi: int, key_of: Callable[[RowId], str] | None
+        self, version: int, lo: int, hi: int, keys: KeyPieces | None
     ) -> Iterator[tuple[int, int, str]]:
         """[lo, hi) without the rows acknowledged before a restart, as runs of one key."""
         for a, b in self._not_acked(version, lo, hi):
-            if key_of is None:
+            if keys is None:
                 yield a, b, ""
-                continue
-            start, key = a, key_of((version, a))
-            for i in range(a + 1, b):
-                other = key_of((version, i))
-                if other != key:
-                    yield start, i, key
-                    start, key = i, other
-            yield start, b, key
+            else:
+                yield from keys(version, a, b)
 
     def _not_acked(self, version: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """[lo, hi) without the rows acknowledged before a restart, as runs."""
-        if not self.acked:
-            yield lo, hi
-            return
         a = lo
-        for i in range(lo, hi):
-            if (version, i) in self.acked:
-                if a < i:
-                    yield a, i
-                a = i + 1
+        for x, y in sorted(self.acked.get(version, ())):
+            if y <= a or x >= hi:
+                continue
+            if a < x:
+                yield a, x
+            a = max(a, y)
         if a < hi:
             yield a, hi
 
@@ -289,18 +297,18 @@ class ShareWindow:
         segs.insert(segs.index(seg) + 1, rest)
         return rest
 
-    def _take(self, holder: int, ids: Iterable[RowId], remove: bool) -> list[RowId]:
-        """The rows of `ids` that `holder` holds: done (`remove`) or available again;
-        their ids, in the order of `ids`' runs."""
-        taken: list[RowId] = []
-        for version, lo, hi in _runs(ids):
+    def _take(self, holder: int, runs: Iterable[Run], remove: bool) -> list[Run]:
+        """The rows of `runs` that `holder` holds: done (`remove`) or available again;
+        as runs, in the order of `runs` (which overlap nowhere: `runs_of` gives them)."""
+        taken: list[Run] = []
+        for version, lo, hi in runs:
             for found in list(self.segs.get(version, ())):
                 if found.holder != holder or found.hi <= lo or found.lo >= hi:
                     continue
                 seg = self._split(version, found, lo) if found.lo < lo else found
                 if seg.hi > hi:
                     self._split(version, seg, hi)
-                taken += [(version, i) for i in range(seg.lo, seg.hi)]
+                taken.append((version, seg.lo, seg.hi))
                 if remove:
                     self._drop(version, seg)
                 else:
@@ -330,12 +338,14 @@ class ShareWindow:
         start = min(self.segs, default=self.end)
         if start > self.start:
             self.start = start
-            self.acked = {rid for rid in self.acked if rid[0] >= start}
+            for version in [v for v in self.acked if v < start]:
+                del self.acked[version]
 
 
-def _runs(ids: Iterable[RowId]) -> Iterator[tuple[int, int, int]]:
-    """`ids` as runs (version, lo, hi) of consecutive rows, sorted and without repeats."""
+def runs_of(ids: Iterable[RowId]) -> list[Run]:
+    """`ids` as runs of consecutive rows, sorted and without repeats."""
     ordered = sorted(set(ids))
+    out: list[Run] = []
     i = 0
     while i < len(ordered):
         version, lo = ordered[i]
@@ -344,4 +354,26 @@ def _runs(ids: Iterable[RowId]) -> Iterator[tuple[int, int, int]]:
         while i < len(ordered) and ordered[i] == (version, hi):
             hi += 1
             i += 1
-        yield version, lo, hi
+        out.append((version, lo, hi))
+    return out
+
+
+def rows_of(runs: Iterable[Run]) -> list[RowId]:
+    """The row ids of `runs`, in their order."""
+    return [(version, i) for version, lo, hi in runs for i in range(lo, hi)]
+
+
+def run_rows(runs: Iterable[Run]) -> int:
+    """How many rows `runs` hold."""
+    return sum(hi - lo for _, lo, hi in runs)
+
+
+def _merged(runs: Iterable[Run]) -> list[Run]:
+    """`runs` (overlapping nowhere) sorted, with adjacent ones of a version joined."""
+    out: list[Run] = []
+    for version, lo, hi in sorted(runs):
+        if out and out[-1][0] == version and out[-1][2] == lo:
+            out[-1] = (version, out[-1][1], hi)
+        else:
+            out.append((version, lo, hi))
+    return out

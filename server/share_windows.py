@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sqltopic.server.offsets import OffsetStore
-from sqltopic.server.share_window import DEFAULT_MAX_IN_FLIGHT, Durable, RowId, ShareWindow
+from sqltopic.server.share_window import (
+    DEFAULT_MAX_IN_FLIGHT,
+    Durable,
+    KeyPieces,
+    Run,
+    ShareWindow,
+    run_rows,
+)
 from sqltopic.sql.topic.params import topic_of
 
 Key = tuple[str, str]  # (subscription, group)
@@ -76,7 +83,7 @@ class ShareWindows:
         if self.reopen(topic, group, max_deliveries):
             return
         stored = self._offsets.share_state(topic, group)  # may read the file: no lock
-        saved = Durable(*stored) if stored is not None else Durable(start(), frozenset())
+        saved = Durable(*stored) if stored is not None else Durable(start(), ())
         window = ShareWindow.restored(
             saved, max_in_flight=self._max_in_flight, max_deliveries=max_deliveries
         )
@@ -104,15 +111,14 @@ class ShareWindows:
             return window.end, window.room
 
     def admit(
-        self, topic: str, group: str, ids: Iterable[RowId], next_end: int, consumer: int,
-        deadline: float, max_leased: int | None = None,
-        key_of: Callable[[RowId], str] | None = None,
+        self, topic: str, group: str, runs: Iterable[Run], next_end: int, consumer: int,
+        deadline: float, max_leased: int | None = None, keys: KeyPieces | None = None,
         eligible: Callable[[str], bool] | None = None,
-    ) -> list[RowId]:  # fmt: skip
+    ) -> list[Run]:  # fmt: skip
         """`ShareWindow.admit`: rows read at the frontier leased to `consumer`."""
         with self._lock:
             window = self._window(topic, group)
-            return window.admit(ids, next_end, consumer, deadline, max_leased, key_of, eligible)
+            return window.admit(runs, next_end, consumer, deadline, max_leased, keys, eligible)
 
     def key_holders(self, topic: str, group: str) -> dict[str, set[int]]:
         with self._lock:
@@ -120,29 +126,30 @@ class ShareWindows:
 
     def acquire(
         self, topic: str, group: str, consumer: int, deadline: float, max_rows: int,
-        eligible: Callable[[str], bool] | None = None,
-    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:  # fmt: skip
+        eligible: Callable[[str], bool] | None = None, whole: bool = False,
+    ) -> tuple[list[tuple[Run, int]], list[tuple[Run, int]]]:  # fmt: skip
         """`ShareWindow.acquire`: rows to deliver again leased to `consumer`, and rows
         out of deliveries, which the caller dead-letters, then `bury`s."""
         with self._lock:
             entry = self._entries[(topic, group)]
-            leased, dead = entry.window.acquire(consumer, deadline, max_rows, eligible)
-            entry.redelivered += sum(1 for _, count in leased if count > 1)
+            window = entry.window
+            leased, dead = window.acquire(consumer, deadline, max_rows, eligible, whole)
+            entry.redelivered += run_rows(run for run, count in leased if count > 1)
             return leased, dead
 
-    def bury(self, topic: str, group: str, ids: Iterable[RowId]) -> list[RowId]:
+    def bury(self, topic: str, group: str, runs: Iterable[Run]) -> list[Run]:
         """Rows out of deliveries are done (dead-lettered or dropped), on disk once this
         returns."""
-        return self._settle(topic, group, lambda window: window.bury(ids), _tally_dead)
+        return self._settle(topic, group, lambda window: window.bury(runs), _tally_dead)
 
-    def unbury(self, topic: str, group: str, ids: Iterable[RowId]) -> int:
+    def unbury(self, topic: str, group: str, runs: Iterable[Run]) -> int:
         with self._lock:
-            return self._window(topic, group).unbury(ids)
+            return self._window(topic, group).unbury(runs)
 
-    def nack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
+    def nack(self, topic: str, group: str, consumer: int, runs: Iterable[Run]) -> list[Run]:
         with self._lock:
             entry = self._entries.get((topic, group))
-            return entry.window.nack(consumer, ids) if entry is not None else []
+            return entry.window.nack(consumer, runs) if entry is not None else []
 
     def release(self, consumer: int, topics: Iterable[str] | None = None) -> int:
         """Every lease of `consumer` ends, in every window (it closed or was removed) or
@@ -170,14 +177,14 @@ class ShareWindows:
         with self._lock:
             return sum(e.window.expire(now) for e in self._entries.values())
 
-    def leased_to(self, topic: str, group: str, consumer: int) -> list[RowId]:
+    def leased_to(self, topic: str, group: str, consumer: int) -> list[Run]:
         with self._lock:
             return self._window(topic, group).leased_to(consumer)
 
-    def ack(self, topic: str, group: str, consumer: int, ids: Iterable[RowId]) -> list[RowId]:
-        """Acknowledge rows leased to `consumer`; returns the rows acknowledged, once
+    def ack(self, topic: str, group: str, consumer: int, runs: Iterable[Run]) -> list[Run]:
+        """Acknowledge rows leased to `consumer`; returns the runs acknowledged, once
         they are on disk. Rows no longer its own are left out (their lease expired)."""
-        return self._settle(topic, group, lambda window: window.ack(consumer, ids), _tally_acked)
+        return self._settle(topic, group, lambda window: window.ack(consumer, runs), _tally_acked)
 
     def stats(self) -> dict[Key, ShareStats]:
         """Every window's figures."""
@@ -188,7 +195,7 @@ class ShareWindows:
             }
 
     def accept(
-        self, topic: str, group: str, consumer: int, ids: Iterable[RowId]
+        self, topic: str, group: str, consumer: int, runs: Iterable[Run]
     ) -> Callable[[], None] | None:
         """`ack` without waiting for the disk (a poll's piggybacked acknowledgements):
         the rows are done now; the function returned saves them (call it on a worker),
@@ -196,7 +203,7 @@ class ShareWindows:
         many polls cost one save, not a queue of them). Until a save, a crash may
         deliver them again."""
         with self._lock:
-            marked = self._mark(topic, group, lambda w: w.ack(consumer, ids), _tally_acked)
+            marked = self._mark(topic, group, lambda w: w.ack(consumer, runs), _tally_acked)
             if marked is None or marked[0].save_due:
                 return None
             entry = marked[0]
@@ -211,9 +218,9 @@ class ShareWindows:
         return save
 
     def _settle(
-        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]],
+        self, topic: str, group: str, settle: Callable[[ShareWindow], list[Run]],
         tally: Callable[[_Entry, int], None],
-    ) -> list[RowId]:  # fmt: skip
+    ) -> list[Run]:  # fmt: skip
         """Rows done by `settle(window)`, saved before this returns."""
         with self._lock:
             marked = self._mark(topic, group, settle, tally)
@@ -225,9 +232,9 @@ class ShareWindows:
         return done
 
     def _mark(
-        self, topic: str, group: str, settle: Callable[[ShareWindow], list[RowId]],
+        self, topic: str, group: str, settle: Callable[[ShareWindow], list[Run]],
         tally: Callable[[_Entry, int], None],
-    ) -> tuple[_Entry, list[RowId]] | None:  # fmt: skip
+    ) -> tuple[_Entry, list[Run]] | None:  # fmt: skip
         """Under the lock: rows done by `settle(window)`, counted by `tally`, in a new
         version of the window to save; None when there is none."""
         entry = self._entries.get((topic, group))
@@ -236,7 +243,7 @@ class ShareWindows:
         done = settle(entry.window)
         if not done:
             return None
-        tally(entry, len(done))
+        tally(entry, run_rows(done))
         entry.version += 1
         return entry, done
 

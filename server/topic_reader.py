@@ -50,9 +50,10 @@ SPLIT_MAX_KEPT = 0.1
 SPLIT_MIN_ROWS = 131_072
 # Bytes of entries one read holds, at most: keeps a message well inside gRPC limits.
 READ_BYTES = 64 << 20
-# Entries fetched from the WAL at a time while a read fills up to max_rows: a read
-# stops once it has enough rows, and should not verify many entries it then leaves
-# for the next read.
+# Entries fetched from the WAL at a time while a read fills up to max_rows, at most: a
+# read stops once it has enough rows, and should not verify many entries it then
+# leaves for the next read. Fetches start at one entry and double up to this, since a
+# read of a few large entries (a shared group's lease) stops after the first.
 FETCH_ENTRIES = 16
 
 
@@ -196,13 +197,16 @@ def bounded_records(reader: WalReader, from_version: int, max_bytes: int) -> Ite
     READ_ENTRIES-th or the one that brings their bodies to `max_bytes`."""
     size = 0
     seen = 0
-    for batch in reader.batches(from_version, max_entries=FETCH_ENTRIES):
+    fetch = 1
+    while batch := reader.read(from_version, max_entries=fetch):
         for rec in batch:
             size += rec.body.nbytes
             seen += 1
             yield rec
             if seen >= READ_ENTRIES or size >= max_bytes:
                 return
+        from_version = batch[-1].version + 1
+        fetch = min(2 * fetch, FETCH_ENTRIES)
 
 
 @dataclass

@@ -11,8 +11,9 @@ by now) is reported as gone, so that its window can count it done.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -20,7 +21,9 @@ import pyarrow.compute as pc
 
 from sqltopic.errors import ConfigError
 from sqltopic.server.batches import conform, with_context
-from sqltopic.server.share_window import RowId
+from sqltopic.server.row_runs import runs_of_lists
+from sqltopic.server.rwlock import WouldBlock
+from sqltopic.server.share_window import KeyPieces, RowId, Run
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import (
     READ_BYTES,
@@ -38,6 +41,9 @@ from sqltopic.sql.topic.params import split_subscription
 from sqltopic.sql.topic.tracked import split_ids, tracked_sql, with_row_ids
 from sqltopic.wal import EntryType
 
+# Spans of an entry that `read_rows` tests an index against one by one; past this many
+# it looks the indexes up in a set of every row instead.
+MAX_SPAN_TESTS = 8
 # A run of an entry's rows from one table: (version, first index, end index, table).
 TableRun = tuple[int, int, int, str]
 
@@ -52,22 +58,40 @@ class TrackedBlock:
     indexes: pa.Array
     tables: tuple[TableRun, ...] = ()
 
+    @functools.cached_property
+    def id_lists(self) -> tuple[list[int], list[int]]:
+        """The rows' versions and indexes as lists (made once: a lease needs them twice)."""
+        return self.versions.to_pylist(), self.indexes.to_pylist()
+
     def ids(self) -> list[RowId]:
-        return list(zip(self.versions.to_pylist(), self.indexes.to_pylist(), strict=True))
+        return list(zip(*self.id_lists, strict=True))
+
+    def runs(self) -> list[Run]:
+        """The block's rows as runs (server/row_runs.py)."""
+        return runs_of_lists(*self.id_lists)
 
 
-def table_of(blocks: Iterable[TrackedBlock]) -> Callable[[RowId], str]:
-    """The table a row id of `blocks` came from ("" for one they do not cover)."""
-    runs: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+def table_of(blocks: Iterable[TrackedBlock]) -> KeyPieces:
+    """The pieces of a run of `blocks`' rows by the table they came from ("" for rows
+    they do not cover)."""
+    tables: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     for block in blocks:
         for version, lo, hi, table in block.tables:
-            runs[version].append((lo, hi, table))
+            tables[version].append((lo, hi, table))
 
-    def find(rid: RowId) -> str:
-        version, index = rid
-        return next((t for lo, hi, t in runs.get(version, ()) if lo <= index < hi), "")
+    def pieces(version: int, lo: int, hi: int) -> Iterator[tuple[int, int, str]]:
+        at = lo
+        for a, b, table in sorted(tables.get(version, ())):
+            if b <= at or a >= hi:
+                continue
+            if at < a:
+                yield at, a, ""
+            yield max(a, at), min(b, hi), table
+            at = min(b, hi)
+        if at < hi:
+            yield at, hi, ""
 
-    return find
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -82,16 +106,24 @@ class _Part:
 
 def read_tracked(
     state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int,
-    max_bytes: int = READ_BYTES,
+    max_bytes: int = READ_BYTES, inline_bytes: int | None = None,
 ) -> tuple[list[TrackedBlock], int]:  # fmt: skip
     """The topic's rows from `from_version` on with their ids, and the version to read
     next; the read stops as `read_topic`'s does. DDL events are not delivered to shared
-    groups. Raises `VersionNotRetained` when retention removed `from_version`."""
+    groups. Raises `VersionNotRetained` when retention removed `from_version`. With
+    `inline_bytes` (a read on the event loop) the read also stops before the entry that
+    would bring its bodies past it, and raises WouldBlock when that is the first one (a
+    worker decodes it)."""
     topic, scope = _scope(state, topic_name, vgroup)
     parts: list[_Part] = []
-    rows = 0
+    rows = size = 0
     next_version = from_version
     for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
+        size += rec.body.nbytes
+        if inline_bytes is not None and size > inline_bytes:
+            if next_version == from_version:
+                raise WouldBlock
+            break
         next_version = rec.version + 1
         if rec.entry_type is EntryType.DATA and topic.meta != "only":
             found = _parts(scope, rec.version, *rec.arrow_keyed())
@@ -103,29 +135,62 @@ def read_tracked(
 
 
 def read_rows(
-    state: State, topic_name: str, vgroup: int, ids: Iterable[RowId]
-) -> tuple[list[TrackedBlock], list[RowId]]:
-    """The rows `ids` name, read again (each entry once), in id order; and the ids of
-    rows the topic no longer delivers. Raises `VersionNotRetained` for an entry that
-    retention removed."""
+    state: State, topic_name: str, vgroup: int, runs: Iterable[Run]
+) -> tuple[list[TrackedBlock], list[Run]]:
+    """The rows of `runs` (which overlap nowhere), read again (each entry once), in
+    id order; and the runs of rows the topic no longer delivers. Raises
+    `VersionNotRetained` for an entry that retention removed."""
     topic, scope = _scope(state, topic_name, vgroup)
-    wanted: dict[int, set[int]] = defaultdict(set)
-    for version, index in ids:
-        wanted[version].add(index)
+    wanted: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for version, lo, hi in runs:
+        wanted[version].append((lo, hi))
     reader = state.vnode(vgroup).reader()
     blocks: list[TrackedBlock] = []
+    found: list[Run] = []
     for version in sorted(wanted):
         parts = []
         for rec in reader.read(version, max_entries=1):
             if rec.version == version and rec.entry_type is EntryType.DATA:
                 parts = _parts(scope, version, *rec.arrow_keyed())
         for tracked in _evaluated(state, topic, parts):
-            keep = pc.is_in(tracked.indexes, pa.array(sorted(wanted[version]), pa.int32()))
+            keep = within(tracked.indexes, wanted[version])
             if pc.any(keep).as_py():
-                blocks.append(_filtered(tracked, keep))
-    found = {rid for block in blocks for rid in block.ids()}
-    gone = [(v, i) for v in sorted(wanted) for i in sorted(wanted[v]) if (v, i) not in found]
+                block = filtered(tracked, keep)
+                blocks.append(block)
+                found += block.runs()
+    gone = _without(sorted((v, lo, hi) for v, pairs in wanted.items() for lo, hi in pairs), found)
     return blocks, gone
+
+
+def within(indexes: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
+    """Which of `indexes` fall in one of `spans` ([lo, hi) each)."""
+    if len(spans) > MAX_SPAN_TESTS:  # one look-up beats many comparisons then
+        rows = pa.array([i for lo, hi in spans for i in range(lo, hi)], indexes.type)
+        return pc.is_in(indexes, value_set=rows)
+    inside = [pc.and_(pc.greater_equal(indexes, lo), pc.less(indexes, hi)) for lo, hi in spans]
+    keep = inside[0]
+    for more in inside[1:]:
+        keep = pc.or_(keep, more)
+    return keep
+
+
+def _without(runs: list[Run], found: list[Run]) -> list[Run]:
+    """The rows of `runs` (sorted) not in `found` (sorted, within them), as runs."""
+    out: list[Run] = []
+    found_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for version, lo, hi in found:
+        found_by[version].append((lo, hi))
+    for version, lo, hi in runs:
+        at = lo
+        for a, b in found_by.get(version, ()):
+            if b <= at or a >= hi:
+                continue
+            if at < a:
+                out.append((version, at, a))
+            at = max(at, b)
+        if at < hi:
+            out.append((version, at, hi))
+    return out
 
 
 def _scope(state: State, topic_name: str, vgroup: int) -> tuple[Topic, _Scope]:
@@ -202,7 +267,7 @@ def _runs(state: State, parts: list[_Part]) -> list[TrackedBlock]:
     return out
 
 
-def _filtered(tracked: TrackedBlock, keep: pa.Array) -> TrackedBlock:
+def filtered(tracked: TrackedBlock, keep: pa.Array) -> TrackedBlock:
     block = tracked.block
     data = block.data.filter(keep)
     return TrackedBlock(

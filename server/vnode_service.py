@@ -188,6 +188,11 @@ class VnodeService(pb_grpc.VnodeServicer):
                 f"PollRequest: ack_versions and ack_indexes are for shared groups; group "
                 f"{request.group_id} commits offsets"
             )
+        if request.acquire_mode != pb.SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED:
+            raise ConfigError(
+                f"PollRequest: acquire_mode {request.acquire_mode} is for shared groups; "
+                f"group {request.group_id} reads whole WAL entries (leave it unset)"
+            )
         deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip

@@ -23,6 +23,8 @@ ROW_VERSION = "__row_version"
 ROW_INDEX = "__row_index"
 ID_COLUMNS = (ROW_VERSION, ROW_INDEX)
 ID_TYPES = {ROW_VERSION: pa.int64(), ROW_INDEX: pa.int32()}
+# Row indexes 0, 1, 2, ... sliced for the indexes of an entry's rows (256 KiB, made once).
+_COUNTING = pa.array(range(1 << 16), ID_TYPES[ROW_INDEX])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -52,13 +54,17 @@ def with_row_ids(
         type=ID_TYPES[ROW_VERSION],
     )
     index = pa.chunked_array(
-        [
-            pa.array(range(f, f + n), ID_TYPES[ROW_INDEX])
-            for f, n in zip(firsts, lengths, strict=True)
-        ],
-        type=ID_TYPES[ROW_INDEX],
+        [_indexes(f, n) for f, n in zip(firsts, lengths, strict=True)], type=ID_TYPES[ROW_INDEX]
     )
     return batch.append_column(ROW_VERSION, version).append_column(ROW_INDEX, index)
+
+
+def _indexes(first: int, count: int) -> pa.Array:
+    """The row indexes first .. first + count - 1: a slice of one array made once when
+    they fit in it (an entry's rows usually do), else made here."""
+    if first + count <= len(_COUNTING):
+        return _COUNTING.slice(first, count)
+    return pa.array(range(first, first + count), ID_TYPES[ROW_INDEX])
 
 
 def split_ids(out: pa.Table) -> tuple[pa.Table, pa.Array, pa.Array]:

@@ -48,6 +48,7 @@ DEFAULTS = {
     "ack_timeout_ms": 0,
     "max_deliveries": 0,
     "dead_letter_table": "",
+    "share_acquire_mode": None,
 }
 
 # key, value given, field, value parsed
@@ -98,6 +99,8 @@ GOOD = [
     ("ack.timeout.ms", "5000", "ack_timeout_ms", 5000),
     ("max.deliveries", 3, "max_deliveries", 3),
     ("dead.letter.table", "power.dlq", "dead_letter_table", "power.dlq"),
+    ("share.acquire.mode", "record_limit", "share_acquire_mode", "record_limit"),
+    ("share.acquire.mode", " Batch_Optimized", "share_acquire_mode", "batch_optimized"),
 ]
 # What a key of GOOD needs beside it to be valid: the ssl.* keys need TLS on, and the
 # client certificate and its key come together.
@@ -108,6 +111,7 @@ NEEDS: dict[str, dict[str, object]] = {
     "ack.timeout.ms": {"group.type": "shared"},
     "max.deliveries": {"group.type": "shared"},
     "dead.letter.table": {"group.type": "shared"},
+    "share.acquire.mode": {"group.type": "key_shared"},
 }
 
 # extra config, the ConfigError message (exactly)
@@ -188,6 +192,15 @@ BAD = [
     (
         {"group.type": "shared", "max.deliveries": -1},
         "max.deliveries: -1 is out of range 0..1000000",
+    ),
+    (
+        {"group.type": "shared", "share.acquire.mode": "strict"},
+        "share.acquire.mode: 'strict' is not one of batch_optimized, record_limit",
+    ),
+    (
+        {"group.type": "broadcast", "client.id": "b1", "share.acquire.mode": "record_limit"},
+        "share.acquire.mode: a setting of shared groups; this consumer's group.type is "
+        "broadcast (set group.type shared, or drop share.acquire.mode)",
     ),
     (
         {"ack.timeout.ms": 5000},

@@ -70,7 +70,10 @@ def test_eight_consumers_on_four_vgroups_all_work_and_each_row_is_acknowledged_o
         conn.execute(f"INSERT INTO wide.m{site} USING wide.meters TAGS ({site}) VALUES {values}")
     everything = Counter(conn.execute("SELECT ts, v, tbname FROM wide.meters WHERE v % 3 > 0").rows)
     total = sum(everything.values())
-    consumers = [Consumer(_shared(server.address, max_poll_rows=10)) for _ in range(8)]
+    # record_limit: leases of 10 rows (each write's 40 rows go out as four), so that
+    # every consumer of the eight gets some of the 16 writes
+    limit = {"max_poll_rows": 10, "share_acquire_mode": "record_limit"}
+    consumers = [Consumer(_shared(server.address, **limit)) for _ in range(8)]
     try:
         for consumer in consumers:
             consumer.subscribe(["spread"])
@@ -79,6 +82,7 @@ def test_eight_consumers_on_four_vgroups_all_work_and_each_row_is_acknowledged_o
         who: Counter[int] = Counter()
         got = _until(consumers, total, who=who)  # each message acknowledged: all its rows
         assert _rows(got) == everything
+        assert max(m.row_count for m in got) == 10
         assert len(who) == 8, f"every consumer got rows: {who}"
         assert {m.delivery_count for m in got} == {1}
         ids = [(m.vgroup, *rid) for m in got for rid in m.row_ids]  # ids are per vgroup
@@ -103,6 +107,20 @@ def test_eight_consumers_on_four_vgroups_all_work_and_each_row_is_acknowledged_o
     finally:
         for consumer in consumers:
             consumer.close()
+
+
+def test_a_lease_holds_whole_writes_by_default(conn: Connection, server: ServerProcess) -> None:
+    """batch_optimized (the default, Kafka's): max.poll.rows is soft, as for every poll;
+    a lease stops after the write that reaches it and never splits one."""
+    conn.execute(WIDE)
+    for site in (0, 1):
+        values = " ".join(f"({1_700_000_000_000 + i}, {i})" for i in range(60))
+        conn.execute(f"INSERT INTO wide.m{site} USING wide.meters TAGS ({site}) VALUES {values}")
+    with Consumer(_shared(server.address, max_poll_rows=10)) as consumer:
+        consumer.subscribe(["spread"])
+        got = _until([consumer], 80)
+    assert sorted(m.row_count for m in got) == [40, 40]  # each write's 40 rows at once
+    assert all(list(m.row_ids) == [(m.offset, i) for i in range(60) if i % 3] for m in got)
 
 
 def test_nack_delivers_again_with_the_count_raised_and_close_releases(

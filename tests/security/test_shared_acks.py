@@ -174,3 +174,31 @@ def test_acknowledgements_riding_on_a_poll_are_checked(
     assert "are for shared groups" in message
     # the rows are still alice's: the refused poll accepted none of them
     assert alice.acknowledge(_ack(leased)).settled == rows
+
+
+def test_an_acquire_mode_is_checked(alice: UserWire, leased: Leased) -> None:
+    """A value outside ShareAcquireMode, or RECORD_LIMIT on a vgroup group's poll, is
+    refused before anything is leased or accepted."""
+    consumer, epoch, vgroup, answer = leased
+    rows = len(answer.data.row_versions)
+    request = pb.PollRequest(
+        consumer_id=consumer, group_id="s", topic="t1", vgroup=vgroup, epoch=epoch,
+        acquire_mode=7,  # type: ignore[arg-type]  # proto3 keeps unknown enum values
+        ack_versions=list(answer.data.row_versions),
+        ack_indexes=list(answer.data.row_indexes),
+    )  # fmt: skip
+    code, error, message = refusal(lambda: alice.fetch(request))
+    assert (code, error) == BAD
+    assert "PollRequest: acquire_mode 7 is not SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED (0)" in message
+    joined = alice.subscribe("v", ["t1"])
+    held = alice.assignment(joined.consumer_id)
+    plain = pb.PollRequest(
+        consumer_id=joined.consumer_id, group_id="v", topic="t1",
+        vgroup=held.assignments[0].vgroup, epoch=held.epoch, position=1,
+        acquire_mode=pb.SHARE_ACQUIRE_MODE_RECORD_LIMIT,
+    )  # fmt: skip
+    code, error, message = refusal(lambda: alice.fetch(plain))
+    assert (code, error) == BAD
+    assert "acquire_mode 1 is for shared groups; group v reads whole WAL entries" in message
+    # the refused poll accepted nothing: the rows are still alice's to acknowledge
+    assert alice.acknowledge(_ack(leased)).settled == rows

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import Durable
+from sqltopic.server.share_window import Durable, rows_of, runs_of
 
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
 # The holder of rows out of deliveries while they are dead-lettered (consumer ids are
@@ -190,14 +190,14 @@ class RowModel:
         return sorted(r for r, s in self.rows.items() if s.holder == consumer)
 
     def durable(self) -> Durable:
-        return Durable(self.start, frozenset(self.acked))
+        return Durable(self.start, tuple(runs_of(self.acked)))
 
     @classmethod
     def restored(cls, saved: Durable, **settings: int | None) -> RowModel:
         """A window after a restart: read again from `start`; rows acknowledged before
         are skipped as they are read, every other row is delivered again."""
         window = cls(saved.start, **settings)  # type: ignore[arg-type]
-        window.acked = {rid for rid in saved.acked if rid[0] >= saved.start}
+        window.acked = {rid for rid in rows_of(saved.acked) if rid[0] >= saved.start}
         return window
 
     def _holds(self, consumer: int, rid: RowId) -> bool:

@@ -193,18 +193,19 @@ def test_forget_stays_consistent_with_concurrent_commits(store: OffsetStore) -> 
 
 def test_a_shared_groups_window_is_stored_with_its_acknowledged_rows(store: OffsetStore) -> None:
     assert store.share_state("t", "s") is None
-    store.commit_share("t", "s", 7, [(9, 2), (7, 1), (9, 0)], now_us=1)
+    store.commit_share("t", "s", 7, [(7, 1, 2), (9, 0, 1), (9, 2, 5)], now_us=1)
     store.commit([("t", "g", 4)], now_us=1)  # a vgroup group beside it: no rows
-    assert store.share_state("t", "s") == (7, frozenset({(7, 1), (9, 0), (9, 2)}))
-    assert store.share_state("t", "g") == (4, frozenset())
+    stored = (7, ((7, 1, 2), (9, 0, 1), (9, 2, 5)))
+    assert store.share_state("t", "s") == stored
+    assert store.share_state("t", "g") == (4, ())
     path = store.path
     store.close()
     again = OffsetStore(path)
     try:
-        assert again.share_state("t", "s") == (7, frozenset({(7, 1), (9, 0), (9, 2)}))
+        assert again.share_state("t", "s") == stored
         assert again.get("t", "s") == 7  # the start is the group's committed offset
         again.commit_share("t", "s", 10, [], now_us=2)
-        assert again.share_state("t", "s") == (10, frozenset())
+        assert again.share_state("t", "s") == (10, ())
         again.forget("t", "s")
         assert again.share_state("t", "s") is None
     finally:
@@ -224,16 +225,16 @@ def test_a_file_from_before_shared_groups_gains_the_column(tmp_path: Path) -> No
     store = OffsetStore(path)
     try:
         assert store.get("t", "g") == 3
-        store.commit_share("t", "s", 5, [(5, 0)], now_us=2)
-        assert store.share_state("t", "s") == (5, frozenset({(5, 0)}))
+        store.commit_share("t", "s", 5, [(5, 0, 1)], now_us=2)
+        assert store.share_state("t", "s") == (5, ((5, 0, 1),))
     finally:
         store.close()
 
 
-@pytest.mark.parametrize("blob", [b"\x01" * 15, encode_acked([(1, 2)])[:8] + b"\xff" * 8])
+@pytest.mark.parametrize("blob", [b"\x01" * 15, encode_acked([(1, 2, 3)])[:8] + b"\xff" * 8])
 def test_acknowledged_rows_that_do_not_decode_are_damage(tmp_path: Path, blob: bytes) -> None:
     store = OffsetStore.open(tmp_path)
-    store.commit_share("t", "s", 1, [(1, 0)], now_us=1)
+    store.commit_share("t", "s", 1, [(1, 0, 1)], now_us=1)
     store.close()
     with sqlite3.connect(store.path) as con:
         con.execute("UPDATE committed SET acked = ?", (blob,))
@@ -247,6 +248,17 @@ def test_acknowledged_rows_that_do_not_decode_are_damage(tmp_path: Path, blob: b
 
 
 def test_acknowledged_rows_round_trip() -> None:
-    rows = {(0, 0), (2**40, 7), (5, 2**31 - 1)}
-    assert decode_acked(encode_acked(rows)) == rows
-    assert decode_acked(None) == decode_acked(b"") == frozenset()
+    runs = ((0, 0, 1), (5, 3, 6), (5, 2**31 - 2, 2**31 - 1), (2**40, 7, 8))
+    assert decode_acked(encode_acked(runs)) == runs
+    assert decode_acked(None) == decode_acked(b"") == ()
+
+
+def test_acknowledged_rows_are_stored_one_pair_per_row() -> None:
+    """The stored format is (version, index) pairs, whatever runs the window keeps: a
+    file written before the window kept runs reads the same."""
+    pairs = [9, 2, 7, 1, 9, 0, 9, 1]  # unsorted, as any writer may have left them
+    blob = b"".join(n.to_bytes(8, "little", signed=True) for n in pairs)
+    assert decode_acked(blob) == ((7, 1, 2), (9, 0, 3))
+    assert encode_acked([(7, 1, 2), (9, 0, 3)]) == b"".join(
+        n.to_bytes(8, "little", signed=True) for n in [7, 1, 9, 0, 9, 1, 9, 2]
+    )

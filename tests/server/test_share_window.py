@@ -5,6 +5,7 @@ again after its acknowledgement."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,10 +13,84 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import BURYING, RowId, ShareWindow
+from sqltopic.server.share_window import (
+    BURYING,
+    Durable,
+    RowId,
+    Run,
+    rows_of,
+    runs_of,
+)
+from sqltopic.server.share_window import ShareWindow as RunWindow
 from tests.server.share_window_model import RowModel
 
 A, B = 1, 2  # consumers
+
+
+class ShareWindow:
+    """The window seen row by row, as the model and these tests name rows: every id
+    list in is given to it as runs, every run out comes back as ids."""
+
+    def __init__(self, start: int, window: RunWindow | None = None, **settings: Any) -> None:
+        self.w = window if window is not None else RunWindow(start, **settings)
+
+    @classmethod
+    def restored(cls, saved: Durable, **settings: Any) -> ShareWindow:
+        return cls(saved.start, RunWindow.restored(saved, **settings))
+
+    def __getattr__(self, name: str) -> Any:  # start, end, room, in_flight, rows, ...
+        return getattr(self.w, name)
+
+    def admit(
+        self, ids: list[RowId], next_end: int, consumer: int, deadline: float,
+        max_leased: int | None = None, key_of: Callable[[RowId], str] | None = None,
+        eligible: Callable[[str], bool] | None = None,
+    ) -> list[RowId]:  # fmt: skip
+        keys = None if key_of is None else _pieces_by(key_of)
+        runs = self.w.admit(runs_of(ids), next_end, consumer, deadline, max_leased, keys, eligible)
+        return rows_of(runs)
+
+    def acquire(
+        self, consumer: int, deadline: float, max_rows: int,
+        eligible: Callable[[str], bool] | None = None, whole: bool = False,
+    ) -> tuple[list[tuple[RowId, int]], list[tuple[RowId, int]]]:  # fmt: skip
+        leased, dead = self.w.acquire(consumer, deadline, max_rows, eligible, whole)
+        return _counted(leased), _counted(dead)
+
+    def ack(self, consumer: int, ids: list[RowId]) -> list[RowId]:
+        return rows_of(self.w.ack(consumer, runs_of(ids)))
+
+    def nack(self, consumer: int, ids: list[RowId]) -> list[RowId]:
+        return rows_of(self.w.nack(consumer, runs_of(ids)))
+
+    def bury(self, ids: list[RowId]) -> list[RowId]:
+        return rows_of(self.w.bury(runs_of(ids)))
+
+    def unbury(self, ids: list[RowId]) -> int:
+        return self.w.unbury(runs_of(ids))
+
+    def leased_to(self, consumer: int) -> list[RowId]:
+        return rows_of(self.w.leased_to(consumer))
+
+
+def _counted(runs: list[tuple[Run, int]]) -> list[tuple[RowId, int]]:
+    return [(rid, count) for run, count in runs for rid in rows_of([run])]
+
+
+def _pieces_by(key_of: Callable[[RowId], str]) -> Callable[[int, int, int], list[Any]]:
+    """A run's pieces of one key, from a key per row."""
+
+    def pieces(version: int, lo: int, hi: int) -> list[tuple[int, int, str]]:
+        out: list[tuple[int, int, str]] = []
+        for i in range(lo, hi):
+            key = key_of((version, i))
+            if out and out[-1][2] == key:
+                out[-1] = (out[-1][0], i + 1, key)
+            else:
+                out.append((i, i + 1, key))
+        return out
+
+    return pieces
 
 
 def rows(*entries: tuple[int, int]) -> list[RowId]:
@@ -33,7 +108,7 @@ def test_rows_read_are_leased_and_acks_move_the_start() -> None:
     assert w.start == 10  # row 0 of version 10 is still out
     assert w.ack(B, [(10, 0)]) == []  # not B's
     assert w.ack(A, [(10, 0), (12, 0)]) == [(10, 0), (12, 0)]
-    assert (w.start, w.in_flight, w.acked) == (13, 0, set())
+    assert (w.start, w.in_flight, w.acked) == (13, 0, {})
 
 
 def test_rows_of_an_entry_past_a_lease_wait_undelivered_for_the_next_consumer() -> None:
@@ -77,6 +152,16 @@ def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
     # done for good, across a restart too
     again = ShareWindow.restored(w.durable(), max_deliveries=2)
     assert (again.start, again.admit(rows((2, 1)), 3, A, 5.0)) == (2, [(2, 0)])
+
+
+def test_a_whole_acquire_takes_whole_segments_past_max_rows() -> None:
+    """batch_optimized leases: rows waiting go out by segment (an entry's rows in one
+    state), the last one may pass max_rows; a record_limit lease cuts it."""
+    w = ShareWindow(start=1)
+    w.admit(rows((1, 3), (2, 2)), 3, A, deadline=5.0, max_leased=0)  # all waiting
+    assert w.acquire(B, 5.0, 2, whole=True) == ([((1, 0), 1), ((1, 1), 1), ((1, 2), 1)], [])
+    assert w.acquire(B, 5.0, 1) == ([((2, 0), 1)], [])
+    assert w.acquire(A, 5.0, 1, whole=True) == ([((2, 1), 1)], [])
 
 
 def test_the_window_holds_at_most_max_in_flight_rows() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from sqltopic.errors import ConfigError
 from sqltopic.server.engine import Engine
+from sqltopic.server.share_window import runs_of
 from sqltopic.server.topic_reader import TopicBlock
 from sqltopic.server.tracked_reader import read_rows, read_tracked
 from tests.server.support import vgroups_of
@@ -39,7 +40,7 @@ def test_tracked_reads_give_the_topics_rows_and_ids_that_read_them_back(
             ids = [rid for t in tracked for rid in t.ids()]
             assert ids == sorted(set(ids))
             assert all(v >= position for v, _ in ids)
-            again, gone = read_rows(power.state, name, vgroup, ids)
+            again, gone = read_rows(power.state, name, vgroup, runs_of(ids))
             assert gone == []
             assert [rid for t in again for rid in t.ids()] == ids
             assert _rows([t.block for t in again]) == _rows(plain)
@@ -55,7 +56,7 @@ def test_a_row_of_a_dropped_table_is_gone(power: Engine) -> None:
     ids = [rid for t in tracked for rid in t.ids()]
     assert len(ids) == 2
     power.execute("DROP TABLE a")
-    assert read_rows(power.state, "ta", vgroup, ids) == ([], ids)
+    assert read_rows(power.state, "ta", vgroup, runs_of(ids)) == ([], runs_of(ids))
 
 
 def test_rows_of_one_multi_table_entry_have_ids_counted_over_the_whole_entry(

@@ -143,3 +143,9 @@ def test_a_part_of_an_entry_counts_its_rows_from_where_it_starts() -> None:
     ided = with_row_ids(batch, [7, 9], [3, 1], firsts=[5, 0])
     assert ided.column("__row_version").to_pylist() == [7, 7, 7, 9]
     assert ided.column("__row_index").to_pylist() == [5, 6, 7, 0]
+
+
+def test_an_entry_larger_than_the_counting_array_gets_every_index() -> None:
+    batch = pa.table({"v": pa.array(range(70_000), pa.int32())})
+    ided = with_row_ids(batch, [3, 4], [69_990, 10], firsts=[0, 65_530])
+    assert ided.column("__row_index").to_pylist() == [*range(69_990), *range(65_530, 65_540)]

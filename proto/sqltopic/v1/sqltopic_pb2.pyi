@@ -125,6 +125,34 @@ else.
 """
 Global___ConsumerStatus: _TypeAlias = ConsumerStatus  # noqa: Y015
 
+class _ShareAcquireMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ShareAcquireModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ShareAcquireMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED: _ShareAcquireMode.ValueType  # 0
+    """Soft, as for every other poll: a lease holds whole WAL entries and stops after the
+    entry that reaches max_rows (or max_bytes), so one large write can exceed it.
+    """
+    SHARE_ACQUIRE_MODE_RECORD_LIMIT: _ShareAcquireMode.ValueType  # 1
+    """Strict: at most max_rows rows (500 when max_rows is 0); the rest of an entry waits,
+    never delivered, for the next poll of any consumer of the group.
+    """
+
+class ShareAcquireMode(_ShareAcquireMode, metaclass=_ShareAcquireModeEnumTypeWrapper):
+    """How a shared group's poll applies max_rows to the rows it leases (Kafka KIP-1206)."""
+
+SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED: ShareAcquireMode.ValueType  # 0
+"""Soft, as for every other poll: a lease holds whole WAL entries and stops after the
+entry that reaches max_rows (or max_bytes), so one large write can exceed it.
+"""
+SHARE_ACQUIRE_MODE_RECORD_LIMIT: ShareAcquireMode.ValueType  # 1
+"""Strict: at most max_rows rows (500 when max_rows is 0); the rest of an entry waits,
+never delivered, for the next poll of any consumer of the group.
+"""
+Global___ShareAcquireMode: _TypeAlias = ShareAcquireMode  # noqa: Y015
+
 class _AckType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1301,6 +1329,7 @@ class PollRequest(_message.Message):
     WITH_TABLE_NAME_FIELD_NUMBER: _builtins.int
     ACK_VERSIONS_FIELD_NUMBER: _builtins.int
     ACK_INDEXES_FIELD_NUMBER: _builtins.int
+    ACQUIRE_MODE_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The polling consumer."""
     group_id: _builtins.str
@@ -1343,6 +1372,10 @@ class PollRequest(_message.Message):
     """
     with_table_name: _builtins.bool
     """`msg.with.table.name`: set Block.table_name. Absent = true."""
+    acquire_mode: Global___ShareAcquireMode.ValueType
+    """Shared groups only: how max_rows bounds the rows one poll leases (Kafka's
+    share.acquire.mode). A vgroup group's poll setting RECORD_LIMIT is refused.
+    """
     @_builtins.property
     def ack_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Shared groups only: rows of this vgroup leased to the consumer that it accepts
@@ -1373,10 +1406,11 @@ class PollRequest(_message.Message):
         with_table_name: _builtins.bool | None = ...,
         ack_versions: _abc.Iterable[_builtins.int] | None = ...,
         ack_indexes: _abc.Iterable[_builtins.int] | None = ...,
+        acquire_mode: Global___ShareAcquireMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "position", b"position", "with_table_name", b"with_table_name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "ack_indexes", b"ack_indexes", "ack_versions", b"ack_versions", "auto_offset_reset", b"auto_offset_reset", "consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_rows", b"max_rows", "max_wait_ms", b"max_wait_ms", "min_rows", b"min_rows", "position", b"position", "topic", b"topic", "vgroup", b"vgroup", "with_table_name", b"with_table_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "_with_table_name", b"_with_table_name", "ack_indexes", b"ack_indexes", "ack_versions", b"ack_versions", "acquire_mode", b"acquire_mode", "auto_offset_reset", b"auto_offset_reset", "consumer_id", b"consumer_id", "epoch", b"epoch", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_rows", b"max_rows", "max_wait_ms", b"max_wait_ms", "min_rows", b"min_rows", "position", b"position", "topic", b"topic", "vgroup", b"vgroup", "with_table_name", b"with_table_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__position: _TypeAlias = _typing.Literal["position"]  # noqa: Y015
     _WhichOneofArgType__position: _TypeAlias = _typing.Literal["_position", b"_position"]  # noqa: Y015
