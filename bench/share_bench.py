@@ -19,7 +19,13 @@ runs from the moment they all may start until every row was processed:
   its lease (ack.timeout.ms after it got the rows) until another consumer of the group
   gets them (delivery count 2);
 * `lost_rows`, `acked_twice`: over every shared run, from the ids of the rows received
-  (each received once: none delivered twice, none missing).
+  (each received once: none delivered twice, none missing);
+* `shared_server_cpu_us_per_row_c1`, `vgroup_server_cpu_us_per_row_c1`: the server's
+  CPU (all threads, /proc) per row of the one-consumer runs, and their ratio
+  `shared_server_cpu_overhead`: what a lease costs beside a poll, less noisy than rates.
+
+Each rate is the median of `rounds` runs (3; the rounds interleave the kinds, so that a
+slow spell of the machine hits all of them), each in a group of its own.
 
 Goals (issue 15): shared_rows_s_c8 >= 1.8 x vgroup_rows_s_c8; shared_ack_overhead <=
 1.25; redelivery_ms_p99 <= 1000; shared no-work >= 3 x Redis with XACK per entry; no
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +50,7 @@ import harness
 import pyarrow as pa
 import redis_peer as rp
 from engine_bench import CHILDREN, START_MS, meters_table
+from fanout_bench import cpu_seconds, server_pid
 from harness import Report
 from server_bench import create_schema, sqltopic_server
 
@@ -67,10 +75,11 @@ FIELDS = ("ts", "current", "voltage")
 class Sizes:
     rows: int
     redelivery_samples: int
+    rounds: int  # each rate is the median of this many runs (the machine is noisy)
 
 
-FULL = Sizes(rows=400_000, redelivery_samples=20)
-QUICK = Sizes(rows=20_000, redelivery_samples=3)
+FULL = Sizes(rows=400_000, redelivery_samples=20, rounds=3)
+QUICK = Sizes(rows=20_000, redelivery_samples=3, rounds=1)
 
 log = harness.logger("share_bench")
 
@@ -83,6 +92,7 @@ class Run:
     rows: int
     ids: list[tuple[int, int, int]]  # shared runs: every row id acknowledged
     settled: int
+    cpu_s: float  # the server's CPU (all threads) over the run; 0 for Redis's
 
 
 # --- consumers, one process each ---------------------------------------------------------
@@ -156,9 +166,12 @@ def redis_worker(
     out.put(([], acked))
 
 
-def drain(target: Callable[..., None], args: list[tuple[Any, ...]], total: int) -> Run:
+def drain(
+    target: Callable[..., None], args: list[tuple[Any, ...]], total: int, pid: int | None = None
+) -> Run:
     """Start one process per `args` (each `target(*args, ready, go, stop, counter, out)`),
-    wait until they are ready, then time them until `total` rows were processed."""
+    wait until they are ready, then time them until `total` rows were processed (and
+    the CPU that process `pid`, the server, spent meanwhile)."""
     ctx = mp.get_context("spawn")
     ready, out = ctx.Queue(), ctx.Queue()
     go, stop = ctx.Event(), ctx.Event()
@@ -169,6 +182,7 @@ def drain(target: Callable[..., None], args: list[tuple[Any, ...]], total: int) 
     try:
         for _ in procs:
             ready.get(timeout=START_DEADLINE_S)
+        cpu = cpu_seconds(pid) if pid is not None else 0.0
         began = time.perf_counter()
         go.set()
         deadline = began + RUN_DEADLINE_S
@@ -177,6 +191,7 @@ def drain(target: Callable[..., None], args: list[tuple[Any, ...]], total: int) 
                 raise RuntimeError(f"{counter.value:,} of {total:,} rows in {RUN_DEADLINE_S} s")
             time.sleep(0.005)
         seconds = time.perf_counter() - began
+        cpu = cpu_seconds(pid) - cpu if pid is not None else 0.0
         stop.set()
         results = [out.get(timeout=START_DEADLINE_S) for _ in procs]
     finally:
@@ -186,7 +201,7 @@ def drain(target: Callable[..., None], args: list[tuple[Any, ...]], total: int) 
             if proc.is_alive():
                 proc.kill()
     ids = [rid for found, _ in results for rid in found]
-    return Run(seconds, counter.value, ids, sum(settled for _, settled in results))
+    return Run(seconds, counter.value, ids, sum(settled for _, settled in results), cpu)
 
 
 # --- redelivery ---------------------------------------------------------------------------
@@ -237,6 +252,20 @@ def redelivery_ms(address: str, group: str) -> float:
 
 # --- the run --------------------------------------------------------------------------------
 
+# The sqltopic runs: figure, group type, settling, consumers, work per row (µs).
+SQLTOPIC_RUNS = (
+    ("shared_rows_s_c4", "shared", "implicit", 4, WORK_US_PER_ROW),
+    ("shared_rows_s_c8", "shared", "implicit", 8, WORK_US_PER_ROW),
+    ("vgroup_rows_s_c8", "vgroup", "implicit", 8, WORK_US_PER_ROW),
+    ("shared_rows_s_nowork_c4", "shared", "implicit", 4, 0.0),
+    ("shared_rows_s_c1", "shared", "implicit", 1, 0.0),
+    ("vgroup_rows_s_c1", "vgroup", "implicit", 1, 0.0),
+    ("shared_rows_s_c1_explicit", "shared", "explicit", 1, 0.0),
+    ("vgroup_rows_s_c1_explicit", "vgroup", "explicit", 1, 0.0),
+)
+# Redis Streams' runs: figure, consumers, work per row (µs).
+REDIS_RUNS = (("redis_rows_s_nowork_c4", 4, 0.0), ("redis_rows_s_c8", 8, WORK_US_PER_ROW))
+
 
 def write_backlog(address: str, rows: int) -> list[pa.Table]:
     tables = []
@@ -258,10 +287,11 @@ def load_redis(port: int, tables: list[pa.Table]) -> None:
 
 
 def sqltopic_run(
-    address: str, group: str, kind: str, settle: str, consumers: int, work_us: float, total: int
-) -> Run:
+    address: str, group: str, kind: str, settle: str, consumers: int, work_us: float, total: int,
+    pid: int,
+) -> Run:  # fmt: skip
     args = [(address, group, kind, settle, work_us) for _ in range(consumers)]
-    return drain(sqltopic_worker, args, total)
+    return drain(sqltopic_worker, args, total, pid)
 
 
 def redis_run(port: int, consumers: int, work_us: float, total: int) -> Run:
@@ -284,35 +314,32 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
         log(f"writing {total:,} rows...")
         tables = write_backlog(server.address, total)
         load_redis(port, tables)
-        address = server.address
-        rate = {}
-        for name, kind, settle, consumers, work in (
-            ("shared_rows_s_c4", "shared", "implicit", 4, WORK_US_PER_ROW),
-            ("shared_rows_s_c8", "shared", "implicit", 8, WORK_US_PER_ROW),
-            ("vgroup_rows_s_c8", "vgroup", "implicit", 8, WORK_US_PER_ROW),
-            ("shared_rows_s_nowork_c4", "shared", "implicit", 4, 0.0),
-            ("shared_rows_s_c1", "shared", "implicit", 1, 0.0),
-            ("vgroup_rows_s_c1", "vgroup", "implicit", 1, 0.0),
-            ("shared_rows_s_c1_explicit", "shared", "explicit", 1, 0.0),
-            ("vgroup_rows_s_c1_explicit", "vgroup", "explicit", 1, 0.0),
-        ):
-            log(f"{name}...")
-            done = sqltopic_run(address, name, kind, settle, consumers, work, total)
-            rate[name] = round(done.rows / done.seconds)
-            if kind == "shared":
-                shared.append(done)
-        for name, consumers, work in (
-            ("redis_rows_s_nowork_c4", 4, 0.0),
-            ("redis_rows_s_c8", 8, WORK_US_PER_ROW),
-        ):
-            log(f"{name}...")
-            done = redis_run(port, consumers, work, total)
-            rate[name] = round(done.rows / done.seconds)
+        address, pid = server.address, server_pid(server)
+        runs: dict[str, list[Run]] = {}
+        for round_ in range(sizes.rounds):  # rounds interleaved: a slow spell hits all
+            for name, kind, settle, consumers, work in SQLTOPIC_RUNS:
+                log(f"{name} (round {round_ + 1} of {sizes.rounds})...")
+                group = f"{name}-{round_}"
+                done = sqltopic_run(address, group, kind, settle, consumers, work, total, pid)
+                runs.setdefault(name, []).append(done)
+                if kind == "shared":
+                    shared.append(done)
+            for name, consumers, work in REDIS_RUNS:
+                log(f"{name} (round {round_ + 1} of {sizes.rounds})...")
+                runs.setdefault(name, []).append(redis_run(port, consumers, work, total))
         log("redelivery...")
         delays = sorted(
             redelivery_ms(address, f"redeliver{n}") for n in range(sizes.redelivery_samples)
         )
+    rate = {name: round(statistics.median(r.rows / r.seconds for r in done))
+            for name, done in runs.items()}  # fmt: skip
     report |= rate
+    for name in ("shared_rows_s_c1", "vgroup_rows_s_c1"):
+        cpu_name = name.replace("rows_s", "server_cpu_us_per_row")
+        report[cpu_name] = round(statistics.median(r.cpu_s / r.rows * 1e6 for r in runs[name]), 2)
+    report["shared_server_cpu_overhead"] = round(
+        report["shared_server_cpu_us_per_row_c1"] / report["vgroup_server_cpu_us_per_row_c1"], 3
+    )
     report["shared_c8_vs_vgroup_c8"] = round(rate["shared_rows_s_c8"] / rate["vgroup_rows_s_c8"], 3)
     report["shared_ack_overhead"] = round(rate["vgroup_rows_s_c1"] / rate["shared_rows_s_c1"], 3)
     report["shared_ack_overhead_explicit"] = round(
@@ -357,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         run=run,
         full=FULL,
         quick=QUICK,
-        quick_help="small sizes: 20,000 rows, 3 redelivery samples",
+        quick_help="small sizes: 20,000 rows, 3 redelivery samples, one round",
         seed_help="unused: the backlog is deterministic",
     )
 

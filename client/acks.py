@@ -79,7 +79,10 @@ class Acks(CoreState):
             ids = record.message.row_ids
             key = (record.message.topic, record.message.vgroup)
             pending = self.pending_acks.setdefault(key, [])
-            pending += [ids[i] for i in range(len(ids)) if i not in record.settled]
+            if record.settled:
+                pending += [ids[i] for i in range(len(ids)) if i not in record.settled]
+            else:
+                pending += ids
 
     def accept_unsettled(self) -> Flow[None]:
         """Accept every row handed out and not settled yet, and send every accepted row

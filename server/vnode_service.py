@@ -180,8 +180,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         its framing) is one step, on the event loop when small (`_soon`), else one trip
         to the worker pool."""
         share = self._shares.settings_of(request.consumer_id, request.group_id)
-        if share is not None:
-            await self._run(self._check_poller, request, user)
+        if share is not None:  # the checks read the catalog: here unless DDL holds it
+            await here_or_worker(
+                self._engine.state.lock, self._run, self._check_poller, request, user
+            )
             return await self._shares.poll(request, share, wait, max_bytes, self._stopping)
         if request.ack_versions or request.ack_indexes:
             raise ConfigError(
