@@ -76,6 +76,7 @@ class ConsumerConfig:
     ack_timeout_ms: int = 0
     max_deliveries: int = 0
     dead_letter_table: str = ""
+    group_key: str = ""  # key_shared: "" is the table
     share_acquire_mode: AcquireMode | None = None  # None: batch_optimized
 
 
@@ -207,6 +208,7 @@ KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "ack.timeout.ms": ("ack_timeout_ms", _int_in(*ACK_TIMEOUT_RANGE_MS)),
     "max.deliveries": ("max_deliveries", _int_in(0, MAX_MAX_DELIVERIES)),
     "dead.letter.table": ("dead_letter_table", _text),
+    "group.key": ("group_key", _text),
     "share.acquire.mode": ("share_acquire_mode", _one_of("batch_optimized", "record_limit")),
 }
 # The keys of a shared group's settings, with their fields: other groups refuse them.
@@ -214,6 +216,7 @@ SHARE_KEYS = {
     "ack.timeout.ms": "ack_timeout_ms",
     "max.deliveries": "max_deliveries",
     "dead.letter.table": "dead_letter_table",
+    "group.key": "group_key",
 }
 # Keys that only consumers of shared groups take: the group's settings and their own.
 SHARING_ONLY_KEYS = SHARE_KEYS | {"share.acquire.mode": "share_acquire_mode"}
@@ -293,6 +296,11 @@ def _checked(config: ConsumerConfig) -> ConsumerConfig:
                     f"{key}: a setting of shared groups; this consumer's group.type is "
                     f"{config.group_type} (set group.type shared, or drop {key})"
                 )
+    if config.group_key and config.group_type == "shared":
+        raise ConfigError(
+            "group.key: a setting of key_shared groups; this consumer's group.type is shared "
+            "(set group.type key_shared, or drop group.key)"
+        )
     _check_ssl(config)
     return config
 

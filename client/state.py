@@ -184,6 +184,7 @@ class CoreState:
             ack_timeout_ms=c.ack_timeout_ms,
             max_deliveries=c.max_deliveries,
             dead_letter_table=c.dead_letter_table,
+            group_key=c.group_key,
         )
 
     def _poll_request(self, held: Held, acks: Sequence[tuple[int, int]] = ()) -> pb.PollRequest:

@@ -32,6 +32,7 @@ from sqltopic.server.coordinator import (
 from sqltopic.server.engine import Engine
 from sqltopic.server.group_names import check_text, group_type, shares
 from sqltopic.server.rpc import RESETS, Context, unary
+from sqltopic.server.share_keys import key_source
 from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.users import check_consumer_user, check_subscribe, may_subscribe
 from sqltopic.sql.model import no_database
@@ -91,7 +92,7 @@ class MnodeService(pb_grpc.MnodeServicer):
             request.heartbeat_interval_ms,
         )
         mode = group_type(request.group_type)
-        share = self._share_settings(request, session.user) if shares(mode) else None
+        share = self._share_settings(request, session.user, mode, topics) if shares(mode) else None
         member = self._coordinator.subscribe(
             request.consumer_id,
             request.group_id,
@@ -161,12 +162,25 @@ class MnodeService(pb_grpc.MnodeServicer):
             topics=self._topic_states(member),
         )
 
-    def _share_settings(self, request: pb.SubscribeRequest, user: str) -> ShareSettings:
+    def _share_settings(
+        self, request: pb.SubscribeRequest, user: str, mode: str, topics: list[str]
+    ) -> ShareSettings:
         """A shared group's settings as asked. The server writes its dead letters, so
-        the subscriber must hold WRITE on their database (which must exist)."""
+        the subscriber must hold WRITE on their database (which must exist); a group.key
+        (key_shared groups only) must name a column or tag of every topic."""
         share = ShareSettings.of(
-            request.ack_timeout_ms, request.max_deliveries, request.dead_letter_table
-        )
+            request.ack_timeout_ms, request.max_deliveries, request.dead_letter_table,
+            request.group_key,
+        )  # fmt: skip
+        if share.group_key is not None:
+            if mode != "key_shared":
+                raise ConfigError(
+                    f"group.key: a key_shared group's setting; group {request.group_id} is "
+                    f"{mode} (set group.type key_shared, or drop group.key)"
+                )
+            catalog = self._engine.state.catalog
+            for name in topics:
+                key_source(catalog, catalog.topic(topic_of(name)), share.group_key)
         if share.dead_letter_table is not None:
             db_name, table = share.dead_letter_table
             catalog = self._engine.state.catalog

@@ -27,14 +27,14 @@ from sqltopic.server.dead_letters import DeadLetters
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import Message
 from sqltopic.server.rwlock import WouldBlock
+from sqltopic.server.share_keys import key_pieces, key_source
 from sqltopic.server.share_settings import ShareSettings
-from sqltopic.server.share_window import Run, rows_of
+from sqltopic.server.share_window import KeyPieces, Run, rows_of
 from sqltopic.server.tracked_reader import (
     TrackedBlock,
     filtered,
     read_rows,
     read_tracked,
-    table_of,
     within,
 )
 from sqltopic.server.vnode import Vnode
@@ -102,7 +102,8 @@ class Leaser:
         now = self._clock()
         windows.expire(now)
         strict = request.acquire_mode == pb.SHARE_ACQUIRE_MODE_RECORD_LIMIT
-        lease = Lease(now + settings.lease_s, wanted, self._eligible(vnode, request), strict)
+        eligible = self._eligible(vnode, request)
+        lease = Lease(now + settings.lease_s, wanted, eligible, strict, settings.group_key)
         leased = self._redeliver(vnode, request, lease, dead)
         if leased is not None:
             return leased
@@ -188,7 +189,7 @@ class Leaser:
                 windows.admit(topic, group, [], wal.first_version, consumer, until)
                 continue
             runs = [run for block in blocks for run in block.runs()]
-            keys = table_of(blocks) if lease.eligible is not None else None
+            keys = self._keys(request, lease, blocks) if lease.eligible is not None else None
             most = wanted if lease.strict else None  # batch_optimized: every row read
             leased = windows.admit(
                 topic, group, runs, after, consumer, until, most, keys, lease.eligible
@@ -200,6 +201,13 @@ class Leaser:
                     blocks = [k for b in blocks if (k := _keep(b, leased)) is not None]
                 return _message(blocks, [(run, 1) for run in leased])
         return None
+
+    def _keys(self, request: pb.PollRequest, lease: Lease, blocks: list[TrackedBlock]) -> KeyPieces:
+        """The key of each row read, in pieces (key_shared): its table, or group.key's."""
+        catalog = self._engine.state.catalog
+        topic = catalog.topic(topic_of(request.topic))
+        source = key_source(catalog, topic, lease.key)  # ConfigError: a tag dropped since
+        return key_pieces(catalog, topic.db, source, blocks)
 
     def _give_up(
         self, vnode: Vnode, request: pb.PollRequest, settings: ShareSettings,
@@ -237,6 +245,7 @@ class Lease:
     rows: int
     eligible: Callable[[str], bool] | None
     strict: bool
+    key: str | None  # key_shared: group.key (None: the table)
 
 
 def _weight(key: str, member: int) -> int:

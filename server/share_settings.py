@@ -1,6 +1,7 @@
 """A shared group's settings: how long a lease lasts (`ack.timeout.ms`), how many times a
-row is delivered at most (`max.deliveries`) and where rows that ran out of deliveries go
-(`dead.letter.table`). They are the group's: its first member fixes them, and a member
+row is delivered at most (`max.deliveries`), where rows that ran out of deliveries go
+(`dead.letter.table`) and, in a key_shared group, what a row's key is (`group.key`:
+server/share_keys.py). They are the group's: its first member fixes them, and a member
 asking for other values is refused (`differences`), as Kafka fixes a share group's
 record lock duration and delivery count limit for the whole group.
 """
@@ -30,9 +31,13 @@ class ShareSettings:
     ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
     max_deliveries: int | None = None  # None: unlimited
     dead_letter_table: tuple[str, str] | None = None  # (database, table)
+    group_key: str | None = None  # None: the table
 
     @classmethod
-    def of(cls, ack_timeout_ms: int, max_deliveries: int, dead_letter_table: str) -> ShareSettings:
+    def of(
+        cls, ack_timeout_ms: int, max_deliveries: int, dead_letter_table: str,
+        group_key: str = "",
+    ) -> ShareSettings:  # fmt: skip
         """From request fields, where 0 and "" mean the default; ConfigError on a bad value."""
         timeout = ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS
         low, high = ACK_TIMEOUT_RANGE_MS
@@ -43,7 +48,7 @@ class ShareSettings:
                 f"max.deliveries: {max_deliveries} is out of range 0..{MAX_MAX_DELIVERIES} "
                 "(0: unlimited)"
             )
-        return cls(timeout, max_deliveries or None, _table(dead_letter_table))
+        return cls(timeout, max_deliveries or None, _table(dead_letter_table), _key(group_key))
 
     @property
     def lease_s(self) -> float:
@@ -52,11 +57,14 @@ class ShareSettings:
     def doc(self) -> dict[str, Any]:
         table = ".".join(self.dead_letter_table) if self.dead_letter_table else ""
         return {"ack_timeout_ms": self.ack_timeout_ms,
-                "max_deliveries": self.max_deliveries or 0, "dead_letter_table": table}  # fmt: skip
+                "max_deliveries": self.max_deliveries or 0, "dead_letter_table": table,
+                "group_key": self.group_key or ""}  # fmt: skip
 
     @classmethod
     def of_doc(cls, doc: dict[str, Any]) -> ShareSettings:
-        return cls.of(doc["ack_timeout_ms"], doc["max_deliveries"], doc["dead_letter_table"])
+        """From `doc()` (a document stored before group.key existed has none)."""
+        return cls.of(doc["ack_timeout_ms"], doc["max_deliveries"], doc["dead_letter_table"],
+                      doc.get("group_key", ""))  # fmt: skip
 
     def differences(self, other: ShareSettings) -> list[str]:
         """`key ours (theirs)` for each setting in which `other` differs."""
@@ -79,6 +87,18 @@ def _table(value: str) -> tuple[str, str] | None:
             f"and _, not starting with a digit, each at most {MAX_NAME} characters)"
         )
     return db.lower(), name.lower()
+
+
+def _key(value: str) -> str | None:
+    """group.key: a column or tag name (lower case, as the catalog's), or None for ""."""
+    if not value:
+        return None
+    if not _name(value.strip()):
+        raise ConfigError(
+            f"group.key: {excerpt(value)} is not a name (letters, digits and _, not starting "
+            f"with a digit, at most {MAX_NAME} characters): name a tag or a column"
+        )
+    return value.strip().lower()
 
 
 def _name(text: str) -> bool:

@@ -49,6 +49,7 @@ DEFAULTS = {
     "max_deliveries": 0,
     "dead_letter_table": "",
     "share_acquire_mode": None,
+    "group_key": "",
 }
 
 # key, value given, field, value parsed
@@ -100,6 +101,7 @@ GOOD = [
     ("max.deliveries", 3, "max_deliveries", 3),
     ("dead.letter.table", "power.dlq", "dead_letter_table", "power.dlq"),
     ("share.acquire.mode", "record_limit", "share_acquire_mode", "record_limit"),
+    ("group.key", "location", "group_key", "location"),
     ("share.acquire.mode", " Batch_Optimized", "share_acquire_mode", "batch_optimized"),
 ]
 # What a key of GOOD needs beside it to be valid: the ssl.* keys need TLS on, and the
@@ -112,6 +114,7 @@ NEEDS: dict[str, dict[str, object]] = {
     "max.deliveries": {"group.type": "shared"},
     "dead.letter.table": {"group.type": "shared"},
     "share.acquire.mode": {"group.type": "key_shared"},
+    "group.key": {"group.type": "key_shared"},
 }
 
 # extra config, the ConfigError message (exactly)
@@ -201,6 +204,11 @@ BAD = [
         {"group.type": "broadcast", "client.id": "b1", "share.acquire.mode": "record_limit"},
         "share.acquire.mode: a setting of shared groups; this consumer's group.type is "
         "broadcast (set group.type shared, or drop share.acquire.mode)",
+    ),
+    (
+        {"group.type": "shared", "group.key": "location"},
+        "group.key: a setting of key_shared groups; this consumer's group.type is shared "
+        "(set group.type key_shared, or drop group.key)",
     ),
     (
         {"ack.timeout.ms": 5000},

@@ -318,3 +318,71 @@ def test_key_shared_keeps_each_tables_rows_in_wal_order_through_joins_and_leaves
         assert stamps == sorted(stamps), table
         assert len(set(stamps)) == 160, table
     assert len({n for hs in holders.values() for n in hs}) >= 2  # keys were spread
+
+
+ZONED = """
+CREATE DATABASE zoned VGROUPS 1;
+CREATE STABLE zoned.meters (ts TIMESTAMP, v INT) TAGS (zone INT);
+CREATE TOPIC by_zone AS SELECT ts, v, v % 4 AS bucket, zone FROM zoned.meters;
+"""
+
+
+@pytest.mark.parametrize(("key", "column"), [("zone", 3), ("bucket", 2)])
+def test_group_key_keys_rows_by_a_tag_or_a_column(
+    conn: Connection, server: ServerProcess, key: str, column: int
+) -> None:
+    """group.key: all rows of one tag value (or column value) stay with one consumer,
+    in WAL order, whichever of the 16 tables wrote them."""
+    conn.execute(ZONED)
+    first = 1_700_000_000_000
+    for write in range(3):
+        for n in range(16):  # zone = n % 4: four tables per zone
+            ts = first + write * 16 + n
+            values = f"({ts}, {n + write})"
+            conn.execute(
+                f"INSERT INTO zoned.m{n} USING zoned.meters TAGS ({n % 4}) VALUES {values}"
+            )
+    keyed = config(server.address, "z", group_type="key_shared", group_key=key, max_poll_rows=5)
+    seen: list[tuple[int, int, int]] = []  # (consumer, key value, ts) as received
+    consumers = [Consumer(keyed), Consumer(keyed)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe(["by_zone"])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(seen) < 48:
+            assert time.monotonic() < deadline, f"{len(seen)} of 48 rows"
+            for n, consumer in enumerate(consumers):
+                message = consumer.poll(0.1)
+                if message is not None:
+                    seen.extend((n, r[column], r[0]) for r in message.rows())
+                    consumer.ack(message)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert len(seen) == 48
+    holders: dict[int, set[int]] = {}
+    stamps: dict[int, list[int]] = {}
+    for n, value, ts in seen:
+        holders.setdefault(value, set()).add(n)
+        stamps.setdefault(value, []).append(ts)
+    assert all(len(h) == 1 for h in holders.values()), holders  # one consumer per key
+    assert all(s == sorted(s) for s in stamps.values())  # in WAL order per key
+
+
+def test_a_group_key_is_checked_at_subscribe(conn: Connection, server: ServerProcess) -> None:
+    conn.execute(ZONED)
+    unknown = config(server.address, "z", group_type="key_shared", group_key="phase")
+    expected = r"group\.key: 'phase' is neither a column of topic by_zone's rows \(ts, v, bucket"
+    with Consumer(unknown) as consumer, pytest.raises(ConfigError, match=expected):
+        consumer.subscribe(["by_zone"])
+    with pytest.raises(ConfigError, match=r"group\.key: a setting of key_shared groups"):
+        Consumer(config(server.address, "s", group_type="shared", group_key="zone"))
+    first = Consumer(config(server.address, "k", group_type="key_shared", group_key="zone"))
+    other = Consumer(config(server.address, "k", group_type="key_shared"))
+    try:
+        first.subscribe(["by_zone"])
+        with pytest.raises(GroupConflict, match=r"group\.key zone \(asked: none\)"):
+            other.subscribe(["by_zone"])
+    finally:
+        first.close()
+        other.close()

@@ -202,3 +202,23 @@ def test_an_acquire_mode_is_checked(alice: UserWire, leased: Leased) -> None:
     assert "acquire_mode 1 is for shared groups; group v reads whole WAL entries" in message
     # the refused poll accepted nothing: the rows are still alice's to acknowledge
     assert alice.acknowledge(_ack(leased)).settled == rows
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"group_type": "shared", "group_key": "location"},
+         "group.key: a key_shared group's setting; group g is shared"),
+        ({"group_type": "key_shared", "group_key": "x'; DROP"}, "group.key: "),
+        ({"group_type": "key_shared", "group_key": "nosuchcolumn"},
+         "group.key: 'nosuchcolumn' is neither a column of topic t1's rows"),
+    ],
+)  # fmt: skip
+def test_a_bad_group_key_is_refused_at_subscribe(
+    alice: UserWire, fields: dict[str, object], expected: str
+) -> None:
+    code, error, message = refusal(lambda: alice.subscribe("g", ["t1"], **fields))
+    assert (code, error) == BAD
+    assert expected in message
+    joined = alice.subscribe("g", ["t1"], group_type="key_shared")  # nothing was kept
+    assert joined.consumer_id

@@ -545,6 +545,7 @@ class SubscribeRequest(_message.Message):
     ACK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TABLE_FIELD_NUMBER: _builtins.int
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id when it already joined (changing its topic list, or rejoining
     after CONSUMER_STATUS_REMOVED or ConsumerFenced). 0 to join as a new consumer. An
@@ -602,6 +603,11 @@ class SubscribeRequest(_message.Message):
     """`dead.letter.table`: "db.name" (the database must exist; the table is created when
     missing), or empty for none.
     """
+    group_key: _builtins.str
+    """key_shared groups: `group.key`, what a row's key is: a tag of each topic's super
+    table or a column of its rows; empty = the row's table. A group setting, fixed by
+    its first member as the three above.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics to consume, replacing any earlier list. Empty = unsubscribe. A
@@ -629,10 +635,11 @@ class SubscribeRequest(_message.Message):
         ack_timeout_ms: _builtins.int = ...,
         max_deliveries: _builtins.int = ...,
         dead_letter_table: _builtins.str = ...,
+        group_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "dead_letter_table", b"dead_letter_table", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "group_type", b"group_type", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_deliveries", b"max_deliveries", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "auto_commit_interval_ms", b"auto_commit_interval_ms", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "consumer_id", b"consumer_id", "dead_letter_table", b"dead_letter_table", "enable_auto_commit", b"enable_auto_commit", "fqdn", b"fqdn", "group_id", b"group_id", "group_key", b"group_key", "group_type", b"group_type", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_deliveries", b"max_deliveries", "max_poll_interval_ms", b"max_poll_interval_ms", "msg_with_table_name", b"msg_with_table_name", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
