@@ -143,6 +143,7 @@ async def _serve_with(
     stopping.set()
     await health.shut_down()  # open Watch streams end now, not at the grace's end
     await server.stop(SHUTDOWN_GRACE_S)
+    await vnodes.flush()
     await timer
     coordinator.persist(progress=True)
 

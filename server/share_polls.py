@@ -46,6 +46,12 @@ Runner = Callable[..., Awaitable[Any]]
 # Rows one Acknowledge may name: a window holds at most 10,000 by default, so a larger
 # request is a mistake, and this bounds what one call makes the vnode look at.
 MAX_ACK_ROWS = 1_000_000
+# Piggybacked (implicit) acknowledgements reach the disk at most this long after the
+# poll that carried them: a window's acknowledgements of that span share one save. A
+# save per poll cost more than the lease itself (docs/performance.md §10); a crash
+# delivers the last span's rows again, which at-least-once allows (a graceful stop
+# saves them: `flush`). Explicit Acknowledges are on disk before they return.
+PIGGYBACK_SAVE_DELAY_S = 0.2
 ACQUIRE_MODES = frozenset(pb.ShareAcquireMode.values())
 
 
@@ -80,6 +86,8 @@ class SharePolls:
         self._vnodes: dict[int, _Vnode] = {}
         self._leaser = Leaser(engine, coordinator, clock)
         self._saves: set[asyncio.Future[Any]] = set()  # piggybacked acks being saved
+        # piggybacked acks' saves not begun yet, and when they begin
+        self._delayed: dict[Callable[[], None], asyncio.TimerHandle] = {}
         coordinator.departures.append(self._on_departure)
 
     def close(self) -> None:
@@ -87,6 +95,15 @@ class SharePolls:
         for entry in self._vnodes.values():
             entry.remove()
             entry.changed.set()
+
+    async def flush(self) -> None:
+        """Save every piggybacked acknowledgement now and wait until all are on disk
+        (a graceful stop)."""
+        for save, handle in list(self._delayed.items()):
+            handle.cancel()
+            self._start_save(save)
+        if self._saves:
+            await asyncio.gather(*self._saves, return_exceptions=True)
 
     def settings_of(self, consumer_id: int, group: str) -> ShareSettings | None:
         """The group's settings, when the consumer polls as a member of a shared group."""
@@ -138,16 +155,23 @@ class SharePolls:
             )  # fmt: skip
 
     def _accept_piggybacked(self, entry: _Vnode, request: pb.PollRequest) -> None:
-        """The rows the poll accepts (implicit acknowledgement): done now, saved soon on
-        a worker (saves of a window group together and never go back)."""
+        """The rows the poll accepts (implicit acknowledgement): done now, saved within
+        PIGGYBACK_SAVE_DELAY_S on the commit pool (the acknowledgements of a window
+        until then share the save; saves of a window never go back)."""
         runs = checked_ids("PollRequest", request.ack_versions, request.ack_indexes)
         if not runs:
             return
         save = entry.windows.accept(request.topic, request.group_id, request.consumer_id, runs)
         if save is not None:
-            task = asyncio.ensure_future(self._save(save))
-            self._saves.add(task)
-            task.add_done_callback(self._saved)
+            self._delayed[save] = self._loop.call_later(
+                PIGGYBACK_SAVE_DELAY_S, self._start_save, save
+            )
+
+    def _start_save(self, save: Callable[[], None]) -> None:
+        self._delayed.pop(save, None)
+        task = asyncio.ensure_future(self._save(save))
+        self._saves.add(task)
+        task.add_done_callback(self._saved)
 
     def _saved(self, task: asyncio.Future[Any]) -> None:
         self._saves.discard(task)

@@ -121,6 +121,11 @@ class VnodeService(pb_grpc.VnodeServicer):
             hub.close()
         self._shares.close()
 
+    async def flush(self) -> None:
+        """Acknowledgements not on disk yet (shared groups' implicit ones) saved: at a
+        graceful stop, once no call runs any more."""
+        await self._shares.flush()
+
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
