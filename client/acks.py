@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqltopic.client.config import SHARING_TYPES
 from sqltopic.client.effects import Flow
 from sqltopic.client.message import Message
-from sqltopic.client.state import CoreState, Key
+from sqltopic.client.state import CoreState, Key, RowIds
 from sqltopic.errors import ConfigError
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
@@ -42,7 +42,7 @@ class Acks(CoreState):
 
     def delivered(self, message: Message) -> None:
         """`message` goes to the application: its rows wait to be settled."""
-        if self.sharing and message.row_ids:
+        if self.sharing and message.row_versions:
             self.unsettled[id(message)] = Delivered(message)
 
     def settle(
@@ -63,11 +63,11 @@ class Acks(CoreState):
         if record is not None:
             positions = [i for i in positions if i not in record.settled]
         settled = yield from self._acknowledge(
-            (message.topic, message.vgroup), [message.row_ids[i] for i in positions], kind
+            (message.topic, message.vgroup), _ids(message, positions), kind
         )
         if record is not None:
             record.settled.update(positions)
-            if len(record.settled) == len(message.row_ids):
+            if len(record.settled) == len(message.row_versions):
                 del self.unsettled[id(message)]
         return settled
 
@@ -76,13 +76,15 @@ class Acks(CoreState):
         lazily: each vgroup's next poll carries them (`ConsumerCore._launch`)."""
         records, self.unsettled = list(self.unsettled.values()), {}
         for record in records:
-            ids = record.message.row_ids
-            key = (record.message.topic, record.message.vgroup)
-            pending = self.pending_acks.setdefault(key, [])
+            message = record.message
+            key = (message.topic, message.vgroup)
+            pending = self.pending_acks.setdefault(key, RowIds())
             if record.settled:
-                pending += [ids[i] for i in range(len(ids)) if i not in record.settled]
+                left = [i for i in range(len(message.row_versions)) if i not in record.settled]
+                ids = _ids(message, left)
+                pending.extend(ids.versions, ids.indexes)
             else:
-                pending += ids
+                pending.extend(message.row_versions, message.row_indexes)
 
     def accept_unsettled(self) -> Flow[None]:
         """Accept every row handed out and not settled yet, and send every accepted row
@@ -90,21 +92,21 @@ class Acks(CoreState):
         self.queue_unsettled()
         pending, self.pending_acks = self.pending_acks, {}
         for key, ids in self.acks_in_flight.values():  # maybe not applied: again
-            pending.setdefault(key, []).extend(ids)
+            pending.setdefault(key, RowIds()).extend(ids.versions, ids.indexes)
         self.acks_in_flight.clear()
         for key, ids in pending.items():
             yield from self._acknowledge(key, ids, pb.ACK_TYPE_ACCEPT)
 
-    def _acknowledge(self, key: Key, ids: list[tuple[int, int]], kind: int) -> Flow[int]:
+    def _acknowledge(self, key: Key, ids: RowIds, kind: int) -> Flow[int]:
         held = self.held.get(key)
         endpoint = held.endpoint if held is not None else ""
         settled = 0
         for start in range(0, len(ids), ACK_BATCH_ROWS):
-            batch = ids[start : start + ACK_BATCH_ROWS]
+            end = start + ACK_BATCH_ROWS
             request = pb.AcknowledgeRequest(
                 consumer_id=self.consumer_id, group_id=self.offsets_group, topic=key[0],
-                vgroup=key[1], epoch=self.epoch, versions=[v for v, _ in batch],
-                indexes=[i for _, i in batch], type=kind,  # type: ignore[arg-type]
+                vgroup=key[1], epoch=self.epoch, versions=ids.versions[start:end],
+                indexes=ids.indexes[start:end], type=kind,  # type: ignore[arg-type]
             )  # fmt: skip
             answer: pb.AcknowledgeResponse = yield from self._rpc(
                 "vnode", "Acknowledge", request, endpoint
@@ -113,9 +115,17 @@ class Acks(CoreState):
         return settled
 
 
+def _ids(message: Message, positions: list[int]) -> RowIds:
+    """The ids of the message's rows at `positions`."""
+    if len(positions) == len(message.row_versions):  # every row (positions are unique)
+        return RowIds(list(message.row_versions), list(message.row_indexes))
+    versions, indexes = message.row_versions, message.row_indexes
+    return RowIds([versions[i] for i in positions], [indexes[i] for i in positions])
+
+
 def _positions(what: str, message: Message, rows: Iterable[int] | None) -> list[int]:
     """The row positions asked for, checked against the message."""
-    count = len(message.row_ids)
+    count = len(message.row_versions)
     if not count:
         raise ConfigError(
             f"{what}: the message ({message.kind}, topic {message.topic} vgroup "

@@ -113,7 +113,7 @@ class ConsumerCore(Membership):
             held.ticket, held.retry_at = next(self._tickets), 0.0
             self._in_flight[held.ticket] = key
             timeout = self.config.fetch_max_wait_ms / 1000 + POLL_DEADLINE_MARGIN_S
-            acks = self.pending_acks.pop(key, [])
+            acks = self.pending_acks.pop(key, None)
             if acks:
                 self.acks_in_flight[held.ticket] = (key, acks)
             request = self._poll_request(held, acks)

@@ -6,6 +6,7 @@ vnode's retained range). `message_from_frames` builds a Message from the frames 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -61,9 +62,16 @@ class Message:
     blocks: list[Block] = field(default_factory=list)
     meta: dict[str, Any] | None = None
     # shared groups: each row's delivery count (1 on first delivery), aligned with
-    # rows(), and its id (WAL version, index in the entry) for acknowledging it
+    # rows(), and its id's parts (WAL version, index in the entry), as the wire has them
     delivery_counts: tuple[int, ...] = ()
-    row_ids: tuple[tuple[int, int], ...] = field(default=(), repr=False)
+    row_versions: tuple[int, ...] = field(default=(), repr=False)
+    row_indexes: tuple[int, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def row_ids(self) -> tuple[tuple[int, int], ...]:
+        """Shared groups: each row's id (WAL version, index in its entry), aligned with
+        rows(); made on first use (acknowledging needs only the two parts)."""
+        return tuple(zip(self.row_versions, self.row_indexes, strict=True))
 
     @property
     def row_count(self) -> int:
@@ -201,16 +209,18 @@ def message_from_frames(
                 f"{head.data.block_count} blocks but carries {len(blocks)}"
             )
         data = head.data
-        ids = tuple(zip(data.row_versions, data.row_indexes, strict=False))
+        versions, indexes = tuple(data.row_versions), tuple(data.row_indexes)
         counts = tuple(data.delivery_counts)
-        if (ids or counts) and not (len(data.row_versions) == len(data.row_indexes) == len(counts)
-                        == sum(len(b) for b in blocks)):  # fmt: skip
+        if (versions or indexes or counts) and not (
+            len(versions) == len(indexes) == len(counts) == sum(len(b) for b in blocks)
+        ):
             raise Error(
                 f"poll of topic {topic} vgroup {vgroup}: the answer's row ids and delivery "
                 "counts do not match its rows"
             )
         return Message(*where, data.offset, data.end_offset, "data", blocks,
-                       delivery_counts=counts, row_ids=ids)  # fmt: skip
+                       delivery_counts=counts, row_versions=versions,
+                       row_indexes=indexes)  # fmt: skip
     if kind == "meta":
         event = _with_int_ids(json.loads(head.meta.event_json)) if head.meta.event_json else {}
         return Message(*where, head.meta.offset, head.meta.end_offset, "meta", meta=event)

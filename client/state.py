@@ -13,7 +13,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from sqltopic.client.config import ConsumerConfig, offsets_group_of
@@ -67,6 +67,22 @@ ACQUIRE_MODES = {
 
 
 @dataclass
+class RowIds:
+    """Rows of one vgroup to settle (shared groups), as the requests name them: the
+    versions and the indexes, two lists of one length (no tuple per row)."""
+
+    versions: list[int] = field(default_factory=list)
+    indexes: list[int] = field(default_factory=list)
+
+    def extend(self, versions: Sequence[int], indexes: Sequence[int]) -> None:
+        self.versions += versions
+        self.indexes += indexes
+
+    def __len__(self) -> int:
+        return len(self.versions)
+
+
+@dataclass
 class Held:
     """One assigned vgroup: where it is served, the position, and its one poll."""
 
@@ -109,10 +125,10 @@ class CoreState:
         # shared groups: messages handed out with rows not acknowledged yet (acks.py)
         self.unsettled: dict[int, Any] = {}
         # and rows accepted that the vgroup's next poll carries (implicit acknowledgement)
-        self.pending_acks: dict[Key, list[tuple[int, int]]] = {}
+        self.pending_acks: dict[Key, RowIds] = {}
         # and those a poll in flight carries, by ticket: its answer means the vnode
         # applied them; without one (cancelled, closing) they are sent again
-        self.acks_in_flight: dict[int, tuple[Key, list[tuple[int, int]]]] = {}
+        self.acks_in_flight: dict[int, tuple[Key, RowIds]] = {}
         self._tickets = itertools.count(1)
         self._in_flight: dict[int, Key] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
@@ -187,7 +203,7 @@ class CoreState:
             group_key=c.group_key,
         )
 
-    def _poll_request(self, held: Held, acks: Sequence[tuple[int, int]] = ()) -> pb.PollRequest:
+    def _poll_request(self, held: Held, acks: RowIds | None = None) -> pb.PollRequest:
         """The poll of `held`'s vgroup, carrying `acks`: rows accepted there meanwhile."""
         c = self.config
         return pb.PollRequest(
@@ -202,8 +218,8 @@ class CoreState:
             min_rows=c.min_poll_rows,
             max_wait_ms=c.fetch_max_wait_ms,
             with_table_name=c.msg_with_table_name,
-            ack_versions=[v for v, _ in acks],
-            ack_indexes=[i for _, i in acks],
+            ack_versions=acks.versions if acks is not None else (),
+            ack_indexes=acks.indexes if acks is not None else (),
             acquire_mode=ACQUIRE_MODES[c.share_acquire_mode],
         )
 
