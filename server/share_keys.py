@@ -73,7 +73,10 @@ def key_pieces(
         return _joined(by_tag)
     keys: dict[int, dict[int, str]] = defaultdict(dict)
     for block in blocks:
-        values = block.block.data.column(source.name).to_pylist()
+        data = block.block.data
+        if source.name not in data.column_names:
+            continue  # a stable topic's table without the column: no value
+        values = data.column(source.name).to_pylist()
         versions, indexes = block.id_lists
         for version, index, value in zip(versions, indexes, values, strict=True):
             keys[version][index] = _text(value)

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 import xxhash
 
-from sqltopic.errors import Error, VersionNotRetained
+from sqltopic.errors import ConfigError, Error, VersionNotRetained
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.coordinator import Coordinator
 from sqltopic.server.dead_letters import DeadLetters
 from sqltopic.server.engine import Engine
 from sqltopic.server.poll import Message
 from sqltopic.server.rwlock import WouldBlock
-from sqltopic.server.share_keys import key_pieces, key_source
+from sqltopic.server.share_keys import KeySource, key_pieces, key_source
 from sqltopic.server.share_settings import ShareSettings
 from sqltopic.server.share_window import KeyPieces, Run, rows_of
 from sqltopic.server.tracked_reader import (
@@ -206,7 +206,10 @@ class Leaser:
         """The key of each row read, in pieces (key_shared): its table, or group.key's."""
         catalog = self._engine.state.catalog
         topic = catalog.topic(topic_of(request.topic))
-        source = key_source(catalog, topic, lease.key)  # ConfigError: a tag dropped since
+        try:
+            source = key_source(catalog, topic, lease.key)
+        except ConfigError:  # the tag or column was dropped or renamed since: no value
+            source = KeySource("tag", lease.key or "")
         return key_pieces(catalog, topic.db, source, blocks)
 
     def _give_up(

@@ -187,7 +187,7 @@ class ShareWindow:
         its own, its lease expired and taken by another, is left as it is)."""
         done = self._take(consumer, runs, remove=True)
         for version, lo, hi in done:
-            self.acked.setdefault(version, []).append((lo, hi))
+            _join(self.acked.setdefault(version, []), lo, hi)
         self._advance()
         return done
 
@@ -356,6 +356,20 @@ def runs_of(ids: Iterable[RowId]) -> list[Run]:
             i += 1
         out.append((version, lo, hi))
     return out
+
+
+def _join(spans: list[tuple[int, int]], lo: int, hi: int) -> None:
+    """Insert [lo, hi) into sorted, disjoint `spans`, joined with the spans it touches
+    (rows acknowledged one by one stay one span, not a span per row)."""
+    at = bisect.bisect_left(spans, (lo, hi))
+    if at > 0 and spans[at - 1][1] >= lo:
+        at -= 1
+        lo = min(lo, spans[at][0])
+    end = at
+    while end < len(spans) and spans[end][0] <= hi:
+        hi = max(hi, spans[end][1])
+        end += 1
+    spans[at:end] = [(lo, hi)]
 
 
 def rows_of(runs: Iterable[Run]) -> list[RowId]:

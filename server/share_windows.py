@@ -255,8 +255,10 @@ class ShareWindows:
                 k for k in self._entries
                 if topic in (None, topic_of(k[0])) and group in (None, k[1])
             ]  # fmt: skip
-            for key in gone:
-                del self._entries[key]
+            entries = [self._entries.pop(key) for key in gone]
+        for entry in entries:  # a save under way ends first; later ones see it gone
+            with entry.save_lock:
+                pass
 
     def _window(self, topic: str, group: str) -> ShareWindow:
         return self._entries[(topic, group)].window
@@ -264,6 +266,8 @@ class ShareWindows:
     def _save(self, topic: str, group: str, entry: _Entry, wanted: int) -> None:
         with entry.save_lock:
             with self._lock:
+                if self._entries.get((topic, group)) is not entry:
+                    return  # forgotten (its topic or group dropped): nothing to keep
                 if entry.saved >= wanted:
                     return  # a save that began after our acknowledgement covered it
                 state, version = entry.window.durable(), entry.version

@@ -127,5 +127,5 @@ def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> Non
     database = state.catalog.databases.get(db)
     for vgroup in database.vgroups if database is not None else ():
         vnode = state.vnode(vgroup)
+        vnode.shares.forget(topic, group)  # first: no save of theirs lands after the next
         vnode.offsets.forget(topic, group)
-        vnode.shares.forget(topic, group)

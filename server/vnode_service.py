@@ -190,16 +190,7 @@ class VnodeService(pb_grpc.VnodeServicer):
                 self._engine.state.lock, self._run, self._check_poller, request, user
             )
             return await self._shares.poll(request, share, wait, max_bytes, self._stopping)
-        if request.ack_versions or request.ack_indexes:
-            raise ConfigError(
-                f"PollRequest: ack_versions and ack_indexes are for shared groups; group "
-                f"{request.group_id} commits offsets"
-            )
-        if request.acquire_mode != pb.SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED:
-            raise ConfigError(
-                f"PollRequest: acquire_mode {request.acquire_mode} is for shared groups; "
-                f"group {request.group_id} reads whole WAL entries (leave it unset)"
-            )
+        self._check_not_sharing(request)
         deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
@@ -227,6 +218,24 @@ class VnodeService(pb_grpc.VnodeServicer):
                 served = Message("empty", position, position)
             message = dataclasses.replace(served, offset=first)
             frames = frames_of(message, with_names(request))
+
+    def _check_not_sharing(self, request: pb.PollRequest) -> None:
+        """ConfigError for a shared group's fields on the poll of a member of another
+        group. A consumer that is no member (removed meanwhile) is not told about the
+        fields: the poll goes on to fail with ConsumerFenced, so that it joins again."""
+        member = self._coordinator.member(request.consumer_id)
+        if member is None or member.group != request.group_id:
+            return
+        if request.ack_versions or request.ack_indexes:
+            raise ConfigError(
+                f"PollRequest: ack_versions and ack_indexes are for shared groups; group "
+                f"{request.group_id} commits offsets"
+            )
+        if request.acquire_mode != pb.SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED:
+            raise ConfigError(
+                f"PollRequest: acquire_mode {request.acquire_mode} is for shared groups; "
+                f"group {request.group_id} reads whole WAL entries (leave it unset)"
+            )
 
     def _hub(self, vnode: Vnode) -> LiveHub:
         """The shared pass of `vnode`'s held polls (a new one for a vnode created again

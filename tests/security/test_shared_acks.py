@@ -200,6 +200,9 @@ def test_an_acquire_mode_is_checked(alice: UserWire, leased: Leased) -> None:
     code, error, message = refusal(lambda: alice.fetch(plain))
     assert (code, error) == BAD
     assert "acquire_mode 1 is for shared groups; group v reads whole WAL entries" in message
+    alice.close_consumer(joined.consumer_id)  # no member now: fenced, so that it joins again
+    code, error, _ = refusal(lambda: alice.fetch(plain))
+    assert (code, error) == FENCED
     # the refused poll accepted nothing: the rows are still alice's to acknowledge
     assert alice.acknowledge(_ack(leased)).settled == rows
 

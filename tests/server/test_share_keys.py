@@ -65,6 +65,23 @@ def test_a_rows_key_is_its_table_a_tag_or_a_column(power: Engine) -> None:
         assert next(iter(cut(version, 1, 4)))[0] == 1  # a run inside the entry: from its start
 
 
+def test_a_key_tag_dropped_since_gives_its_rows_no_key(power: Engine) -> None:
+    """After ALTER STABLE ... DROP TAG of a group's key the group goes on: the lease
+    falls back to a tag no table has, and every row's key is the empty one."""
+    _first, _second, vgroup = _one_entry(power)
+    power.execute("CREATE TOPIC q AS SELECT ts, voltage FROM meters")
+    power.execute("ALTER STABLE meters DROP TAG location")
+    catalog = power.state.catalog
+    with pytest.raises(ConfigError, match="neither a column"):
+        key_source(catalog, catalog.topic("q"), "location")
+    blocks, _ = read_tracked(power.state, "q", vgroup, 1, 10**9)
+    (version,) = {v for b in blocks for v in b.id_lists[0]}
+    cut = key_pieces(catalog, "power", KeySource("tag", "location"), blocks)
+    assert list(cut(version, 0, ROWS)) == [(0, ROWS, "")]
+    missing = key_pieces(catalog, "power", KeySource("column", "gone"), blocks)
+    assert list(missing(version, 0, ROWS)) == [(0, ROWS, "")]
+
+
 def test_a_group_key_naming_neither_column_nor_tag_is_refused(power: Engine) -> None:
     power.execute("CREATE TOPIC q AS SELECT ts, voltage FROM meters")
     power.execute("CREATE TOPIC everything AS DATABASE power")

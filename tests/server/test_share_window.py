@@ -164,6 +164,15 @@ def test_a_whole_acquire_takes_whole_segments_past_max_rows() -> None:
     assert w.acquire(A, 5.0, 1, whole=True) == ([((2, 1), 1)], [])
 
 
+def test_rows_acknowledged_one_by_one_are_kept_as_one_span() -> None:
+    w = RunWindow(start=1)
+    w.admit([(1, 0, 6), (2, 0, 1)], 3, A, 5.0)  # version 2 keeps the start at 1
+    for row in (4, 0, 2, 1, 3):
+        w.ack(A, [(1, row, row + 1)])
+    assert w.acked == {1: [(0, 5)]}
+    assert w.durable().acked == ((1, 0, 5),)
+
+
 def test_the_window_holds_at_most_max_in_flight_rows() -> None:
     w = ShareWindow(start=1, max_in_flight=3)
     w.admit(rows((1, 3)), 2, A, 5.0)

@@ -98,6 +98,20 @@ def test_rows_out_of_deliveries_are_saved_as_done(store: OffsetStore) -> None:
     assert store.share_state("t", "s") == (4, ())
 
 
+def test_a_save_after_its_group_was_forgotten_writes_nothing(store: OffsetStore) -> None:
+    """A piggybacked acknowledgement's save runs a little later; if the topic or group
+    was dropped meanwhile it must not bring the group's state back."""
+    windows = _windows(store)
+    windows.open("t", "s", start=lambda: 0)
+    windows.admit("t", "s", [(0, 0, 3)], 1, A, deadline=9.0)
+    save = windows.accept("t", "s", A, [(0, 0, 2)])
+    assert save is not None
+    windows.forget("t", "s")
+    store.forget("t", "s")
+    save()
+    assert store.share_state("t", "s") is None
+
+
 def test_leases_end_for_a_consumer_that_left_and_when_they_expire(store: OffsetStore) -> None:
     windows = _windows(store)
     for topic in ("t", "u"):
