@@ -75,6 +75,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "row, with offsets of its own under --client-id)",
     )
     parser.add_argument(
+        "--group-key",
+        metavar="NAME",
+        help="with --group-type key_shared: key rows by this tag or column of the topic "
+        "(default: by their table); the group's group.key",
+    )
+    parser.add_argument(
         "--client-id",
         metavar="NAME",
         help="the consumer's client.id (default: sqltopic-cli-<pid>); required by "
@@ -135,6 +141,7 @@ class Settings:
     params: dict[str, Any] | None = None
     group_type: GroupType = "vgroup"
     client_id: str | None = None
+    group_key: str | None = None
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
@@ -143,22 +150,31 @@ class Settings:
                 "--group-type broadcast: give --client-id NAME too (the consumer's offsets "
                 "are kept under it, so that the next run with it resumes there)"
             )
+        if args.group_key is not None and args.group_type != "key_shared":
+            raise ConfigError(
+                f"--group-key: keys rows of --group-type key_shared only (this run's is "
+                f"{args.group_type}); add --group-type key_shared, or drop --group-key"
+            )
         group = args.group or GROUP_PREFIX + secrets.token_hex(4)
         commit = args.commit if args.commit is not None else args.group is not None
         params = dict(args.params) or None
         return cls(
             args.topic, group, args.start, args.format, args.max_rows, args.timeout, commit,
-            params, args.group_type, args.client_id,
+            params, args.group_type, args.client_id, args.group_key,
         )  # fmt: skip
 
     def config(self, server: ServerOptions) -> dict[str, str]:
-        return server.consumer_config() | {
-            "group.id": self.group,
-            "group.type": self.group_type,
-            "client.id": self.client_id or f"sqltopic-cli-{os.getpid()}",
-            "auto.offset.reset": self.start,
-            "enable.auto.commit": "false",
-        }
+        return (
+            server.consumer_config()
+            | {
+                "group.id": self.group,
+                "group.type": self.group_type,
+                "client.id": self.client_id or f"sqltopic-cli-{os.getpid()}",
+                "auto.offset.reset": self.start,
+                "enable.auto.commit": "false",
+            }
+            | ({"group.key": self.group_key} if self.group_key is not None else {})
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -179,6 +179,26 @@ def test_broadcast_without_a_client_id_is_one_line(
     assert topic.execute("SHOW CONSUMERS").rows == []
 
 
+def test_a_key_shared_group_keys_by_the_group_key(topic: Connection, server: ServerProcess) -> None:
+    """--group-key names the tag (or column) that keys a key_shared group's rows; the
+    group keeps it (a run asking for another key is refused), and is refused for
+    other group types."""
+    everything = _expected(topic)
+    args = ("consume", "over", "--group", "kg", "--group-type", "key_shared", "--from",
+            "earliest", "--format", "jsonl")  # fmt: skip
+    done = run_on(server, *args, "--group-key", "location", "--timeout", "2")
+    assert done.returncode == 0, done.stderr
+    assert _normal([json.loads(line) for line in done.stdout.splitlines()]) == everything
+    shown = topic.execute("SHOW SUBSCRIPTIONS")
+    assert sum(r[shown.columns.index("acked")] for r in shown.rows) == sum(everything.values())
+    other = run_on(server, "consume", "over", "--group-type", "shared", "--group-key", "x")
+    assert other.returncode == 1
+    assert other.stderr.startswith("sqltopic: --group-key: keys rows of --group-type key_shared")
+    unknown = run_on(server, *args, "--group-key", "nosuch", "--timeout", "1")
+    assert unknown.returncode == 1
+    assert "group.key: 'nosuch' is neither a column of topic over's rows" in unknown.stderr
+
+
 def test_a_shared_group_acknowledges_what_it_printed_and_releases_the_rest(
     topic: Connection, server: ServerProcess
 ) -> None:
