@@ -85,7 +85,7 @@ def _parse_consume(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with what `sqltopic consume TOPIC` adds (defaults)."""
     extra: dict[str, object] = {"topic": "t", "group": "g", "start": "earliest"}
     extra |= {"format": "csv", "max_rows": None, "timeout": None, "commit": None, "params": []}
-    extra |= {"group_type": "vgroup", "client_id": None}
+    extra |= {"group_type": "vgroup", "client_id": None, "group_key": None}
     return argparse.Namespace(**vars(args), **extra)
 
 
