@@ -2,8 +2,9 @@
 
 Each vnode directory holds `offsets.sqlite`: one row per (topic, group) with the next
 version the group will read there. For a shared group the row holds its window
-(server/share_window.py): the next version is the window's start, and `acked` the rows
-acknowledged past it, so that an acknowledgement is durable once its commit returns.
+(server/share_window.py): the next version is the window's start, `acked` the rows
+acknowledged past it, so that an acknowledgement is durable once its commit returns,
+and `counts` how often the rows not done yet were delivered.
 SQLite in WAL mode with `synchronous=FULL` makes a commit durable before it returns and
 never leaves a torn file, so a committed offset survives `kill -9` and power loss
 exactly like an acknowledged write. A commit of several
@@ -56,18 +57,25 @@ CREATE TABLE IF NOT EXISTS committed (
     next_version INTEGER NOT NULL,
     updated_us INTEGER NOT NULL,
     acked BLOB,
+    counts BLOB,
     PRIMARY KEY (topic, grp)
 ) WITHOUT ROWID
 """
 _UPSERT = (
-    "INSERT INTO committed VALUES (?, ?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
+    "INSERT INTO committed (topic, grp, next_version, updated_us, acked, counts) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, grp) DO "
     "UPDATE SET next_version = excluded.next_version, updated_us = excluded.updated_us, "
-    "acked = excluded.acked"
+    "acked = excluded.acked, counts = excluded.counts"
 )
 
 # A stored row: topic, group, next version, commit time in µs, and for a shared group the
-# rows acknowledged at or past the next version (`encode_acked`; None for other groups).
-_Row = tuple[str, str, int, int, bytes | None]
+# rows acknowledged at or past the next version (`encode_acked`) and the delivery counts
+# of the rows not done (`encode_counts`); None for other groups.
+_Row = tuple[str, str, int, int, bytes | None, bytes | None]
+# A shared group's window as stored: acknowledged rows and delivery counts, encoded.
+_Encoded = tuple[bytes, bytes | None]
+# A shared group's stored window: its start, acknowledged rows, delivery counts.
+ShareState = tuple[int, tuple[Run, ...], tuple[tuple[Run, int], ...]]
 
 
 @dataclass(slots=True)
@@ -124,26 +132,33 @@ class OffsetStore:
     def commit(self, offsets: Iterable[tuple[str, str, int]], now_us: int) -> None:
         """Store (topic, group, next_version) rows durably and all or none; returns once
         the transaction holding them (shared with concurrent commits) is on disk."""
-        self._enqueue([(topic, group, offset, now_us, None) for topic, group, offset in offsets])
+        self._enqueue(
+            [(topic, group, offset, now_us, None, None) for topic, group, offset in offsets]
+        )
 
     def commit_share(
-        self, topic: str, group: str, start: int, acked: Iterable[Run], now_us: int
-    ) -> None:
+        self, topic: str, group: str, start: int, acked: Iterable[Run], now_us: int,
+        counts: Iterable[tuple[Run, int]] = (),
+    ) -> None:  # fmt: skip
         """Store a shared group's window durably (server/share_window.py): every row
-        before version `start` is done, and `acked` are the rows acknowledged past it;
-        returns once on disk, grouped with concurrent commits as `commit` is."""
-        self._enqueue([(topic, group, start, now_us, encode_acked(acked))])
+        before version `start` is done, `acked` are the rows acknowledged past it, and
+        `counts` the delivery counts of rows not done; returns once on disk, grouped with
+        concurrent commits as `commit` is."""
+        row = (topic, group, start, now_us, encode_acked(acked), encode_counts(counts))
+        self._enqueue([row])
 
-    def share_state(self, topic: str, group: str) -> tuple[int, tuple[Run, ...]] | None:
-        """A shared group's stored window: its start and the rows acknowledged past it;
-        None when the group has no committed offset here."""
+    def share_state(self, topic: str, group: str) -> ShareState | None:
+        """A shared group's stored window: its start, the rows acknowledged past it and
+        the delivery counts of rows not done; None when the group has no committed
+        offset here."""
         with self._mutex:
             offset = self._cache.get((topic, group))
-            acked = self._acked.get((topic, group))
+            encoded = self._acked.get((topic, group))
         if offset is None:
             return None
         with damage_reported(self.path, OFFSETS_DAMAGED):
-            return offset, decode_acked(acked)
+            acked, counts = encoded if encoded is not None else (None, None)
+            return offset, decode_acked(acked), decode_counts(counts)
 
     def _enqueue(self, rows: list[_Row]) -> None:
         if not rows:
@@ -202,12 +217,12 @@ class OffsetStore:
             return exc
         self.transactions += 1
         with self._mutex:
-            for topic, group, offset, _, acked in rows:
+            for topic, group, offset, _, acked, counts in rows:
                 self._cache[topic, group] = offset
                 if acked is None:
                     self._acked.pop((topic, group), None)
                 else:
-                    self._acked[topic, group] = acked
+                    self._acked[topic, group] = (acked, counts)
         return None
 
     def forget(self, topic: str, group: str | None = None) -> None:
@@ -264,7 +279,7 @@ class OffsetStore:
 
 def _prepare(
     con: sqlite3.Connection,
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], bytes]]:
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], _Encoded]]:
     """Set the connection up and read every committed offset, and the acknowledged rows
     of shared groups (still encoded: decoded when their window is made)."""
     # Before the first access: only then does SQLite keep the WAL index in memory. The
@@ -276,13 +291,15 @@ def _prepare(
     columns = {row[1] for row in con.execute("PRAGMA table_info(committed)")}
     if "acked" not in columns:  # a file from before shared groups
         con.execute("ALTER TABLE committed ADD COLUMN acked BLOB")
+    if "counts" not in columns:  # a file from before delivery counts were kept
+        con.execute("ALTER TABLE committed ADD COLUMN counts BLOB")
     offsets, acked = {}, {}
-    for topic, group, offset, rows in con.execute(
-        "SELECT topic, grp, next_version, acked FROM committed"
+    for topic, group, offset, rows, counts in con.execute(
+        "SELECT topic, grp, next_version, acked, counts FROM committed"
     ):
         offsets[topic, group] = offset
         if rows is not None:
-            acked[topic, group] = bytes(rows)
+            acked[topic, group] = (bytes(rows), bytes(counts) if counts is not None else None)
     return offsets, acked
 
 
@@ -315,3 +332,32 @@ def decode_acked(data: bytes | None) -> tuple[Run, ...]:
     if min(versions) < 0 or min(indexes) < 0:
         raise ValueError("a negative version or row index among the acknowledged rows")
     return tuple(runs_of_lists(versions, indexes))
+
+
+def encode_counts(counts: Iterable[tuple[Run, int]]) -> bytes:
+    """Delivery counts as stored: (version, first row, end row, count) per run, as
+    little-endian 64-bit integers."""
+    flat = array("q", (n for (version, lo, hi), count in counts for n in (version, lo, hi, count)))
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def decode_counts(data: bytes | None) -> tuple[tuple[Run, int], ...]:
+    """The counts `encode_counts` stored (none for a row written before they were
+    kept); ValueError for bytes it cannot have written."""
+    if not data:
+        return ()
+    if len(data) % 32:
+        raise ValueError(f"{len(data)} bytes of delivery counts, not quadruples of int64")
+    flat = array("q")
+    flat.frombytes(data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    out = []
+    for at in range(0, len(flat), 4):
+        version, lo, hi, count = flat[at : at + 4]
+        if version < 0 or lo < 0 or hi <= lo or count < 1:
+            raise ValueError(f"a delivery count run {(version, lo, hi, count)} out of range")
+        out.append(((version, lo, hi), count))
+    return tuple(out)

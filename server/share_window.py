@@ -63,11 +63,14 @@ class Seg:
 
 @dataclass(frozen=True)
 class Durable:
-    """What must survive a restart: the start, and the rows acknowledged past it (as
-    `runs_of` gives them: sorted, merged)."""
+    """What must survive a restart: the start, the rows acknowledged past it (as
+    `runs_of` gives them: sorted, merged), and how often the rows not done yet were
+    delivered (runs of one count, as `counted_runs` gives them), so that a restart
+    neither resets a row's delivery count nor lets it pass max.deliveries."""
 
     start: int
     acked: tuple[Run, ...]
+    counts: tuple[tuple[Run, int], ...] = ()
 
 
 @dataclass
@@ -85,6 +88,9 @@ class ShareWindow:
     # here until all of its rows are done)
     acked: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     tracked: int = 0  # rows in `segs`
+    # after a restart: the delivery counts of rows not read again yet, per version, as
+    # (lo, hi, count); a row read again with one is delivered again (count + 1)
+    delivered: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     # where available segments start, oldest first; stale entries are skipped
     _heap: list[RowId] = field(default_factory=list)
 
@@ -121,7 +127,11 @@ class ShareWindow:
         for version, lo, hi in runs:
             if not self.end <= version < next_end:
                 raise ValueError(f"admit: version {version} is outside [{self.end}, {next_end})")
-            for a, b, key in self._pieces(version, lo, hi, keys):
+            for a, b, key, before in self._history(version, self._pieces(version, lo, hi, keys)):
+                if before:  # delivered before a restart: waits to be delivered again
+                    self._add(version, Seg(a, b, before, key=key))
+                    heapq.heappush(self._heap, (version, a))
+                    continue
                 room = b - a if max_leased is None else max(0, max_leased - count)
                 take = min(b - a, room) if eligible is None or eligible(key) else 0
                 if take:
@@ -132,6 +142,8 @@ class ShareWindow:
                     self._add(version, Seg(a + take, b, 0, key=key))
                     heapq.heappush(self._heap, (version, a + take))
         self.end = next_end
+        for version in [v for v in self.delivered if v < next_end]:
+            del self.delivered[version]  # read again (or gone with retention)
         self._advance()
         return leased
 
@@ -232,9 +244,12 @@ class ShareWindow:
         }
 
     def durable(self) -> Durable:
-        return Durable(self.start, tuple(_merged(
+        acked = _merged(
             (version, lo, hi) for version, runs in self.acked.items() for lo, hi in runs
-        )))  # fmt: skip
+        )
+        counts = [((v, s.lo, s.hi), s.deliveries) for v, s in self._all() if s.deliveries]
+        counts += [((v, lo, hi), n) for v, spans in self.delivered.items() for lo, hi, n in spans]
+        return Durable(self.start, tuple(acked), tuple(counted_runs(counts)))
 
     @classmethod
     def restored(cls, saved: Durable, **settings: int | None) -> ShareWindow:
@@ -244,6 +259,9 @@ class ShareWindow:
         for version, lo, hi in saved.acked:
             if version >= saved.start:
                 window.acked.setdefault(version, []).append((lo, hi))
+        for (version, lo, hi), count in saved.counts:
+            if version >= saved.start:
+                window.delivered.setdefault(version, []).append((lo, hi, count))
         return window
 
     # --- segments ---------------------------------------------------------------------
@@ -262,6 +280,27 @@ class ShareWindow:
                 yield a, b, ""
             else:
                 yield from keys(version, a, b)
+
+    def _history(
+        self, version: int, pieces: Iterable[tuple[int, int, str]]
+    ) -> Iterator[tuple[int, int, str, int]]:
+        """`pieces` cut where their delivery count before a restart changes, with it (0
+        for rows never delivered)."""
+        spans = self.delivered.get(version)
+        for a, b, key in pieces:
+            if not spans:
+                yield a, b, key, 0
+                continue
+            at = a
+            for x, y, n in sorted(spans):
+                if y <= at or x >= b:
+                    continue
+                if at < x:
+                    yield at, x, key, 0
+                yield max(at, x), min(b, y), key, n
+                at = min(b, y)
+            if at < b:
+                yield at, b, key, 0
 
     def _not_acked(self, version: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """[lo, hi) without the rows acknowledged before a restart, as runs."""
@@ -380,6 +419,20 @@ def rows_of(runs: Iterable[Run]) -> list[RowId]:
 def run_rows(runs: Iterable[Run]) -> int:
     """How many rows `runs` hold."""
     return sum(hi - lo for _, lo, hi in runs)
+
+
+def counted_runs(counts: Iterable[tuple[Run, int]]) -> list[tuple[Run, int]]:
+    """Runs with a count each (overlapping nowhere) sorted, with adjacent runs of one
+    version and one count joined: one form for one set of counted rows."""
+    out: list[tuple[Run, int]] = []
+    for (version, lo, hi), count in sorted(counts):
+        if out:
+            (v, a, b), n = out[-1]
+            if v == version and b == lo and n == count:
+                out[-1] = ((v, a, hi), n)
+                continue
+        out.append(((version, lo, hi), count))
+    return out
 
 
 def _merged(runs: Iterable[Run]) -> list[Run]:

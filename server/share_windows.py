@@ -271,7 +271,9 @@ class ShareWindows:
                 if entry.saved >= wanted:
                     return  # a save that began after our acknowledgement covered it
                 state, version = entry.window.durable(), entry.version
-            self._offsets.commit_share(topic, group, state.start, state.acked, self._clock_us())
+            self._offsets.commit_share(
+                topic, group, state.start, state.acked, self._clock_us(), state.counts
+            )
             with self._lock:
                 entry.saved = max(entry.saved, version)
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import Durable, rows_of, runs_of
+from sqltopic.server.share_window import Durable, counted_runs, rows_of, runs_of
 
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
 # The holder of rows out of deliveries while they are dead-lettered (consumer ids are
@@ -68,6 +68,8 @@ class RowModel:
     # that an acquire takes the oldest without sorting them all
     free: set[RowId] = field(default_factory=set)
     _heap: list[RowId] = field(default_factory=list)
+    # after a restart: delivery counts of rows not read again yet
+    delivered: dict[RowId, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.end < 0:
@@ -104,7 +106,11 @@ class RowModel:
             if rid in self.acked or rid in self.rows:
                 continue
             self.open[version] = self.open.get(version, 0) + 1
-            if max_leased is None or len(leased) < max_leased:
+            before = self.delivered.pop(rid, 0)
+            if before:  # delivered before a restart: waits to be delivered again
+                self.rows[rid] = RowState(before)
+                waiting.append(rid)
+            elif max_leased is None or len(leased) < max_leased:
                 self.rows[rid] = RowState(1, consumer, deadline)
                 leased.append(rid)
             else:
@@ -112,6 +118,7 @@ class RowModel:
                 waiting.append(rid)
         self._free(waiting)
         self.end = next_end
+        self.delivered = {rid: n for rid, n in self.delivered.items() if rid[0] >= next_end}
         self._advance()
         return leased
 
@@ -190,7 +197,9 @@ class RowModel:
         return sorted(r for r, s in self.rows.items() if s.holder == consumer)
 
     def durable(self) -> Durable:
-        return Durable(self.start, tuple(runs_of(self.acked)))
+        counted = [((v, i, i + 1), s.deliveries) for (v, i), s in self.rows.items() if s.deliveries]
+        counted += [((v, i, i + 1), n) for (v, i), n in self.delivered.items()]
+        return Durable(self.start, tuple(runs_of(self.acked)), tuple(counted_runs(counted)))
 
     @classmethod
     def restored(cls, saved: Durable, **settings: int | None) -> RowModel:
@@ -198,6 +207,12 @@ class RowModel:
         are skipped as they are read, every other row is delivered again."""
         window = cls(saved.start, **settings)  # type: ignore[arg-type]
         window.acked = {rid for rid in rows_of(saved.acked) if rid[0] >= saved.start}
+        window.delivered = {
+            rid: count
+            for run, count in saved.counts
+            for rid in rows_of([run])
+            if rid[0] >= saved.start
+        }
         return window
 
     def _holds(self, consumer: int, rid: RowId) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sqltopic.errors import DataFileDamaged
-from sqltopic.server.offsets import OffsetStore, decode_acked, encode_acked
+from sqltopic.server.offsets import OffsetStore, decode_acked, encode_acked, encode_counts
 from tests.wal.waits import wait_for
 
 Rows = list[tuple[str, str, int]]
@@ -193,11 +193,12 @@ def test_forget_stays_consistent_with_concurrent_commits(store: OffsetStore) -> 
 
 def test_a_shared_groups_window_is_stored_with_its_acknowledged_rows(store: OffsetStore) -> None:
     assert store.share_state("t", "s") is None
-    store.commit_share("t", "s", 7, [(7, 1, 2), (9, 0, 1), (9, 2, 5)], now_us=1)
+    counts = (((7, 0, 1), 2), ((9, 5, 9), 1))
+    store.commit_share("t", "s", 7, [(7, 1, 2), (9, 0, 1), (9, 2, 5)], now_us=1, counts=counts)
     store.commit([("t", "g", 4)], now_us=1)  # a vgroup group beside it: no rows
-    stored = (7, ((7, 1, 2), (9, 0, 1), (9, 2, 5)))
+    stored = (7, ((7, 1, 2), (9, 0, 1), (9, 2, 5)), counts)
     assert store.share_state("t", "s") == stored
-    assert store.share_state("t", "g") == (4, ())
+    assert store.share_state("t", "g") == (4, (), ())
     path = store.path
     store.close()
     again = OffsetStore(path)
@@ -205,7 +206,7 @@ def test_a_shared_groups_window_is_stored_with_its_acknowledged_rows(store: Offs
         assert again.share_state("t", "s") == stored
         assert again.get("t", "s") == 7  # the start is the group's committed offset
         again.commit_share("t", "s", 10, [], now_us=2)
-        assert again.share_state("t", "s") == (10, ())
+        assert again.share_state("t", "s") == (10, (), ())
         again.forget("t", "s")
         assert again.share_state("t", "s") is None
     finally:
@@ -226,7 +227,7 @@ def test_a_file_from_before_shared_groups_gains_the_column(tmp_path: Path) -> No
     try:
         assert store.get("t", "g") == 3
         store.commit_share("t", "s", 5, [(5, 0, 1)], now_us=2)
-        assert store.share_state("t", "s") == (5, ((5, 0, 1),))
+        assert store.share_state("t", "s") == (5, ((5, 0, 1),), ())
     finally:
         store.close()
 
@@ -238,6 +239,43 @@ def test_acknowledged_rows_that_do_not_decode_are_damage(tmp_path: Path, blob: b
     store.close()
     with sqlite3.connect(store.path) as con:
         con.execute("UPDATE committed SET acked = ?", (blob,))
+    con.close()
+    again = OffsetStore(store.path)
+    try:
+        with pytest.raises(DataFileDamaged, match=r"offsets\.sqlite: the committed offsets"):
+            again.share_state("t", "s")
+    finally:
+        again.close()
+
+
+def test_a_file_from_before_delivery_counts_gains_their_column(tmp_path: Path) -> None:
+    path = tmp_path / "offsets.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "CREATE TABLE committed (topic TEXT NOT NULL, grp TEXT NOT NULL, next_version "
+            "INTEGER NOT NULL, updated_us INTEGER NOT NULL, acked BLOB, PRIMARY KEY (topic, "
+            "grp)) WITHOUT ROWID"
+        )
+        con.execute("INSERT INTO committed VALUES ('t', 's', 3, 1, ?)", (encode_acked([]),))
+    con.close()
+    store = OffsetStore(path)
+    try:
+        assert store.share_state("t", "s") == (3, (), ())  # no counts kept then: none
+        store.commit_share("t", "s", 3, [], now_us=2, counts=[((3, 0, 2), 4)])
+        assert store.share_state("t", "s") == (3, (), (((3, 0, 2), 4),))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "blob", [b"\x01" * 31, encode_counts([((1, 2, 2), 1)]), encode_counts([((1, 0, 1), 0)])]
+)
+def test_delivery_counts_that_do_not_decode_are_damage(tmp_path: Path, blob: bytes) -> None:
+    store = OffsetStore.open(tmp_path)
+    store.commit_share("t", "s", 1, [(1, 0, 1)], now_us=1, counts=[((1, 1, 2), 1)])
+    store.close()
+    with sqlite3.connect(store.path) as con:
+        con.execute("UPDATE committed SET counts = ?", (blob,))
     con.close()
     again = OffsetStore(store.path)
     try:

@@ -149,9 +149,10 @@ def test_a_row_out_of_deliveries_is_handed_back_as_dead() -> None:
     assert w.acquire(B, 5.0, 10) == ([], [((1, 0), 2), ((2, 0), 2)])
     assert w.bury([(1, 0)]) == [(1, 0)]
     assert (w.start, w.in_flight) == (2, 1)
-    # done for good, across a restart too
+    # done for good, across a restart too; and (2, 0) keeps its count: out of deliveries
     again = ShareWindow.restored(w.durable(), max_deliveries=2)
-    assert (again.start, again.admit(rows((2, 1)), 3, A, 5.0)) == (2, [(2, 0)])
+    assert (again.start, again.admit(rows((2, 1)), 3, A, 5.0)) == (2, [])
+    assert again.acquire(A, 5.0, 10) == ([], [((2, 0), 2)])
 
 
 def test_a_whole_acquire_takes_whole_segments_past_max_rows() -> None:
@@ -195,11 +196,17 @@ def test_reads_must_follow_the_end() -> None:
 
 def test_after_a_restart_only_unacknowledged_rows_come_again() -> None:
     w = ShareWindow(start=1)
-    w.admit(rows((1, 3), (2, 1)), 3, A, 5.0)
+    w.admit(rows((1, 3), (2, 1), (3, 2)), 4, A, 5.0, max_leased=5)  # (3, 1) never went out
+    w.nack(A, [(1, 2)])
+    assert w.acquire(B, 5.0, 1) == ([((1, 2), 2)], [])
     w.ack(A, [(1, 1), (2, 0)])
-    again = ShareWindow.restored(w.durable())
+    saved = w.durable()
+    assert saved.counts == (((1, 0, 1), 1), ((1, 2, 3), 2), ((3, 0, 1), 1))
+    again = ShareWindow.restored(saved)
     assert (again.start, again.end) == (1, 1)
-    assert again.admit(rows((1, 3), (2, 1)), 3, B, 5.0) == [(1, 0), (1, 2)]
+    # read again: a row never delivered is leased as new; the others keep their counts
+    assert again.admit(rows((1, 3), (2, 1), (3, 2)), 4, B, 5.0) == [(3, 1)]
+    assert again.acquire(B, 5.0, 10) == ([((1, 0), 2), ((1, 2), 3), ((3, 0), 2)], [])
 
 
 OPS = ("read", "acquire", "ack", "nack", "expire", "release", "restart")
