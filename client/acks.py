@@ -42,7 +42,7 @@ class Acks(CoreState):
 
     def delivered(self, message: Message) -> None:
         """`message` goes to the application: its rows wait to be settled."""
-        if self.sharing and message.row_versions:
+        if self.sharing and message.id_count:
             self.unsettled[id(message)] = Delivered(message)
 
     def settle(
@@ -67,7 +67,7 @@ class Acks(CoreState):
         )
         if record is not None:
             record.settled.update(positions)
-            if len(record.settled) == len(message.row_versions):
+            if len(record.settled) == message.id_count:
                 del self.unsettled[id(message)]
         return settled
 
@@ -79,12 +79,8 @@ class Acks(CoreState):
             message = record.message
             key = (message.topic, message.vgroup)
             pending = self.pending_acks.setdefault(key, RowIds())
-            if record.settled:
-                left = [i for i in range(len(message.row_versions)) if i not in record.settled]
-                ids = _ids(message, left)
-                pending.extend(ids.versions, ids.indexes)
-            else:
-                pending.extend(message.row_versions, message.row_indexes)
+            left = [i for i in range(message.id_count) if i not in record.settled]
+            pending.extend(_ids(message, left))
 
     def accept_unsettled(self) -> Flow[None]:
         """Accept every row handed out and not settled yet, and send every accepted row
@@ -92,7 +88,7 @@ class Acks(CoreState):
         self.queue_unsettled()
         pending, self.pending_acks = self.pending_acks, {}
         for key, ids in self.acks_in_flight.values():  # maybe not applied: again
-            pending.setdefault(key, RowIds()).extend(ids.versions, ids.indexes)
+            pending.setdefault(key, RowIds()).extend(ids)
         self.acks_in_flight.clear()
         for key, ids in pending.items():
             yield from self._acknowledge(key, ids, pb.ACK_TYPE_ACCEPT)
@@ -101,13 +97,19 @@ class Acks(CoreState):
         held = self.held.get(key)
         endpoint = held.endpoint if held is not None else ""
         settled = 0
-        for start in range(0, len(ids), ACK_BATCH_ROWS):
-            end = start + ACK_BATCH_ROWS
+        batches = [ids]
+        if len(ids) > ACK_BATCH_ROWS:
+            versions, indexes = ids.lists()
+            batches = [
+                RowIds([(versions[at : at + ACK_BATCH_ROWS], indexes[at : at + ACK_BATCH_ROWS])])
+                for at in range(0, len(versions), ACK_BATCH_ROWS)
+            ]
+        for batch in batches:
             request = pb.AcknowledgeRequest(
                 consumer_id=self.consumer_id, group_id=self.offsets_group, topic=key[0],
-                vgroup=key[1], epoch=self.epoch, versions=ids.versions[start:end],
-                indexes=ids.indexes[start:end], type=kind,  # type: ignore[arg-type]
+                vgroup=key[1], epoch=self.epoch, type=kind,  # type: ignore[arg-type]
             )  # fmt: skip
+            batch.into(request.versions, request.indexes)
             answer: pb.AcknowledgeResponse = yield from self._rpc(
                 "vnode", "Acknowledge", request, endpoint
             )
@@ -116,16 +118,19 @@ class Acks(CoreState):
 
 
 def _ids(message: Message, positions: list[int]) -> RowIds:
-    """The ids of the message's rows at `positions`."""
-    if len(positions) == len(message.row_versions):  # every row (positions are unique)
-        return RowIds(list(message.row_versions), list(message.row_indexes))
-    versions, indexes = message.row_versions, message.row_indexes
-    return RowIds([versions[i] for i in positions], [indexes[i] for i in positions])
+    """The ids of the message's rows at `positions` (unique, sorted)."""
+    ids = RowIds()
+    if len(positions) == message.id_count:  # every row: as the answer carried them
+        ids.add(*message.wire_ids())
+    else:
+        versions, indexes = message.row_versions, message.row_indexes
+        ids.add([versions[i] for i in positions], [indexes[i] for i in positions])
+    return ids
 
 
 def _positions(what: str, message: Message, rows: Iterable[int] | None) -> list[int]:
     """The row positions asked for, checked against the message."""
-    count = len(message.row_versions)
+    count = message.id_count
     if not count:
         raise ConfigError(
             f"{what}: the message ({message.kind}, topic {message.topic} vgroup "

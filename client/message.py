@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -61,17 +61,42 @@ class Message:
     kind: MessageKind
     blocks: list[Block] = field(default_factory=list)
     meta: dict[str, Any] | None = None
-    # shared groups: each row's delivery count (1 on first delivery), aligned with
-    # rows(), and its id's parts (WAL version, index in the entry), as the wire has them
-    delivery_counts: tuple[int, ...] = ()
-    row_versions: tuple[int, ...] = field(default=(), repr=False)
-    row_indexes: tuple[int, ...] = field(default=(), repr=False)
+    # shared groups: the rows' ids and delivery counts as the answer carried them, read
+    # on first use (acknowledging whole messages hands them on without reading them)
+    _wire: pb.DataMessage | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def delivery_counts(self) -> tuple[int, ...]:
+        """Shared groups: each row's delivery count (1 on first delivery), aligned with
+        rows(); () in other groups."""
+        return tuple(self._wire.delivery_counts) if self._wire is not None else ()
+
+    @functools.cached_property
+    def row_versions(self) -> tuple[int, ...]:
+        """Shared groups: the WAL version of each row's write, aligned with rows()."""
+        return tuple(self._wire.row_versions) if self._wire is not None else ()
+
+    @functools.cached_property
+    def row_indexes(self) -> tuple[int, ...]:
+        """Shared groups: each row's index in its write, aligned with rows()."""
+        return tuple(self._wire.row_indexes) if self._wire is not None else ()
 
     @functools.cached_property
     def row_ids(self) -> tuple[tuple[int, int], ...]:
-        """Shared groups: each row's id (WAL version, index in its entry), aligned with
-        rows(); made on first use (acknowledging needs only the two parts)."""
+        """Shared groups: each row's id (WAL version, index in its write), aligned with
+        rows()."""
         return tuple(zip(self.row_versions, self.row_indexes, strict=True))
+
+    @property
+    def id_count(self) -> int:
+        """How many rows carry an id (shared groups: every row; 0 in other groups)."""
+        return len(self._wire.row_versions) if self._wire is not None else 0
+
+    def wire_ids(self) -> tuple[Sequence[int], Sequence[int]]:
+        """The rows' versions and indexes as the answer carried them (not copied)."""
+        if self._wire is None:
+            return (), ()
+        return self._wire.row_versions, self._wire.row_indexes
 
     @property
     def row_count(self) -> int:
@@ -209,18 +234,14 @@ def message_from_frames(
                 f"{head.data.block_count} blocks but carries {len(blocks)}"
             )
         data = head.data
-        versions, indexes = tuple(data.row_versions), tuple(data.row_indexes)
-        counts = tuple(data.delivery_counts)
-        if (versions or indexes or counts) and not (
-            len(versions) == len(indexes) == len(counts) == sum(len(b) for b in blocks)
-        ):
+        ids = (len(data.row_versions), len(data.row_indexes), len(data.delivery_counts))
+        if any(ids) and not (ids[0] == ids[1] == ids[2] == sum(len(b) for b in blocks)):
             raise Error(
                 f"poll of topic {topic} vgroup {vgroup}: the answer's row ids and delivery "
                 "counts do not match its rows"
             )
         return Message(*where, data.offset, data.end_offset, "data", blocks,
-                       delivery_counts=counts, row_versions=versions,
-                       row_indexes=indexes)  # fmt: skip
+                       _wire=data if any(ids) else None)  # fmt: skip
     if kind == "meta":
         event = _with_int_ids(json.loads(head.meta.event_json)) if head.meta.event_json else {}
         return Message(*where, head.meta.offset, head.meta.end_offset, "meta", meta=event)

@@ -68,18 +68,40 @@ ACQUIRE_MODES = {
 
 @dataclass
 class RowIds:
-    """Rows of one vgroup to settle (shared groups), as the requests name them: the
-    versions and the indexes, two lists of one length (no tuple per row)."""
+    """Rows of one vgroup to settle (shared groups), as the requests name them: parts
+    of versions and indexes, each two sequences of one length. A part is often a
+    message's ids as the answer carried them: they go into the request as they are,
+    never read into Python ints (what a tuple per row cost)."""
 
-    versions: list[int] = field(default_factory=list)
-    indexes: list[int] = field(default_factory=list)
+    parts: list[tuple[Sequence[int], Sequence[int]]] = field(default_factory=list)
 
-    def extend(self, versions: Sequence[int], indexes: Sequence[int]) -> None:
-        self.versions += versions
-        self.indexes += indexes
+    def add(self, versions: Sequence[int], indexes: Sequence[int]) -> None:
+        if len(versions):
+            self.parts.append((versions, indexes))
+
+    def extend(self, other: RowIds) -> None:
+        self.parts += other.parts
 
     def __len__(self) -> int:
-        return len(self.versions)
+        return sum(len(versions) for versions, _ in self.parts)
+
+    def into(self, versions: Any, indexes: Any) -> None:
+        """Append the rows to a request's two repeated fields."""
+        for v, i in self.parts:
+            if hasattr(v, "MergeFrom"):  # a repeated field of an answer: copied whole
+                versions.MergeFrom(v)
+                indexes.MergeFrom(i)
+            else:
+                versions.extend(v)
+                indexes.extend(i)
+
+    def lists(self) -> tuple[list[int], list[int]]:
+        versions: list[int] = []
+        indexes: list[int] = []
+        for v, i in self.parts:
+            versions += v
+            indexes += i
+        return versions, indexes
 
 
 @dataclass
@@ -206,7 +228,7 @@ class CoreState:
     def _poll_request(self, held: Held, acks: RowIds | None = None) -> pb.PollRequest:
         """The poll of `held`'s vgroup, carrying `acks`: rows accepted there meanwhile."""
         c = self.config
-        return pb.PollRequest(
+        request = pb.PollRequest(
             consumer_id=self.consumer_id,
             group_id=self.offsets_group,
             topic=held.topic,
@@ -218,10 +240,11 @@ class CoreState:
             min_rows=c.min_poll_rows,
             max_wait_ms=c.fetch_max_wait_ms,
             with_table_name=c.msg_with_table_name,
-            ack_versions=acks.versions if acks is not None else (),
-            ack_indexes=acks.indexes if acks is not None else (),
             acquire_mode=ACQUIRE_MODES[c.share_acquire_mode],
         )
+        if acks is not None:
+            acks.into(request.ack_versions, request.ack_indexes)
+        return request
 
     def _by_endpoint(
         self, items: Iterable[X], key: Callable[[X], Key]

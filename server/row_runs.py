@@ -43,3 +43,55 @@ def runs_of_lists(versions: Sequence[int], indexes: Sequence[int]) -> list[Run]:
             out += runs_of((version, x) for x in xs[at:end])
         at = end
     return out
+
+
+# DataMessage's id fields (sqltopic.proto), packed: their numbers and wire type 2.
+_VERSIONS_FIELD, _INDEXES_FIELD, _COUNTS_FIELD = 5, 6, 7
+# Row indexes 0 .. 65,535 as varints in one buffer, with where each starts: the indexes
+# of a run of an entry's rows are one slice of it (an entry's rows usually fit).
+_COUNTED = 1 << 16
+
+
+def _varint(n: int) -> bytes:
+    """`n` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_INDEX_VARINTS = [_varint(i) for i in range(_COUNTED + 1)]
+_INDEX_AT = [0]
+for _piece in _INDEX_VARINTS:
+    _INDEX_AT.append(_INDEX_AT[-1] + len(_piece))
+_INDEX_BYTES = b"".join(_INDEX_VARINTS)
+
+
+def encode_ids(runs: Sequence[tuple[Run, int]]) -> bytes:
+    """DataMessage's `row_versions`, `row_indexes` and `delivery_counts` for rows given
+    as runs with their delivery count, in message order, serialised: merged into a
+    message (MergeFromString) they cost a few byte operations per run, where filling
+    the repeated fields from lists cost ~0.13 µs per row (docs/performance.md §10)."""
+    versions = b"".join(_varint(v) * (hi - lo) for (v, lo, hi), _ in runs)
+    indexes = b"".join(_indexes(lo, hi) for (_, lo, hi), _ in runs)
+    counts = b"".join(_varint(count) * (hi - lo) for (_, lo, hi), count in runs)
+    return (
+        _field(_VERSIONS_FIELD, versions)
+        + _field(_INDEXES_FIELD, indexes)
+        + _field(_COUNTS_FIELD, counts)
+    )
+
+
+def _indexes(lo: int, hi: int) -> bytes:
+    if hi <= _COUNTED:
+        return _INDEX_BYTES[_INDEX_AT[lo] : _INDEX_AT[hi]]
+    return b"".join(_varint(i) for i in range(lo, hi))
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A packed repeated field: its key, length and payload (nothing when empty)."""
+    if not payload:
+        return b""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload

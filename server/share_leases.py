@@ -42,9 +42,9 @@ from sqltopic.sql.topic.params import topic_of
 
 log = logging.getLogger("sqltopic.server")
 
-# A lease: the message, and its rows' versions, indexes and delivery counts (in row
-# order: what DataMessage carries).
-Leased = tuple[Message, list[int], list[int], list[int]]
+# A lease: the message, and its rows as runs with their delivery count, in row order
+# (what DataMessage's ids carry: server/row_runs.py's `encode_ids`).
+Leased = tuple[Message, list[tuple[Run, int]]]
 
 # Rows one lease hands out when the poll sets no max_rows (Kafka's max.poll.records):
 # small enough that the group's consumers share a vgroup's rows evenly.
@@ -274,17 +274,23 @@ def _keep(block: TrackedBlock, mine: list[Run]) -> TrackedBlock | None:
 
 
 def _message(blocks: list[TrackedBlock], counts: list[tuple[Run, int]]) -> Leased:
-    """A data message of the blocks (the rows of the runs in `counts`), with its rows'
-    ids and delivery counts."""
-    versions: list[int] = []
-    indexes: list[int] = []
-    for block in blocks:
-        versions += block.id_lists[0]
-        indexes += block.id_lists[1]
+    """A data message of the blocks (the rows of the runs in `counts`), with its rows
+    as runs in row order, each cut where the delivery count changes."""
+    runs = [run for block in blocks for run in block.runs()]
     if all(count == 1 for _, count in counts):
-        delivered = [1] * len(versions)
+        counted = [(run, 1) for run in runs]
     else:
-        of = {rid: count for run, count in counts for rid in rows_of([run])}
-        delivered = [of[rid] for rid in zip(versions, indexes, strict=True)]
-    message = Message("data", min(versions), max(versions) + 1, [b.block for b in blocks])
-    return message, versions, indexes, delivered
+        counted = [piece for run in runs for piece in _counted(run, counts)]
+    first = min(v for v, _, _ in runs)
+    last = max(v for v, _, _ in runs)
+    return Message("data", first, last + 1, [b.block for b in blocks]), counted
+
+
+def _counted(run: Run, counts: list[tuple[Run, int]]) -> list[tuple[Run, int]]:
+    """`run` cut by the runs of `counts` (which cover it), each piece with its count."""
+    version, lo, hi = run
+    pieces = []
+    for (v, a, b), count in sorted(counts):
+        if v == version and a < hi and b > lo:
+            pieces.append(((version, max(a, lo), min(b, hi)), count))
+    return pieces

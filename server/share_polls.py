@@ -31,7 +31,7 @@ from sqltopic.server.engine import Engine
 from sqltopic.server.group_names import shares
 from sqltopic.server.poll import Message
 from sqltopic.server.poll_wire import frames_of, with_names
-from sqltopic.server.row_runs import runs_of_lists
+from sqltopic.server.row_runs import encode_ids, runs_of_lists
 from sqltopic.server.rwlock import here_or_worker
 from sqltopic.server.share_leases import Leaser
 from sqltopic.server.share_settings import ShareSettings
@@ -133,12 +133,9 @@ class SharePolls:
             epoch = self._coordinator.epoch_of(request.consumer_id)
             now = self._clock()
             if leased is not None:
-                message, versions, indexes, counts = leased
+                message, runs = leased
                 frames = frames_of(message, with_names(request))
-                data = frames[0].data
-                data.row_versions.extend(versions)
-                data.row_indexes.extend(indexes)
-                data.delivery_counts.extend(counts)
+                frames[0].data.MergeFromString(encode_ids(runs))
                 frames[0].epoch = epoch
                 return frames
             if now >= deadline or stopping.is_set() or epoch != request.epoch:
