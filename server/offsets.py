@@ -312,9 +312,7 @@ def encode_acked(runs: Iterable[Run]) -> bytes:
         pairs[::2] = array("q", repeat(version, hi - lo))
         pairs[1::2] = array("q", range(lo, hi))
         flat += pairs
-    if sys.byteorder != "little":
-        flat.byteswap()
-    return flat.tobytes()
+    return _stored(flat)
 
 
 def decode_acked(data: bytes | None) -> tuple[Run, ...]:
@@ -322,12 +320,7 @@ def decode_acked(data: bytes | None) -> tuple[Run, ...]:
     written."""
     if not data:
         return ()
-    if len(data) % 16:
-        raise ValueError(f"{len(data)} bytes of acknowledged rows, not pairs of int64")
-    flat = array("q")
-    flat.frombytes(data)
-    if sys.byteorder != "little":
-        flat.byteswap()
+    flat = _loaded(data, 2, "acknowledged rows")
     versions, indexes = flat[::2], flat[1::2]
     if min(versions) < 0 or min(indexes) < 0:
         raise ValueError("a negative version or row index among the acknowledged rows")
@@ -337,10 +330,9 @@ def decode_acked(data: bytes | None) -> tuple[Run, ...]:
 def encode_counts(counts: Iterable[tuple[Run, int]]) -> bytes:
     """Delivery counts as stored: (version, first row, end row, count) per run, as
     little-endian 64-bit integers."""
-    flat = array("q", (n for (version, lo, hi), count in counts for n in (version, lo, hi, count)))
-    if sys.byteorder != "little":
-        flat.byteswap()
-    return flat.tobytes()
+    return _stored(
+        array("q", (n for (version, lo, hi), count in counts for n in (version, lo, hi, count)))
+    )
 
 
 def decode_counts(data: bytes | None) -> tuple[tuple[Run, int], ...]:
@@ -348,12 +340,7 @@ def decode_counts(data: bytes | None) -> tuple[tuple[Run, int], ...]:
     kept); ValueError for bytes it cannot have written."""
     if not data:
         return ()
-    if len(data) % 32:
-        raise ValueError(f"{len(data)} bytes of delivery counts, not quadruples of int64")
-    flat = array("q")
-    flat.frombytes(data)
-    if sys.byteorder != "little":
-        flat.byteswap()
+    flat = _loaded(data, 4, "delivery counts")
     out = []
     for at in range(0, len(flat), 4):
         version, lo, hi, count = flat[at : at + 4]
@@ -361,3 +348,21 @@ def decode_counts(data: bytes | None) -> tuple[tuple[Run, int], ...]:
             raise ValueError(f"a delivery count run {(version, lo, hi, count)} out of range")
         out.append(((version, lo, hi), count))
     return tuple(out)
+
+
+def _stored(flat: array[int]) -> bytes:
+    """64-bit integers as stored: little-endian."""
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def _loaded(data: bytes, width: int, what: str) -> array[int]:
+    """The 64-bit integers `_stored` wrote, in groups of `width`; ValueError otherwise."""
+    if len(data) % (8 * width):
+        raise ValueError(f"{len(data)} bytes of {what}, not groups of {width} int64")
+    flat = array("q")
+    flat.frombytes(data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat
