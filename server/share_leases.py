@@ -29,7 +29,7 @@ from sqltopic.server.poll import Message
 from sqltopic.server.rwlock import WouldBlock
 from sqltopic.server.share_keys import KeySource, key_pieces, key_source
 from sqltopic.server.share_settings import ShareSettings
-from sqltopic.server.share_window import KeyPieces, Run, rows_of
+from sqltopic.server.share_window import KeyPieces, Run, cut, rows_of
 from sqltopic.server.tracked_reader import (
     TrackedBlock,
     filtered,
@@ -289,8 +289,5 @@ def _message(blocks: list[TrackedBlock], counts: list[tuple[Run, int]]) -> Lease
 def _counted(run: Run, counts: list[tuple[Run, int]]) -> list[tuple[Run, int]]:
     """`run` cut by the runs of `counts` (which cover it), each piece with its count."""
     version, lo, hi = run
-    pieces = []
-    for (v, a, b), count in sorted(counts):
-        if v == version and a < hi and b > lo:
-            pieces.append(((version, max(a, lo), min(b, hi)), count))
-    return pieces
+    spans = [(a, b, count) for (v, a, b), count in counts if v == version]
+    return [((version, a, b), n) for a, b, n in cut(lo, hi, spans) if n is not None]

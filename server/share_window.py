@@ -31,9 +31,11 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqltopic.errors import ConfigError
 
+T = TypeVar("T")
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
 # Rows lo .. hi - 1 of the entry at a WAL version: (version, lo, hi), hi > lo.
 Run = tuple[int, int, int]
@@ -286,33 +288,15 @@ class ShareWindow:
     ) -> Iterator[tuple[int, int, str, int]]:
         """`pieces` cut where their delivery count before a restart changes, with it (0
         for rows never delivered)."""
-        spans = self.delivered.get(version)
+        spans = self.delivered.get(version, ())
         for a, b, key in pieces:
-            if not spans:
-                yield a, b, key, 0
-                continue
-            at = a
-            for x, y, n in sorted(spans):
-                if y <= at or x >= b:
-                    continue
-                if at < x:
-                    yield at, x, key, 0
-                yield max(at, x), min(b, y), key, n
-                at = min(b, y)
-            if at < b:
-                yield at, b, key, 0
+            for x, y, count in cut(a, b, spans):
+                yield x, y, key, count or 0
 
     def _not_acked(self, version: int, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """[lo, hi) without the rows acknowledged before a restart, as runs."""
-        a = lo
-        for x, y in sorted(self.acked.get(version, ())):
-            if y <= a or x >= hi:
-                continue
-            if a < x:
-                yield a, x
-            a = max(a, y)
-        if a < hi:
-            yield a, hi
+        acked = [(x, y, True) for x, y in self.acked.get(version, ())]
+        return ((a, b) for a, b, done in cut(lo, hi, acked) if done is None)
 
     def _add(self, version: int, seg: Seg) -> None:
         segs = self.segs.setdefault(version, [])
@@ -437,10 +421,23 @@ def counted_runs(counts: Iterable[tuple[Run, int]]) -> list[tuple[Run, int]]:
 
 def _merged(runs: Iterable[Run]) -> list[Run]:
     """`runs` (overlapping nowhere) sorted, with adjacent ones of a version joined."""
-    out: list[Run] = []
-    for version, lo, hi in sorted(runs):
-        if out and out[-1][0] == version and out[-1][2] == lo:
-            out[-1] = (version, out[-1][1], hi)
-        else:
-            out.append((version, lo, hi))
-    return out
+    return [run for run, _ in counted_runs((run, 0) for run in runs)]
+
+
+def cut(
+    lo: int, hi: int, spans: Iterable[tuple[int, int, T]]
+) -> Iterator[tuple[int, int, T | None]]:
+    """[lo, hi) in pieces at the edges of `spans` ((a, b, value): rows a .. b - 1; they
+    overlap nowhere), in order: each piece with the value of the span that covers it,
+    None where none does."""
+    at = lo
+    for a, b, value in sorted(spans, key=lambda span: span[0]):
+        if b <= at or a >= hi:
+            continue
+        if at < a:
+            yield at, a, None
+        at, end = max(a, at), min(b, hi)
+        yield at, end, value
+        at = end
+    if at < hi:
+        yield at, hi, None

@@ -23,7 +23,7 @@ from sqltopic.errors import ConfigError
 from sqltopic.server.batches import conform, with_context
 from sqltopic.server.row_runs import runs_of_lists
 from sqltopic.server.rwlock import WouldBlock
-from sqltopic.server.share_window import KeyPieces, RowId, Run
+from sqltopic.server.share_window import KeyPieces, RowId, Run, cut
 from sqltopic.server.state import State
 from sqltopic.server.topic_reader import (
     READ_BYTES,
@@ -80,16 +80,8 @@ def table_of(blocks: Iterable[TrackedBlock]) -> KeyPieces:
             tables[version].append((lo, hi, table))
 
     def pieces(version: int, lo: int, hi: int) -> Iterator[tuple[int, int, str]]:
-        at = lo
-        for a, b, table in sorted(tables.get(version, ())):
-            if b <= at or a >= hi:
-                continue
-            if at < a:
-                yield at, a, ""
-            yield max(a, at), min(b, hi), table
-            at = min(b, hi)
-        if at < hi:
-            yield at, hi, ""
+        for a, b, table in cut(lo, hi, tables.get(version, ())):
+            yield a, b, table or ""
 
     return pieces
 
@@ -176,21 +168,15 @@ def within(indexes: pa.Array, spans: list[tuple[int, int]]) -> pa.Array:
 
 def _without(runs: list[Run], found: list[Run]) -> list[Run]:
     """The rows of `runs` (sorted) not in `found` (sorted, within them), as runs."""
-    out: list[Run] = []
-    found_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    found_by: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
     for version, lo, hi in found:
-        found_by[version].append((lo, hi))
-    for version, lo, hi in runs:
-        at = lo
-        for a, b in found_by.get(version, ()):
-            if b <= at or a >= hi:
-                continue
-            if at < a:
-                out.append((version, at, a))
-            at = max(at, b)
-        if at < hi:
-            out.append((version, at, hi))
-    return out
+        found_by[version].append((lo, hi, True))
+    return [
+        (version, a, b)
+        for version, lo, hi in runs
+        for a, b, hit in cut(lo, hi, found_by.get(version, ()))
+        if hit is None
+    ]
 
 
 def _scope(state: State, topic_name: str, vgroup: int) -> tuple[Topic, _Scope]:

@@ -18,6 +18,7 @@ from sqltopic.server.share_window import (
     Durable,
     RowId,
     Run,
+    cut,
     rows_of,
     runs_of,
 )
@@ -362,3 +363,20 @@ def test_key_shared_rows_wait_for_their_keys_consumer() -> None:
     assert w.key_holders() == {"a": {A}, "b": {B}}
     w.nack(A, [(1, 1)])  # a released row of a goes to whoever may take a now
     assert w.acquire(B, 5.0, 10, eligible={"a", "b"}.__contains__) == ([((1, 1), 2)], [])
+
+
+CUTS = [
+    # (lo, hi, spans, pieces)
+    (0, 5, [], [(0, 5, None)]),
+    (0, 5, [(1, 3, "a")], [(0, 1, None), (1, 3, "a"), (3, 5, None)]),
+    (2, 4, [(0, 3, "a"), (3, 9, "b")], [(2, 3, "a"), (3, 4, "b")]),  # spans pass the ends
+    (0, 4, [(2, 4, "b"), (0, 2, "a")], [(0, 2, "a"), (2, 4, "b")]),  # unsorted spans
+    (5, 6, [(0, 2, "a"), (8, 9, "b")], [(5, 6, None)]),  # none within
+]
+
+
+@pytest.mark.parametrize(("lo", "hi", "spans", "pieces"), CUTS)
+def test_a_run_is_cut_at_the_edges_of_spans(
+    lo: int, hi: int, spans: list[tuple[int, int, str]], pieces: list[Any]
+) -> None:
+    assert list(cut(lo, hi, spans)) == pieces
