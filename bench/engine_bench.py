@@ -1,4 +1,4 @@
-"""End-to-end benchmark of the embedded engine (`sqltopic.server.engine.Engine`).
+"""End-to-end benchmark of the embedded engine (`sqltopic.server.core.engine.Engine`).
 
 1. INSERT: 1,000-row statements through `Engine.execute` (text built beforehand), into
    pre-created children of `meters`, database WAL_LEVEL 1: one table per statement with
@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from harness import Report
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock
 
 # Rows per INSERT statement and per Arrow write, as the brief measures them.
 ROWS_PER_STATEMENT = 1_000
@@ -66,7 +66,7 @@ SELECTIVITIES = {1: 298, 50: 249, 100: 199}
 MAX_ROWS = 1_000_000
 MAX_ROWS_SMALL = 100_000
 # A consumer's max.poll.rows is unlimited by default: a read then stops at the reader's own
-# entry and byte bounds (server/topic_reader.py READ_ENTRIES, READ_BYTES).
+# entry and byte bounds (server/core/topic_reader.py READ_ENTRIES, READ_BYTES).
 MAX_ROWS_UNLIMITED = 2**62
 TOPIC_SQL = "SELECT ts, current, voltage, location FROM meters WHERE voltage > {x}"
 DIRECT_SQL = "SELECT ts, current, voltage, location FROM backlog WHERE voltage > {x}"

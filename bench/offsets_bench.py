@@ -1,4 +1,4 @@
-"""Benchmark of committed offsets (`server/offsets.py`): durable commits per second.
+"""Benchmark of committed offsets (`server/vnode/offsets.py`): durable commits per second.
 
 Threads commit one offset each, again and again, to one vnode's `OffsetStore` (what
 auto-committing consumers of one vgroup do through `Commit`): 1, 16 and 64 committer
@@ -22,7 +22,7 @@ from pathlib import Path
 import harness
 from harness import Report
 
-from sqltopic.server.offsets import OffsetStore
+from sqltopic.server.vnode.offsets import OffsetStore
 
 # Committer threads per run: one consumer, the server's 16 Commit workers, more
 # consumers than workers (the gRPC pool queues them, the store still sees 16 at most in
@@ -96,7 +96,7 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
         libraries={"sqlite": sqlite3.sqlite_version},
         status={
             "offsets_git_status": harness.command(
-                ["git", "status", "--porcelain", "../server/offsets.py"]
+                ["git", "status", "--porcelain", "../server/vnode/offsets.py"]
             )
             or "clean"
         },

@@ -56,7 +56,7 @@ from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.errors import Error
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.server.routing import HASH_SPACE, table_hash
+from sqltopic.server.core.routing import HASH_SPACE, table_hash
 
 DB = "rb"
 VGROUPS = 16

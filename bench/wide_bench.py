@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from sqltopic.client import connect
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 
 # Rows per write, as the issue measures them.
 ROWS = 1_000

@@ -41,7 +41,7 @@ INT32_MAX = 2**31 - 1
 SESSION_TIMEOUT_RANGE = (6_000, 1_800_000)
 MIN_MAX_POLL_INTERVAL_MS = 1_000
 MIN_HEARTBEAT_INTERVAL_MS = 1_000
-# ack.timeout.ms and max.deliveries: the server's ranges (server/share_settings.py).
+# ack.timeout.ms and max.deliveries: the server's ranges (server/mnode/share_settings.py).
 ACK_TIMEOUT_RANGE_MS = (1_000, 3_600_000)
 MAX_MAX_DELIVERIES = 1_000_000
 # difflib ratio above which an unknown key is named as a likely typo of a known one.

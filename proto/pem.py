@@ -1,5 +1,5 @@
 """PEM files for TLS, read and checked before gRPC sees them: the server's `--tls-*`
-options (server/tls.py) and the clients' TLS settings (client/tls.py) share these checks.
+options (server/rpc/tls.py) and the clients' TLS settings (client/tls.py) share these checks.
 
 gRPC reads PEM only, and would report a missing, wrong or encrypted file only as a
 failed handshake later, on the other side; here each problem is a ConfigError naming

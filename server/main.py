@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sqltopic.errors import Error
-from sqltopic.server import limits
-from sqltopic.server.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
-from sqltopic.server.tls import (
+from sqltopic.server.common import limits
+from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
+from sqltopic.server.rpc.tls import (
     CERT_OPTION,
     CLIENT_CA_OPTION,
     KEY_OPTION,
@@ -91,7 +91,7 @@ def serve(args: argparse.Namespace) -> int:
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
         # imported here: `sqltopic sql` and friends parse these options without loading
         # the engine (DuckDB) and the gRPC server, and a bad PEM file is reported at once
-        from sqltopic.server.grpc_server import ServerConfig, run  # noqa: PLC0415
+        from sqltopic.server.rpc.grpc_server import ServerConfig, run  # noqa: PLC0415
 
         config = ServerConfig(
             data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,

@@ -11,7 +11,7 @@ entry is self-describing in WAL order, and readers take its runs with `entry_run
 (zero-copy slices, either form). Entries keep the schema they were written with; after
 ALTER STABLE ADD/DROP COLUMN the current schema differs, and readers `conform` every
 run to it (a missing column reads as NULL, a dropped one disappears). Moved here from
-server/vnode.py and server/batches.py so that spark_jobs can read entries exactly as
+server/vnode/vnode.py and server/core/batches.py so that spark_jobs can read entries exactly as
 the server does.
 """
 

@@ -175,7 +175,7 @@ class User:
     time, so that a grant never carries over to a namesake created after a DROP TOPIC."""
 
     name: str
-    password_hash: str  # "scrypt$N$r$p$<hex digest>" (server/passwords.py); never clear
+    password_hash: str  # "scrypt$N$r$p$<hex digest>" (server/mnode/passwords.py); never clear
     salt: str  # hex, random per user and per password change
     superuser: bool
     create_us: int

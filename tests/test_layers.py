@@ -47,6 +47,88 @@ def _our_imports(path: Path) -> set[str]:
     return found
 
 
+# Inside server/, the roles' folders point one way too: shared records and limits at the
+# bottom; the mnode's coordination and the vnodes' storage beside each other; the engine
+# (catalog, statements, topic evaluation over local vnodes) on both; the dnode's serving
+# of consumers on the engine; the gRPC services on top; `server/main.py` composes them.
+SERVER_ALLOWED: dict[str, set[str]] = {
+    "common": set(),
+    "mnode": {"common"},
+    "vnode": {"common"},
+    "core": {"common", "mnode", "vnode"},
+    "dnode": {"common", "mnode", "vnode", "core"},
+    "rpc": {"common", "mnode", "vnode", "core", "dnode"},
+}
+# The only modules directly in server/: the package, `python -m`, and the composition.
+SERVER_ROOT_MODULES = {"__init__", "__main__", "main"}
+
+
+def _server_role(path: Path) -> str | None:
+    rel = path.relative_to(ROOT / "server")
+    return rel.parts[0] if len(rel.parts) > 1 else None
+
+
+def _server_imports(path: Path) -> set[str]:
+    """The server folders `path` imports from (`sqltopic.server.<folder>...`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+            if node.module == "sqltopic.server":
+                modules = [f"sqltopic.server.{alias.name}" for alias in node.names]
+        for name in modules:
+            parts = name.split(".")
+            if parts[:2] == ["sqltopic", "server"] and len(parts) > 2:
+                found.add(parts[2])
+    return found
+
+
+def _server_files() -> list[Path]:
+    return sorted((ROOT / "server").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _server_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_server_roles_point_one_way(path: Path) -> None:
+    role = _server_role(path)
+    if role is None:
+        assert path.stem in SERVER_ROOT_MODULES, f"{path.name}: put it in a role's folder"
+        return
+    illegal = _server_imports(path) - SERVER_ALLOWED[role] - {role}
+    assert not illegal, f"{path.relative_to(ROOT)} ({role}) must not import {sorted(illegal)}"
+
+
+def test_every_server_folder_has_its_role() -> None:
+    folders = {d.name for d in (ROOT / "server").iterdir() if (d / "__init__.py").is_file()}
+    assert folders == set(SERVER_ALLOWED)
+
+
+def _reexports(path: Path) -> set[str]:
+    """Names a module lists in `__all__` but imports instead of defining."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported: set[str] = set()
+    listed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            imported |= {alias.asname or alias.name for alias in node.names}
+        elif (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            and isinstance(node.value, ast.List | ast.Tuple)
+        ):
+            listed = {str(e.value) for e in node.value.elts if isinstance(e, ast.Constant)}
+    return listed & imported
+
+
+@pytest.mark.parametrize("path", _server_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_reexport_shims_in_the_server(path: Path) -> None:
+    """A name is imported from the module that defines it, not from a module that once
+    held it (moves leave no shims behind)."""
+    assert not _reexports(path), f"{path.relative_to(ROOT)} re-exports {_reexports(path)}"
+
+
 def _package_files() -> list[Path]:
     files = [ROOT / "errors.py", ROOT / "__init__.py", ROOT / "aio.py", ROOT / "taos.py"]
     for folder in ("wal", "sql", "proto", "server", "spark_jobs", "client", "cli"):

@@ -7,7 +7,7 @@ meaning (`numbers`, `strings`, `times`, `weeks`; time on integer ticks, `ticks`;
 walk over a tree, durations and timestamp arithmetic in `expand`; ad hoc SELECT's
 argument types in `adhoc`), marked with a
 `/* td:<name> */` comment so that later translations (Spark) can name it. Topics
-(`sql/topic/translate.py`) and ad hoc SELECT (`server/query.py`) both use it, so a
+(`sql/topic/translate.py`) and ad hoc SELECT (`server/core/query.py`) both use it, so a
 function means the same on every path.
 """
 

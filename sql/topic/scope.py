@@ -4,7 +4,7 @@ A query topic's compiled WHERE is an AND of conjuncts. Those that read only `tbn
 tags (and constants) have the same value for every row of one table, so a table for which
 one of them is not TRUE contributes no row, whatever its data. `table_condition` returns
 the AND of those conjuncts as DuckDB SQL over the tags relation (`sql/layout.py`), for
-server/topic_tables.py: the vnode then reads and evaluates a topic only over the tables it can
+server/core/topic_tables.py: the vnode then reads and evaluates a topic only over the tables it can
 deliver (docs/architecture.md, "The shared pass"). Only conjuncts built from node types
 that cannot depend on the moment of evaluation qualify (no NOW(), no RANDOM()): a table
 left out is left out for good, until the catalog changes.

@@ -20,8 +20,8 @@ from sqltopic.client import connect
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.server.meta_json import event_json
-from sqltopic.server.vnode_service import fetch_too_large
+from sqltopic.server.common.meta_json import event_json
+from sqltopic.server.rpc.vnode_service import fetch_too_large
 from tests.live_server import POWER, ServerProcess
 from tests.server.wire import CALL_TIMEOUT_S, Wire, kind, offsets, status
 

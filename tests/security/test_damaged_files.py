@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sqltopic.client import connect
-from sqltopic.server.coordinator_store import CoordinatorStore
+from sqltopic.server.mnode.coordinator_store import CoordinatorStore
 from tests.live_server import START_DEADLINE_S, ServerProcess
 
 SETUP = """

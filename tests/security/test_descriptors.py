@@ -39,7 +39,7 @@ SWEEP_VGROUPS = 10
 SWEEP = """
 import json, os, resource, sys
 from sqltopic.errors import LimitExceeded
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 
 data, vgroups = sys.argv[1], int(sys.argv[2])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -75,7 +75,7 @@ CATALOG_FILES = 4
 SWEEP_START = """
 import json, os, resource, sys
 from sqltopic.errors import LimitExceeded
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 
 data, vgroups, catalog_files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with Engine(data, background=True) as engine:
@@ -148,7 +148,7 @@ def limited(data: Path) -> Iterator[LimitedServer]:
 
 
 def test_many_vgroups_add_no_threads(server: ServerProcess, conn: Connection) -> None:
-    # the soft limit up to the hard one, as the server does at start (server/resources.py)
+    # the soft limit up to the hard one, as the server does at start (server/common/resources.py)
     _, hard = resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE)
     resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE, (hard, hard))
     _fill_power(conn)  # the server's pools have started their threads
@@ -229,7 +229,7 @@ def test_running_out_at_start_is_a_limit_exceeded(tmp_path: Path) -> None:
 
 RAISE = """
 import json, resource
-from sqltopic.server.resources import raise_open_files_limit
+from sqltopic.server.common.resources import raise_open_files_limit
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 before, after = raise_open_files_limit()
@@ -239,7 +239,7 @@ print(json.dumps([before.soft, before.hard, after.soft, after.hard,
 
 
 def test_the_soft_limit_rises_to_the_hard_one() -> None:
-    """What the server does at start (server/resources.py), in a child process."""
+    """What the server does at start (server/common/resources.py), in a child process."""
     done = subprocess.run(
         [sys.executable, "-c", RAISE], capture_output=True, text=True, timeout=60, check=True
     )

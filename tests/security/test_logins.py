@@ -10,7 +10,7 @@ import pytest
 
 from sqltopic.client import Connection, connect
 from sqltopic.errors import AuthenticationFailed, LoginThrottled
-from sqltopic.server.throttle import FREE_FAILURES
+from sqltopic.server.mnode.throttle import FREE_FAILURES
 from tests.live_server import ServerProcess
 
 # A wait of the throttle is well under this (the first few are a second or two).

@@ -339,8 +339,8 @@ def test_databases_of_an_older_data_directory_belong_to_root(tmp_path: Any) -> N
     import json  # noqa: PLC0415
     import sqlite3  # noqa: PLC0415
 
-    from sqltopic.server.engine import Engine  # noqa: PLC0415
-    from sqltopic.server.result import Session  # noqa: PLC0415
+    from sqltopic.server.common.result import Session  # noqa: PLC0415
+    from sqltopic.server.core.engine import Engine  # noqa: PLC0415
 
     data = tmp_path / "data"
     with Engine(data, background=False) as engine:

@@ -13,7 +13,7 @@ import pytest
 
 from sqltopic import errors as e
 from sqltopic.client import Connection, connect
-from sqltopic.server.sandbox import DENIED
+from sqltopic.server.core.sandbox import DENIED
 from tests.live_server import POWER, ServerProcess
 
 # TDengine's sample rows (docs/sql.md §8), in database `power`.

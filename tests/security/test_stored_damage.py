@@ -16,7 +16,7 @@ import pytest
 from sqltopic.client import connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.errors import WalCorruptionError
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from sqltopic.wal import EntryType, WalEntry
 from tests.client.support import config, first_error
 from tests.live_server import ServerProcess

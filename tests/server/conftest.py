@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.conftest import FakeClock
 from tests.live_server import ServerProcess
 from tests.server.dataset import Loaded, loaded_dataset

@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.conftest import FakeClock
 
 DB = "power"

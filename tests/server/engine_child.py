@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any
 
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from sqltopic.sql.catalog_store import CatalogStore
 
 

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from sqltopic.server.offsets import OffsetStore
+from sqltopic.server.vnode.offsets import OffsetStore
 
 # Committer threads: enough to form groups of several commits per transaction.
 THREADS = 8

@@ -1,4 +1,4 @@
-"""A row-by-row model of server/share_window.py: the implementation before it kept
+"""A row-by-row model of server/vnode/share_window.py: the implementation before it kept
 segments. The differential test runs both on the same operations.
 
 The delivery state of one vgroup for one shared group: which rows are leased to which
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import Durable, counted_runs, rows_of, runs_of
+from sqltopic.server.vnode.share_window import Durable, counted_runs, rows_of, runs_of
 
 RowId = tuple[int, int]  # (WAL version, row index in the entry)
 # The holder of rows out of deliveries while they are dead-lettered (consumer ids are

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock, TopicItem, TopicMeta
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock, TopicItem, TopicMeta
 from sqltopic.wal.options import Clock
 
 POWER_DDL = """

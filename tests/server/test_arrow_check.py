@@ -1,4 +1,4 @@
-"""Full validation of a client's Arrow data (server/arrow_check.py): every column type a
+"""Full validation of a client's Arrow data (server/core/arrow_check.py): every column type a
 table can take passes; other types, and buffers whose offsets or strings are damaged,
 are refused with an error naming the column, before any value is read."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import InvalidValueError, TooLarge
-from sqltopic.server import arrow_check
+from sqltopic.server.core import arrow_check
 from tests.support import ipc_stream
 
 # A decoded-size bound no test data comes near.

@@ -1,4 +1,4 @@
-"""The balanced, sticky assignment of vgroups to consumers (server/assign.py)."""
+"""The balanced, sticky assignment of vgroups to consumers (server/mnode/assign.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqltopic.server.assign import assign
+from sqltopic.server.mnode.assign import assign
 
 VGROUPS = [1, 2, 3, 4]
 

@@ -1,4 +1,4 @@
-"""Vnode.Consume: the ticket rules of server/consume.py (in-process, a fetch of our
+"""Vnode.Consume: the ticket rules of server/rpc/consume.py (in-process, a fetch of our
 own), then the stream against a real server: each poll answered as its own Fetch,
 held polls pushed, cancels, and every refusal."""
 
@@ -18,8 +18,8 @@ from sqltopic.client import Connection
 from sqltopic.errors import ConsumerFenced, LimitExceeded, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
-from sqltopic.server import consume
-from sqltopic.server.consume import ConsumeStream
+from sqltopic.server.rpc import consume
+from sqltopic.server.rpc.consume import ConsumeStream
 from tests.server.wire import CALL_TIMEOUT_S, Wire, poll_request, rows, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"

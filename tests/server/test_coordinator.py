@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged, GroupConflict
-from sqltopic.server.coordinator import Coordinator, Liveness, Member, Progress
-from sqltopic.server.coordinator_store import CoordinatorStore, GroupDoc
-from sqltopic.server.group_names import GroupType
+from sqltopic.server.common.group_names import GroupType
+from sqltopic.server.mnode.coordinator import Coordinator, Liveness, Member, Progress
+from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc
 
 
 class Clock:

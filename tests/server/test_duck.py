@@ -1,6 +1,6 @@
-"""DuckDB connections per thread and queries split into parts (server/duck.py), the
+"""DuckDB connections per thread and queries split into parts (server/core/duck.py), the
 locked-down settings of every connection and the bounded database of ad hoc queries, and
-the choice of a split for large reads of selective topics (server/topic_reader.py)."""
+the choice of a split for large reads of selective topics (server/core/topic_reader.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sqltopic.server import topic_reader
-from sqltopic.server.duck import DuckPool, query
-from sqltopic.server.engine import Engine
-from sqltopic.server.limits import MIB
+from sqltopic.server.common.limits import MIB
+from sqltopic.server.core import topic_reader
+from sqltopic.server.core.duck import DuckPool, query
+from sqltopic.server.core.engine import Engine
 from tests.server.support import blocks
 
 SQL = "SELECT i, i * 2 AS twice FROM part WHERE i % 3 = 0"

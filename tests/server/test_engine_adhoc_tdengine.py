@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import SqlError
-from sqltopic.server.engine import Engine
-from sqltopic.server.result import Session
+from sqltopic.server.common.result import Session
+from sqltopic.server.core.engine import Engine
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from sqltopic.errors import (
     SqlError,
     TopicNotFound,
 )
-from sqltopic.server.engine import Engine
-from sqltopic.server.result import Session
-from sqltopic.server.routing import vgroup_for
-from sqltopic.server.vnode import vnode_dir
+from sqltopic.server.common.result import Session
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.routing import vgroup_for
+from sqltopic.sql.entries import vnode_dir
 from tests.server.support import POWER_DDL, table_names, vgroups_of
 
 # --- databases ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.server.support import EngineFactory, table_names, vgroups_of
 
 # tmqCommon.py's create_stable schema.

@@ -12,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from sqltopic.sql.catalog_store import CatalogStore
 
 CRASH_AFTER_RETENTION = """
 import os, sys
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 e = Engine(sys.argv[1], background=False)
 e.execute("CREATE DATABASE db VGROUPS 1 WAL_RETENTION_PERIOD 0 WAL_SEGMENT_SIZE 1")
 e.execute("USE db")

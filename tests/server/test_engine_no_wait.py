@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.rwlock import WouldBlock
+from sqltopic.server.common.rwlock import WouldBlock
+from sqltopic.server.core.engine import Engine
 
 LEVELS = "CREATE DATABASE fast VGROUPS 2 WAL_LEVEL 1; CREATE DATABASE safe VGROUPS 2 WAL_LEVEL 2"
 STABLES = (

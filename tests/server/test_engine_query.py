@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import QueryNotAllowed, QueryTimeout, SqlError, TooLarge
-from sqltopic.server import query
-from sqltopic.server.engine import Engine
-from sqltopic.server.limits import Limits
-from sqltopic.server.query_run import MESSAGE_CHARS, QueryRun, brief
-from sqltopic.server.result import Session
+from sqltopic.server.common.limits import Limits
+from sqltopic.server.common.result import Session
+from sqltopic.server.core import query
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.query_run import MESSAGE_CHARS, QueryRun, brief
 from sqltopic.sql import statements as st
 from sqltopic.sql.parse import parse
 from tests.server.dataset import DATA_NAMES, NORMAL_NAMES, TAG_NAMES, Loaded
@@ -189,7 +189,7 @@ def test_timestamps_compare_with_integers_and_date_times(engine: Engine, precisi
         engine.execute("SELECT v FROM t WHERE ts > 'yesterday'")
 
 
-# --- the sandbox and the limits (server/sandbox.py, server/query_run.py) -------------------
+# --- the sandbox and the limits (server/core/sandbox.py, server/core/query_run.py) ----
 
 # Rows of `big` in the limit tests: its cross join with itself (640,000 rows) is far
 # beyond the small limits below, and a triple join (512 million) runs for minutes.

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sqltopic.errors import WalLockedError
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicMeta
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicMeta
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from tests.server.dataset import write_dataset
 from tests.server.support import (

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from sqltopic.errors import SqlError
-from sqltopic.server.engine import Engine
-from sqltopic.server.routing import vgroup_for
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.routing import vgroup_for
 from tests.conftest import FakeClock
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.resources import FILES_PER_VNODE, raise_open_files_limit
-from sqltopic.server.result import Session
+from sqltopic.server.common.resources import FILES_PER_VNODE, raise_open_files_limit
+from sqltopic.server.common.result import Session
+from sqltopic.server.core.engine import Engine
 from sqltopic.wal.background import DEFAULT_WORKERS
 from tests.server.support import read_vgroups, tabled_rows
 
@@ -22,7 +22,7 @@ ROUNDS = 30
 TABLES_PER_WRITER = 3
 # A thread still running this long after the start is stuck, not slow.
 JOIN_DEADLINE_S = 120.0
-# The most vgroups a database may have (TDengine's limit, server/ddl.py).
+# The most vgroups a database may have (TDengine's limit, server/core/ddl.py).
 MAX_VGROUPS = 1024
 # Descriptors kept free for the test process itself (pytest, DuckDB, the catalog).
 SPARE_FILES = 256

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import InvalidValueError, NotFoundError, SqlError
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.conftest import FakeClock
 from tests.server.support import blocks, read_vgroups, table_names, vgroups_of
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import sqlglot
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock
 from sqltopic.sql.dialect import TDengine
 from sqltopic.sql.scan import unquote
 

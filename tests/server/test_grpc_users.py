@@ -19,7 +19,7 @@ from sqltopic.client.consumer import Consumer
 from sqltopic.errors import AuthenticationFailed, NoPermission, TopicNotFound
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.server.passwords import ROOT_PASSWORD_ENV
+from sqltopic.server.mnode.passwords import ROOT_PASSWORD_ENV
 from tests.client.support import METERS, config, drain, first_error
 from tests.live_server import POWER, START_DEADLINE_S, ServerProcess, free_port
 from tests.server.wire import CALL_TIMEOUT_S, Wire, status

@@ -14,7 +14,7 @@ from sqltopic.errors import AuthenticationFailed, Error, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import from_call_status
-from sqltopic.server.mnode_service import MAX_BEATS_PER_CALL
+from sqltopic.server.rpc.mnode_service import MAX_BEATS_PER_CALL
 from tests.server.wire import CALL_TIMEOUT_S, Wire, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"

@@ -1,4 +1,4 @@
-"""The framing check of a client's Arrow IPC stream (server/ipc_check.py): whole streams
+"""The framing check of a client's Arrow IPC stream (server/rpc/ipc_check.py): whole streams
 pass whatever their chunking, and every malformed or refused one is an
 InvalidValueError that says what is wrong, before any Arrow code reads it."""
 
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import InvalidValueError
-from sqltopic.server.ipc_check import IpcFraming
+from sqltopic.server.rpc.ipc_check import IpcFraming
 from tests.support import ipc_stream
 
 TABLE = pa.table(

@@ -1,4 +1,4 @@
-"""The limits' options (server/limits.py): sizes with units, positive numbers, every
+"""The limits' options (server/common/limits.py): sizes with units, positive numbers, every
 option a field of Limits with the documented default, and bad values refused."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from sqltopic.server import limits
+from sqltopic.server.common import limits
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sqltopic.errors import DataFileDamaged
-from sqltopic.server.offsets import OffsetStore, decode_acked, encode_acked, encode_counts
+from sqltopic.server.vnode.offsets import OffsetStore, decode_acked, encode_acked, encode_counts
 from tests.wal.waits import wait_for
 
 Rows = list[tuple[str, str, int]]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sqltopic.server.offsets import OffsetStore
+from sqltopic.server.vnode.offsets import OffsetStore
 from tests.server.offsets_child import THREADS
 
 CHILD = Path(__file__).with_name("offsets_child.py")

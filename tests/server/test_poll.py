@@ -1,5 +1,5 @@
-"""One poll without the network (server/poll.py) and the durable offsets it starts from
-(server/offsets.py)."""
+"""One poll without the network (server/dnode/poll.py) and the durable offsets it starts from
+(server/vnode/offsets.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sqltopic.errors import NoCommittedOffset, OffsetOutOfRange
-from sqltopic.server.engine import Engine
-from sqltopic.server.offsets import OffsetStore
-from sqltopic.server.poll import PollLimits, read_message, start_position
-from sqltopic.server.vnode import Vnode
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.dnode.poll import PollLimits, read_message, start_position
+from sqltopic.server.vnode.offsets import OffsetStore
+from sqltopic.server.vnode.vnode import Vnode
 
 ONE_VGROUP = """
 CREATE DATABASE db VGROUPS 1 WAL_RETENTION_PERIOD 0 WAL_SEGMENT_SIZE 1;

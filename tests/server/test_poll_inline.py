@@ -1,4 +1,4 @@
-"""Where a poll's read runs (server/vnode_service.py `_soon`): on the event loop when
+"""Where a poll's read runs (server/rpc/vnode_service.py `_soon`): on the event loop when
 little WAL is pending and no DDL holds the engine's lock, else on a worker thread."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from sqltopic.server import vnode_service
-from sqltopic.server.auth import Sessions
-from sqltopic.server.coordinator import Coordinator
-from sqltopic.server.engine import Engine
-from sqltopic.server.limits import Limits
-from sqltopic.server.slots import Slots
-from sqltopic.server.vnode_service import Executors, VnodeService
+from sqltopic.server.common.limits import Limits
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.mnode.auth import Sessions
+from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.rpc import vnode_service
+from sqltopic.server.rpc.slots import Slots
+from sqltopic.server.rpc.vnode_service import Executors, VnodeService
 from sqltopic.wal import WalReader
 
 # Bound on waiting for a helper thread's step (never reached when the code works).

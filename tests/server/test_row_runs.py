@@ -1,4 +1,4 @@
-"""Row ids as runs (server/row_runs.py): table-driven cases, and against the row-by-row
+"""Row ids as runs (server/vnode/row_runs.py): table-driven cases, and against the row-by-row
 `runs_of` on any input; the answer's id fields encoded from runs."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.server.row_runs import encode_ids, runs_of_lists
-from sqltopic.server.share_window import runs_of
+from sqltopic.server.vnode.row_runs import encode_ids, runs_of_lists
+from sqltopic.server.vnode.share_window import runs_of
 
 CASES = [
     # (versions, indexes, runs)

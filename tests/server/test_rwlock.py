@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sqltopic.server.rwlock import RWLock, WouldBlock
+from sqltopic.server.common.rwlock import RWLock, WouldBlock
 
 # Bound on waiting for a helper thread's step (never reached when the lock works).
 STEP_TIMEOUT_S = 10.0

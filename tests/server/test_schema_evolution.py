@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sqltopic.errors import AlreadyExistsError, NotFoundError, SchemaInUseError, SqlError
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.server.support import blocks, read_vgroups, tabled_rows, vgroups_of
 
 

@@ -1,5 +1,5 @@
-"""A key_shared group's keys (server/share_keys.py) and its group.key setting
-(server/share_settings.py): the table by default, a tag, or a column of the topic's
+"""A key_shared group's keys (server/dnode/share_keys.py) and its group.key setting
+(server/mnode/share_settings.py): the table by default, a tag, or a column of the topic's
 rows; a name that is neither is refused with what there is."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.engine import Engine
-from sqltopic.server.share_keys import TABLE_KEY, KeySource, key_pieces, key_source
-from sqltopic.server.share_settings import ShareSettings
-from sqltopic.server.tracked_reader import read_tracked
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.tracked_reader import read_tracked
+from sqltopic.server.dnode.share_keys import TABLE_KEY, KeySource, key_pieces, key_source
+from sqltopic.server.mnode.share_settings import ShareSettings
 
 ROWS = 6
 

@@ -1,4 +1,4 @@
-"""A shared group's window over one vgroup (server/share_window.py): leases, acks, nacks,
+"""A shared group's window over one vgroup (server/vnode/share_window.py): leases, acks, nacks,
 expiry, the in-flight bound, delivery limits and restarts; and, against a model under
 random operations, that every row is acknowledged exactly once and never delivered
 again after its acknowledgement."""
@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.share_window import (
+from sqltopic.server.vnode.share_window import (
     BURYING,
     Durable,
     RowId,
@@ -22,7 +22,7 @@ from sqltopic.server.share_window import (
     rows_of,
     runs_of,
 )
-from sqltopic.server.share_window import ShareWindow as RunWindow
+from sqltopic.server.vnode.share_window import ShareWindow as RunWindow
 from tests.server.share_window_model import RowModel
 
 A, B = 1, 2  # consumers

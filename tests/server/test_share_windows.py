@@ -1,4 +1,4 @@
-"""A vnode's shared-group windows (server/share_windows.py): made from what offsets.sqlite
+"""A vnode's shared-group windows (server/vnode/share_windows.py): made from what offsets.sqlite
 holds, their acknowledgements on disk before `ack` returns (shared by concurrent acks,
 never overtaken by an older save), leases released and expired across windows."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sqltopic.server.offsets import OffsetStore, ShareState
-from sqltopic.server.share_window import Run, rows_of
-from sqltopic.server.share_windows import ShareWindows
+from sqltopic.server.vnode.offsets import OffsetStore, ShareState
+from sqltopic.server.vnode.share_window import Run, rows_of
+from sqltopic.server.vnode.share_windows import ShareWindows
 
 A, B = 1, 2
 

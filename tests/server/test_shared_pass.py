@@ -1,4 +1,4 @@
-"""The shared pass (topic_reader.read_topics, server/live.py): every topic reads exactly
+"""The shared pass (topic_reader.read_topics, server/dnode/live.py): every topic reads exactly
 what it reads alone, from every position; a topic without a table among the entries is
 not evaluated; held polls are answered only when their topic has rows."""
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.live import LiveHub
-from sqltopic.server.poll import PollLimits, read_message
-from sqltopic.server.topic_reader import READ_BYTES
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import READ_BYTES
+from sqltopic.server.dnode.live import LiveHub
+from sqltopic.server.dnode.poll import PollLimits, read_message
 from tests.server.support import block_rows, vgroups_of
 
 # Topics of every kind over the power fixture's `meters`: device sets, tag and value

@@ -1,4 +1,4 @@
-"""Open calls counted per session and per user (server/slots.py): refused beyond either
+"""Open calls counted per session and per user (server/rpc/slots.py): refused beyond either
 limit before any work, released however the call ends."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.errors import LimitExceeded
-from sqltopic.server.limits import Limits
-from sqltopic.server.slots import Slots
+from sqltopic.server.common.limits import Limits
+from sqltopic.server.rpc.slots import Slots
 
 
 def test_each_limit_refuses_the_call_beyond_it() -> None:

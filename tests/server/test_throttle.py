@@ -1,4 +1,4 @@
-"""The login throttle (server/throttle.py) on a fake clock: free failures, a doubling
+"""The login throttle (server/mnode/throttle.py) on a fake clock: free failures, a doubling
 wait up to its cap, per user and per address, success clearing only its user, quiet
 keys forgotten, and the tables bounded."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.errors import AuthenticationFailed, LoginThrottled
-from sqltopic.server import throttle as t
-from sqltopic.server.auth import Sessions
+from sqltopic.server.mnode import throttle as t
+from sqltopic.server.mnode.auth import Sessions
 
 
 class Clock:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from sqltopic.server import topic_reader
-from sqltopic.server.topic_reader import TopicBlock
+from sqltopic.server.core import topic_reader
+from sqltopic.server.core.topic_reader import TopicBlock
 from tests.server.dataset import (
     DATA_COLUMNS,
     DATA_NAMES,
@@ -194,7 +194,7 @@ def _reference_names(loaded: Loaded, case: Case) -> list[str]:
     return [d[0] for d in loaded.ref.sql(sql).description]
 
 
-# The ways a query topic's read is evaluated (server/topic_reader.py `_evaluate`), forced
+# The ways a query topic's read is evaluated (server/core/topic_reader.py `_evaluate`), forced
 # on the dataset's small reads: as configured (pyarrow for simple topics), DuckDB alone,
 # and DuckDB over parts of the batch on several threads.
 PATHS: dict[str, dict[str, object]] = {

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock, TopicItem, TopicMeta
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock, TopicItem, TopicMeta
 from tests.server.support import block_rows, metas, read_all, vgroups_of
 
 # (kind, name, event type, alter type, table type, super table) or (data, table, rows)

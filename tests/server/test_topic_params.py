@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import BackfillUnsupported, InvalidTopicQuery
-from sqltopic.server.batches import conform, data_entries, with_context
-from sqltopic.server.duck import query
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.batches import data_entries, with_context
+from sqltopic.server.core.duck import query
+from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs.backfill import prepare
 from sqltopic.sql import layout
+from sqltopic.sql.entries import conform
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Topic
 from sqltopic.sql.topic.arrow_eval import arrow_plan
@@ -89,7 +90,7 @@ def test_a_misplaced_parameter_creates_nothing(power: Engine, sql: str, part: st
 
 def _batch(engine: Engine, topic: Topic, vgroup: int) -> pa.Table:
     """Every data entry of the topic's tables in `vgroup` as one batch, built as the
-    vnode builds it (server/topic_reader.py): current columns, the tags the topic uses
+    vnode builds it (server/core/topic_reader.py): current columns, the tags the topic uses
     and tbname added as constants per entry."""
     catalog = engine.state.catalog
     precision = catalog.database(topic.db).precision

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import Error, TopicNotFound
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from tests.server.support import block_rows, blocks, read_all, read_vgroups, vgroups_of
 
 BASE_NS = 1_538_548_685_000_000_000

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import SqlError
-from sqltopic.server import topic_tables as tt
-from sqltopic.server.engine import Engine
+from sqltopic.server.core import topic_tables as tt
+from sqltopic.server.core.engine import Engine
 from tests.server.support import vgroups_of
 
 

@@ -1,4 +1,4 @@
-"""Reading topics for shared groups (server/tracked_reader.py): from any position, every
+"""Reading topics for shared groups (server/core/tracked_reader.py): from any position, every
 topic's rows are exactly what `read_topic` delivers, each named by an id that reads
 back the same row; rows of a dropped table are reported gone; parameterized topics are
 refused."""
@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import ConfigError
-from sqltopic.server.engine import Engine
-from sqltopic.server.share_window import runs_of
-from sqltopic.server.topic_reader import TopicBlock
-from sqltopic.server.tracked_reader import read_rows, read_tracked
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock
+from sqltopic.server.core.tracked_reader import read_rows, read_tracked
+from sqltopic.server.vnode.share_window import runs_of
 from tests.server.support import vgroups_of
 from tests.server.test_shared_pass import TOPICS, _history
 

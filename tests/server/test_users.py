@@ -1,6 +1,6 @@
 """Users and the SUBSCRIBE right at the engine: the statements, their errors, what the
 catalog keeps (hashes, never passwords), who may consume a topic, logins and their end
-(server/users.py, server/auth.py, server/passwords.py)."""
+(server/core/users.py, server/mnode/auth.py, server/mnode/passwords.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from sqltopic.errors import (
     NotFoundError,
     TopicNotFound,
 )
-from sqltopic.server import users
-from sqltopic.server.auth import Sessions
-from sqltopic.server.engine import Engine
-from sqltopic.server.passwords import (
+from sqltopic.server.common.result import Session
+from sqltopic.server.core import users
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.mnode.auth import Sessions
+from sqltopic.server.mnode.passwords import (
     MAX_PASSWORD,
     MIN_PASSWORD,
     SCRYPT_N,
@@ -29,7 +30,6 @@ from sqltopic.server.passwords import (
     is_loopback,
     verify_password,
 )
-from sqltopic.server.result import Session
 from sqltopic.sql.names import MAX_BYTES
 from tests.conftest import FakeClock
 from tests.server.support import POWER_DDL, EngineFactory

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import NoPermission, NotFoundError
-from sqltopic.server import writes
-from sqltopic.server.engine import Engine
-from sqltopic.server.result import Session
+from sqltopic.server.common.result import Session
+from sqltopic.server.core import writes
+from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs.pieces import list_pieces
 from sqltopic.spark_jobs.read import read_piece
 from sqltopic.spark_jobs.spec import VERSION, build_spec

@@ -3,7 +3,7 @@
 * `spark` (session scope): ONE SparkSession for the whole run, master `local[2]`, built
   by `spark_jobs.session.start_session` (UTC, TIMESTAMP_MICROS, UI off, loopback), with
   the `sqltopic_wal` source registered. Starting one costs ~5 s; a test then ~1 s.
-* `make_history` (factory): `make_history(ddl)` opens a real `Engine` (server/engine.py,
+* `make_history` (factory): `make_history(ddl)` opens a real `Engine` (server/core/engine.py,
   in-process, fake clock, no background threads) on a fresh data directory, runs `ddl`
   and returns the engine; write more with `engine.execute`/`engine.write`. Engines stay
   open while Spark reads their files (a read-only reader takes no lock, as on a live
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs import register
 from sqltopic.spark_jobs.session import start_session
 from tests.conftest import FakeClock

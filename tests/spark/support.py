@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sqltopic.server.engine import Engine
-from sqltopic.server.topic_reader import TopicBlock
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicBlock
 
 # A read loop that has not reached the end of a WAL after this many reads is stuck.
 MAX_READS = 10_000

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from sqltopic.errors import BackfillUnsupported
-from sqltopic.server.engine import Engine
+from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs.transpile import transpile
 from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.target import find_target

@@ -3,7 +3,8 @@ meaning of tests/sql/tdengine_reference.py (written from TDengine's documentatio
 docs/en/14-reference/03-taos-sql/22-function.md), on every evaluation path a value can
 take outside Spark: a topic's compiled SQL run by DuckDB (what a vnode runs), the pyarrow
 plan of arrow_eval where it applies (it must decline every function), and an ad hoc
-SELECT's translation (server/query.py's). The Spark path: tests/spark/test_backfill_functions.py."""
+SELECT's translation (server/core/query.py's). The Spark path:
+tests/spark/test_backfill_functions.py."""
 
 from __future__ import annotations
 

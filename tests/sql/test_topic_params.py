@@ -2,7 +2,7 @@
 elsewhere, the shared form, binding (conversions, errors, canonical keys), and the
 partition of one evaluation among bindings, checked row for row against the topic
 compiled with each binding's values written as literals, on both evaluation paths
-(pyarrow, sql/topic/arrow_eval.py, and DuckDB, server/duck.py), over a batch with NULLs."""
+(pyarrow, sql/topic/arrow_eval.py, and DuckDB, server/core/duck.py), over a batch with NULLs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import ConfigError, InvalidTopicQuery, NotFoundError, SqlError
-from sqltopic.server.duck import connect, query
+from sqltopic.server.core.duck import connect, query
 from sqltopic.sql import layout
 from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.model import Catalog, Column, Database, Param, SuperTable, Table, Topic

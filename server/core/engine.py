@@ -1,0 +1,255 @@
+"""The embedded engine: a data directory, its catalog and vnodes, and SQL over them.
+
+`Engine(data_dir)` opens (or creates) the directory, takes its lock, loads the catalog,
+opens every vnode's WAL and replays DDL events the catalog has not applied yet. The
+server puts a network in front of exactly this object.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.errors import NotFoundError, SqlError, UnsupportedStatement
+from sqltopic.server.common.limits import Limits
+from sqltopic.server.common.result import Result, Session
+from sqltopic.server.core import (
+    arrow_check,
+    ddl,
+    ddl_alter,
+    privileges,
+    query,
+    show,
+    topics,
+    users,
+    writes,
+)
+from sqltopic.server.core.state import State
+from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
+from sqltopic.server.vnode.vnode import Vnode, open_vnodes
+from sqltopic.sql import statements as st
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
+from sqltopic.sql.events import apply
+from sqltopic.sql.insert import Insert
+from sqltopic.sql.model import no_topic
+from sqltopic.sql.parse import parse
+from sqltopic.sql.topic.params import topic_of
+from sqltopic.wal import EntryType, Scheduler
+from sqltopic.wal.fsutil import DirectoryLock
+from sqltopic.wal.options import Clock, wall_clock_us
+
+Handler = Callable[[State, Session, Any], Result]
+# A new data directory is its owner's alone: it holds password hashes and every row.
+DATA_DIR_MODE = 0o700
+
+# Statements that change the catalog run alone; queries and SHOW share the lock.
+_DDL: dict[type[st.Statement], Handler] = {
+    st.CreateDatabase: ddl.create_database,
+    st.AlterDatabase: ddl.alter_database,
+    st.DropDatabase: ddl.drop_database,
+    st.CreateStable: ddl.create_stable,
+    st.CreateTable: ddl.create_table,
+    st.CreateTables: ddl.create_tables,
+    st.AlterStable: ddl_alter.alter_stable,
+    st.SetTag: ddl.set_tag,
+    st.DropTable: ddl.drop_table,
+    st.CreateTopic: topics.create_topic,
+    st.DropTopic: topics.drop_topic,
+    st.DropConsumerGroup: topics.drop_consumer_group,
+    st.CreateUser: users.create_user,
+    st.AlterUser: users.alter_user,
+    st.DropUser: users.drop_user,
+    st.Grant: users.grant,
+    st.GrantRights: privileges.grant,
+}
+_READS: dict[type[st.Statement], Handler] = {
+    st.Use: ddl.use,
+    st.Show: show.show,
+    st.Describe: show.describe,
+    st.Select: query.select,
+}
+
+
+class Engine:
+    """SQL, fast writes and topic reads over one data directory. Thread-safe."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str], *, clock: Clock = wall_clock_us,
+        background: bool = True, limits: Limits | None = None,
+    ) -> None:  # fmt: skip
+        path = Path(data_dir)
+        path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+        self._lock = DirectoryLock(path, "data directory")
+        # every vnode's WAL background work, on a few threads however many vgroups
+        scheduler = Scheduler() if background else None
+        try:
+            self._state = _open_state(path, clock, scheduler, limits or Limits())
+        except BaseException:
+            if scheduler is not None:
+                scheduler.close()
+            self._lock.release()
+            raise
+        self.session = Session()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def execute(self, sql: str, session: Session | None = None) -> Result:
+        """Run every statement in `sql` in order; returns the last one's result."""
+        session = session or self.session
+        result = Result()
+        for stmt in self.statements(sql):
+            result = self.run(stmt, session)
+        return result
+
+    def statements(self, sql: str) -> list[st.Statement]:
+        """The statements of `sql`, parsed; TooLarge over the limits' max_sql_bytes."""
+        self._state.limits.check_sql(sql)
+        return parse(sql)
+
+    def run(self, stmt: st.Statement, session: Session | None = None) -> Result:
+        """Run one parsed statement."""
+        session = session or self.session
+        try:
+            return self._dispatch(stmt, session)
+        except SqlError as err:
+            raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
+
+    def _dispatch(self, stmt: st.Statement, session: Session) -> Result:
+        state = self._state
+        if isinstance(stmt, Insert):
+            return writes.insert(state, session, stmt)
+        handler = _DDL.get(type(stmt))
+        if handler is not None:
+            with state.lock.exclusive():
+                return handler(state, session, stmt)
+        handler = _READS.get(type(stmt))
+        if handler is None:
+            raise UnsupportedStatement(f"{type(stmt).__name__} statements are not supported")
+        with state.lock.shared():
+            return handler(state, session, stmt)
+
+    def write(
+        self, target: str, data: pa.Table | pa.RecordBatch, session: Session | None = None,
+        *, validated: bool = False,
+    ) -> int:  # fmt: skip
+        """Fast path: append Arrow rows to `[db.]table`, or to `[db.]stable` with a `tbname`
+        column (and tag columns to create missing child tables). Returns rows written.
+        The data is validated in full first (server/core/arrow_check.py), unless the caller
+        did that already (`validated`: the Write call decodes with `arrow_check.decode`)."""
+        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if not validated:
+            arrow_check.check_table(table)
+        return writes.write_arrow(self._state, session or self.session, target, table)
+
+    def read_topic(
+        self, topic: str, vgroup: int, from_version: int, max_rows: int,
+        max_bytes: int = READ_BYTES,
+    ) -> tuple[list[TopicItem], int]:  # fmt: skip
+        """Evaluate `topic` over vgroup's WAL from `from_version`; returns the blocks and
+        meta events found and the next version to read."""
+        with self._state.lock.shared():
+            return read_topic(self._state, topic, vgroup, from_version, max_rows, max_bytes)
+
+    def read_topics(
+        self, topics: Collection[str], vgroup: int, from_version: int,
+        max_bytes: int = READ_BYTES,
+    ) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
+        """The shared pass (topic_reader.read_topics): what `read_topic` answers for each
+        of `topics` from `from_version`, the entries read and decoded once. A topic
+        dropped meanwhile is left out of the answer."""
+        with self._state.lock.shared():
+            return read_topics(self._state, topics, vgroup, from_version, max_bytes)
+
+    def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
+        """The database of `topic` and its vgroups; TopicNotFound when there is none."""
+        with self._state.lock.shared():
+            found = self._state.catalog.topics.get(topic_of(topic))
+            if found is None:
+                raise no_topic(topic_of(topic))
+            return found.db, list(self._state.catalog.database(found.db).vgroups)
+
+    def vnode_of(self, topic: str, vgroup: int) -> Vnode:
+        """The vnode of one vgroup of `topic`; TopicNotFound / NotFoundError otherwise."""
+        db, vgroups = self.topic_vgroups(topic)
+        if vgroup not in vgroups:
+            raise NotFoundError(f"vgroup {vgroup} is not a vgroup of topic {topic} (database "
+                                f"{db} has vgroups {vgroups})")  # fmt: skip
+        with self._state.lock.shared():
+            return self._state.vnode(vgroup)
+
+    def close(self) -> None:
+        state = self._state
+        try:
+            with state.lock.exclusive():
+                # No DDL event lies beyond these versions, so the next start replays
+                # nothing, except in vgroups whose events the catalog failed to commit.
+                checked = {
+                    v: n.wal.last_version
+                    for v, n in state.vnodes.items()
+                    if v not in state.unapplied
+                }
+                try:
+                    _close_all(state.vnodes.values())
+                    state.store.commit(state.catalog, [], checked)
+                finally:
+                    state.store.close()
+        finally:
+            if state.scheduler is not None:
+                state.scheduler.close()
+            self._lock.release()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_state(path: Path, clock: Clock, scheduler: Scheduler | None, limits: Limits) -> State:
+    store = CatalogStore(path / CATALOG_FILE)
+    vnodes: dict[int, Vnode] = {}
+    try:
+        catalog, applied = store.load()
+        vnodes = open_vnodes(path, catalog.databases.values(), clock=clock, scheduler=scheduler)
+        state = State(path, catalog, store, vnodes, clock, scheduler, limits=limits)
+        _replay(state, applied)
+    except BaseException:
+        _close_all(vnodes.values())
+        store.close()
+        raise
+    return state
+
+
+def _close_all(vnodes: Iterable[Vnode]) -> None:
+    """Close every vnode, even when some fail; the first failure is raised after."""
+    failure: BaseException | None = None
+    for vnode in vnodes:
+        try:
+            vnode.close()
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+def _replay(state: State, applied: dict[int, int]) -> None:
+    """Apply DDL events that reached a WAL but not the catalog (a crash in between)."""
+    for vgroup, vnode in state.vnodes.items():
+        reader = vnode.reader()
+        # retention may have deleted versions past the last applied one: they held no
+        # event the catalog lacks (an unapplied event's segment would be deleted only
+        # after it, and the catalog would then no longer need it anyway)
+        start = max(applied.get(vgroup, 0) + 1, reader.first_version)
+        keys: list[Any] = []
+        for records in reader.batches(start):
+            for rec in records:
+                if rec.entry_type is EntryType.META:
+                    keys += apply(state.catalog, rec.json())
+        if vnode.wal.last_version >= start:
+            state.store.commit(state.catalog, dict.fromkeys(keys), {vgroup: vnode.wal.last_version})

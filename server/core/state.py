@@ -1,0 +1,148 @@
+"""The engine's shared state, handed to every statement handler."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from sqltopic.errors import SqlError
+from sqltopic.server.common.limits import Limits
+from sqltopic.server.common.result import Session
+from sqltopic.server.common.rwlock import RWLock
+from sqltopic.server.core.duck import DuckPool
+from sqltopic.server.mnode import access
+from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.vnode.vnode import Vnode
+from sqltopic.sql.catalog_store import CatalogStore
+from sqltopic.sql.events import Event, Key, apply
+from sqltopic.sql.model import Catalog, Database, Table, no_database
+from sqltopic.sql.statements import TableRef
+from sqltopic.wal import EntryType, Scheduler, WalEntry, meta_entry
+from sqltopic.wal.options import Clock
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass
+class State:
+    data_dir: Path
+    catalog: Catalog
+    store: CatalogStore
+    vnodes: dict[int, Vnode]
+    clock: Clock
+    scheduler: Scheduler | None  # runs the WALs' background work; None: no such work
+    limits: Limits = field(default_factory=Limits)
+    lock: RWLock = field(default_factory=RWLock)
+    duck: DuckPool = field(default_factory=DuckPool)
+    generation: int = 0  # bumped by every catalog change; caches derived from it compare
+    # vgroups whose WAL holds DDL events the catalog failed to commit (replayed at open)
+    unapplied: set[int] = field(default_factory=set)
+    # the server's consumer coordinator (mnode); None in the embedded engine, which has
+    # no consumers: SHOW CONSUMERS is empty and DROP TOPIC never finds one
+    coordinator: Coordinator | None = None
+    # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
+    scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
+    # (topic, its creation time) -> (generation, the query topic's schemas: topic_reader)
+    shapes: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
+    # (db, super table, privilege) -> (generation, the child tables its condition keeps)
+    grant_scopes: dict[tuple[str, str, Any], tuple[int, Any]] = field(default_factory=dict)
+    # (topic, its creation time) -> the share of rows its last large read kept
+    kept_share: dict[tuple[str, int], float] = field(default_factory=dict)
+    # (db, vgroup) -> (generation, the database's tables in the vgroup)
+    vnode_tables: dict[tuple[str, int], tuple[int, Any]] = field(default_factory=dict)
+    # (db, super table) -> (generation, topic -> the children its condition keeps)
+    kept: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    # vgroup -> (generation, table name -> the topics that may deliver its rows there)
+    interest: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    # (topic, its creation time) -> its bindings read so far (server/core/bindings.py)
+    binding_sets: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def now_us(self) -> int:
+        return self.clock()
+
+    def derived(self, cache: dict[K, tuple[int, Any]], key: K, compute: Callable[[], V]) -> V:
+        """`compute()`, kept in `cache` under `key` until the catalog next changes."""
+        hit = cache.get(key)
+        if hit is not None and hit[0] == self.generation:
+            return cast("V", hit[1])
+        value = compute()
+        cache[key] = (self.generation, value)
+        return value
+
+    def vnode(self, vgroup: int) -> Vnode:
+        return self.vnodes[vgroup]
+
+    def db_of(self, session: Session, ref: TableRef | str | None) -> Database:
+        """The database a reference names, or the session's current one; NotFoundError
+        also when the session's user holds no right in it (server/mnode/access.py)."""
+        name = ref.db if isinstance(ref, TableRef) else ref
+        name = name or session.db
+        if name is None:
+            raise SqlError("no database selected; USE a database or write db.table")
+        db = self.catalog.database(name)
+        if not access.visible(self.catalog, session.user, db):
+            raise no_database(name)
+        return db
+
+    def commit(self, keys: list[Key] | list[tuple[str, str, str]]) -> None:
+        """Persist catalog objects changed in memory (databases, topics, users)."""
+        try:
+            self.store.commit(self.catalog, keys)
+        except BaseException:
+            self._reload()
+            raise
+        finally:
+            self.generation += 1
+
+    def commit_events(self, events: dict[int, list[Event]], extra: list[Key] | None = None) -> None:
+        """Append each vgroup's DDL events to its WAL, apply them to the catalog, and
+        commit the catalog with the versions applied (the order start-up replay needs)."""
+        self.write_entries({v: [meta_entry(e) for e in evs] for v, evs in events.items()}, extra)
+
+    def write_entries(
+        self, entries: dict[int, list[WalEntry]], extra: list[Key] | None = None
+    ) -> None:
+        """Append entries (one append per vgroup: atomic there), then apply the DDL events
+        among those that reached a WAL to the catalog, and commit it with the versions
+        applied. The WAL is the source of truth: when some vgroups' appends fail and
+        others' succeed, the events that were written still take effect (and the first
+        failure is raised after)."""
+        applied: dict[int, int] = {}
+        written: dict[bytes, Event] = {}  # a stable's event goes to every vnode, once here
+        failure: BaseException | None = None
+        for vgroup, batch in entries.items():
+            try:
+                versions = self.vnode(vgroup).wal.append(batch)
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            for entry in batch:
+                if entry.entry_type is EntryType.META:
+                    applied[vgroup] = versions[-1]
+                    written.setdefault(bytes(entry.body), json.loads(bytes(entry.body)))
+        if written or extra:
+            self._apply(list(written.values()), extra, applied)
+        if failure is not None:
+            raise failure
+
+    def _apply(self, events: list[Event], extra: list[Key] | None, applied: dict[int, int]) -> None:
+        keys: list[Key] = list(extra or [])
+        for e in events:
+            keys += apply(self.catalog, e)
+        try:
+            self.store.commit(self.catalog, dict.fromkeys(keys), applied)
+        except BaseException:
+            # Memory must match disk: the events stay in the WALs, and the next open
+            # replays them (their vgroups must not be marked checked at close).
+            self.unapplied.update(applied)
+            self._reload()
+            raise
+        finally:
+            self.generation += 1
+
+    def _reload(self) -> None:
+        self.catalog, _ = self.store.load()

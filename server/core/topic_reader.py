@@ -1,0 +1,435 @@
+"""Reading a topic from one vnode: WAL entries in, blocks of rows and meta events out.
+
+A read takes a run of WAL entries from the requested version and keeps those the topic
+is about. A query topic's data entries are concatenated into one batch and its compiled
+SQL runs over all of them in a single DuckDB query (one query per entry would cost
+~1 ms each). Stable and database topics deliver the entries' rows as they are, in the
+table's current columns, one block per run of rows from one table. WITH META and ONLY
+META topics also return the DDL events, in WAL order among the blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Container, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sqltopic.errors import NotFoundError
+from sqltopic.server.core.batches import with_context
+from sqltopic.server.core.bindings import BindingSet
+from sqltopic.server.core.duck import SPLIT_PARTS, query
+from sqltopic.server.core.state import State
+from sqltopic.server.core.topic_tables import interest, topic_tables
+from sqltopic.sql import layout
+from sqltopic.sql.entries import EntryTable, conform, entry_runs
+from sqltopic.sql.layout import data_schema
+from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
+from sqltopic.sql.topic import topic_schema
+from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
+from sqltopic.sql.topic.params import split_subscription, subscribed, topic_of
+from sqltopic.wal import EntryType, WalReader, WalRecord
+
+# Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
+# many entries, bounded so that a read of tiny entries returns promptly.
+READ_ENTRIES = 8192
+# Rows up to which a simple topic (sql/topic/arrow_eval.py) runs with pyarrow: DuckDB's
+# ~1 ms per query dominates small reads (a consumer keeping up reads a few rows per
+# poll); on large ones DuckDB's parallel scan wins.
+ARROW_EVAL_MAX_ROWS = 65_536
+# A large read of a selective topic runs as SPLIT_PARTS single-threaded DuckDB queries
+# over parts of its batch at once (server/core/duck.py): its cost is the scan, which one
+# query does on about one core. A topic keeping more of its rows is bound by building
+# the result, which one query does faster on every core (bench/engine_bench.py: split,
+# a 1 %-selective read gains ~15 %, a 50 % one loses ~30 %). So the split is chosen by
+# the share of rows the topic's previous large read kept, at most SPLIT_MAX_KEPT.
+SPLIT_MAX_KEPT = 0.1
+# Rows each part has at least: a part costs another query's fixed ~1 ms.
+SPLIT_MIN_ROWS = 131_072
+# Bytes of entries one read holds, at most: keeps a message well inside gRPC limits.
+READ_BYTES = 64 << 20
+# Entries fetched from the WAL at a time while a read fills up to max_rows, at most: a
+# read stops once it has enough rows, and should not verify many entries it then
+# leaves for the next read. Fetches start at one entry and double up to this, since a
+# read of a few large entries (a shared group's lease) stops after the first.
+FETCH_ENTRIES = 16
+
+
+@dataclass(frozen=True)
+class TopicBlock:
+    """Rows of one read: `table_name` is the source table when the rows come from one."""
+
+    table_name: str | None
+    data: pa.Table
+    first_version: int
+    last_version: int
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """A DDL event (create/alter/drop) for WITH META and ONLY META topics."""
+
+    version: int
+    event: dict[str, Any]
+
+
+TopicItem = TopicBlock | TopicMeta
+
+
+def read_topic(
+    state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int,
+    max_bytes: int = READ_BYTES,
+) -> tuple[list[TopicItem], int]:  # fmt: skip
+    """The topic's items from `from_version` on, and the version to read next. The read
+    stops after the entry that brings the rows it looked at to `max_rows`, or their
+    bodies' bytes to `max_bytes`.
+
+    Raises `VersionNotRetained` when retention removed `from_version`.
+    """
+    base, bound = split_subscription(topic_name)
+    topic = state.catalog.topic(base)
+    _check_vgroup(state, topic, vgroup)
+    collector = _Collector(_Scope.of(state, topic, vgroup))
+    next_version = from_version
+    for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
+        next_version = rec.version + 1
+        if rec.entry_type is EntryType.META and topic.meta != "none":
+            collector.meta(rec.version, rec.json())
+        elif rec.entry_type is EntryType.DATA and topic.meta != "only":
+            batch, key = rec.arrow_keyed()
+            for owner, rows in entry_runs(batch, key, collector.scope.tables):
+                collector.data(rec.version, owner, rows)
+        if collector.rows >= max_rows:
+            break
+    items = collector.finish()
+    if topic.params or bound is not None:  # ConfigError for a bad or missing binding
+        name = subscribed(topic, topic_name)
+        items = _bound(state, topic, items, [name]).get(name, [])
+    return items, next_version
+
+
+def read_topics(
+    state: State, topic_names: Collection[str], vgroup: int, from_version: int,
+    max_bytes: int = READ_BYTES,
+) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
+    """The shared pass: what `read_topic` answers for each of `topic_names` (topics of
+    `vgroup`'s database; one dropped meanwhile is left out) from `from_version`, the
+    entries read and decoded once for all of them. Only the topics with a table among
+    the entries (or a DDL event, for WITH META topics) are evaluated; the others, which
+    have no items, are left out of the answer. Reads every entry up to the WAL's end, at
+    most READ_ENTRIES of them and `max_bytes` of bodies; its caller (server/dnode/live.py)
+    uses it for topics whose readers are caught up, where that is a few entries.
+
+    Raises `VersionNotRetained` when retention removed `from_version`.
+    """
+    known = state.catalog.topics
+    by_topic: dict[str, list[str]] = {}  # topic -> the subscriptions to it asked for
+    for name in topic_names:
+        if topic_of(name) in known:
+            by_topic.setdefault(topic_of(name), []).append(name)
+    topics = [known[name] for name in by_topic]
+    for topic in topics:
+        _check_vgroup(state, topic, vgroup)
+    index = interest(state, vgroup)
+    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics, index)
+    owners = {e.owner.name for e in entries if e.owner is not None}
+    has_meta = any(e.owner is None for e in entries)
+    wanted = {name for table in owners for name in index.get(table, ())}
+    found: dict[str, list[TopicItem]] = {}
+    for topic in topics:
+        if topic.name not in wanted and not (has_meta and topic.meta != "none"):
+            continue
+        collector = _Collector(_Scope.of(state, topic, vgroup))
+        for e in entries:
+            if e.owner is None:
+                if topic.meta != "none":
+                    collector.meta(e.version, e.event())
+            elif topic.meta != "only":
+                collector.data(e.version, e.owner, e.batch)
+        items = collector.finish()
+        if topic.params:  # one evaluation, one partition among the bindings
+            found |= _bound(state, topic, items, by_topic[topic.name])
+        else:
+            found[topic.name] = items
+    return found, next_version
+
+
+def _bound(
+    state: State, topic: Topic, items: list[TopicItem], names: list[str]
+) -> dict[str, list[TopicItem]]:
+    """The items of each subscription in `names` (bindings of parameterized `topic`),
+    from items of its shared form: each block split among the bindings (only those
+    with rows are in the answer). A block's table is the bound `tbname` when the topic
+    binds one by `=`, as its only source."""
+    bindings = _binding_set(state, topic)
+    keys = {split_subscription(name)[1] or "": name for name in names}
+    tbname = next((i for i, p in enumerate(topic.params) if p.name == TBNAME and p.op == "="),
+                  None)  # fmt: skip
+    out: dict[str, list[TopicItem]] = {}
+    for item in items:
+        assert isinstance(item, TopicBlock)
+        for key, rows in bindings.split(item.data, list(keys)).items():
+            name = item.table_name
+            if name is None and tbname is not None:
+                name = bindings.binding(key).values[tbname][0]
+            block = TopicBlock(name, rows, item.first_version, item.last_version)
+            out.setdefault(keys[key], []).append(block)
+    return out
+
+
+def _binding_set(state: State, topic: Topic) -> BindingSet:
+    key = (topic.name, topic.create_us)
+    found = state.binding_sets.get(key)
+    if found is None:
+        found = state.binding_sets.setdefault(key, BindingSet(topic, _Shape.of(state, topic).out))
+    return found  # type: ignore[no-any-return]
+
+
+def _check_vgroup(state: State, topic: Topic, vgroup: int) -> None:
+    if vgroup not in state.catalog.database(topic.db).vgroups:
+        raise NotFoundError(f"vgroup {vgroup} is not a vgroup of database {topic.db}")
+
+
+def bounded_records(reader: WalReader, from_version: int, max_bytes: int) -> Iterator[WalRecord]:
+    """The WAL's entries from `from_version`, fetched a few at a time, ending with the
+    READ_ENTRIES-th or the one that brings their bodies to `max_bytes`."""
+    size = 0
+    seen = 0
+    fetch = 1
+    while batch := reader.read(from_version, max_entries=fetch):
+        for rec in batch:
+            size += rec.body.nbytes
+            seen += 1
+            yield rec
+            if seen >= READ_ENTRIES or size >= max_bytes:
+                return
+        from_version = batch[-1].version + 1
+        fetch = min(2 * fetch, FETCH_ENTRIES)
+
+
+@dataclass
+class _Decoded:
+    """One WAL entry, decoded once for every topic of a shared pass: a data entry's
+    owner and batch, or (owner None) a DDL event, parsed on first use."""
+
+    version: int
+    owner: EntryTable | None
+    batch: pa.RecordBatch | None
+    record: WalRecord | None
+    _event: dict[str, Any] | None = None
+
+    def event(self) -> dict[str, Any]:
+        if self._event is None:
+            assert self.record is not None
+            self._event = self.record.json()
+        return self._event
+
+
+def _decoded(
+    state: State, vgroup: int, from_version: int, max_bytes: int, topics: list[Topic],
+    keep: Container[str],
+) -> tuple[list[_Decoded], int]:  # fmt: skip
+    """The entries from `from_version` (at most READ_ENTRIES, `max_bytes` of bodies),
+    decoded, and the version after the last: a data entry's runs of the tables in
+    `keep` (those some topic delivers), only when a topic delivers data; events only
+    when one delivers them."""
+    data = any(t.meta != "only" for t in topics)
+    meta = any(t.meta != "none" for t in topics)
+    out: list[_Decoded] = []
+    next_version = from_version
+    records = (
+        state.vnode(vgroup)
+        .reader()
+        .read(from_version, max_entries=READ_ENTRIES, max_bytes=max_bytes)
+    )
+    for rec in records:
+        next_version = rec.version + 1
+        if rec.entry_type is EntryType.META and meta:
+            out.append(_Decoded(rec.version, None, None, rec))
+        elif rec.entry_type is EntryType.DATA and data:
+            arrow, key = rec.arrow_keyed()
+            for owner, rows in entry_runs(arrow, key, keep):
+                out.append(_Decoded(rec.version, owner, rows, None))
+    return out, next_version
+
+
+class _Collector:
+    """One topic's items from entries fed in WAL order: data entries of its tables
+    gathered and evaluated together, its DDL events in order among them."""
+
+    def __init__(self, scope: _Scope) -> None:
+        self.scope = scope
+        self.items: list[TopicItem] = []
+        self.pending: list[_Entry] = []
+        self.rows = 0
+
+    def meta(self, version: int, event: dict[str, Any]) -> None:
+        if self.scope.wants_event(event):
+            self.items += self.scope.flush(self.pending)
+            self.pending = []
+            self.items.append(TopicMeta(version, event))
+
+    def data(self, version: int, owner: EntryTable, batch: pa.RecordBatch) -> None:
+        table = self.scope.table_of(owner)
+        if table is not None:
+            self.pending.append(_Entry(version, table, batch))
+            self.rows += batch.num_rows
+
+    def finish(self) -> list[TopicItem]:
+        self.items += self.scope.flush(self.pending)
+        self.pending = []
+        return self.items
+
+
+@dataclass(frozen=True)
+class _Entry:
+    version: int
+    table: Table
+    batch: pa.RecordBatch
+
+
+@dataclass
+class _Scope:
+    """What one topic wants from one vgroup: which tables, in which columns."""
+
+    state: State
+    topic: Topic
+    tables: dict[str, Table]  # the tables whose data entries the topic delivers
+
+    @classmethod
+    def of(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
+        """The topic's tables in `vgroup` (server/core/topic_tables.py)."""
+        return cls(state, topic, topic_tables(state, topic, vgroup))
+
+    def table_of(self, owner: EntryTable) -> Table | None:
+        """The topic's table that owns an entry's run, or None: another table's, or an
+        earlier table's of the same name."""
+        table = self.tables.get(owner.name)
+        if table is None or not owner.is_of(table):
+            return None
+        return table
+
+    def wants_event(self, event: dict[str, Any]) -> bool:
+        if self.topic.kind == "database":
+            return True
+        name, kind = event.get("tableName"), event.get("tableType")
+        if kind == "super":
+            return bool(name == self.topic.target)
+        # a child's events while it is one of the topic's tables; its drop may be read
+        # after the catalog forgot it, and names the super table it belonged to
+        if name in self.tables:
+            return True
+        return bool(event.get("type") == "drop" and event.get("using") == self.topic.target)
+
+    def flush(self, pending: list[_Entry]) -> list[TopicItem]:
+        if not pending:
+            return []
+        if self.topic.kind == "query":
+            return [_run_query(self.state, self.topic, pending)]
+        return _runs(self.state.catalog, pending)
+
+
+def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:
+    """One block per run of consecutive entries of one table, in current columns."""
+    blocks: list[TopicItem] = []
+    start = 0
+    for i in range(1, len(pending) + 1):
+        if i == len(pending) or pending[i].table.name != pending[start].table.name:
+            run = pending[start:i]
+            table = run[0].table
+            db = catalog.database(table.db)
+            schema = data_schema(catalog.columns_of(table.db, table.name), db.precision)
+            data = pa.Table.from_batches([conform(e.batch, schema) for e in run], schema=schema)
+            blocks.append(TopicBlock(table.name, data, run[0].version, run[-1].version))
+            start = i
+    return blocks
+
+
+def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
+    """Evaluate a query topic over every pending entry at once."""
+    shape = _Shape.of(state, topic)
+    data = pa.Table.from_batches([conform(e.batch, shape.data) for e in pending], schema=shape.data)
+    batch = with_context(
+        data, [e.table for e in pending], [e.batch.num_rows for e in pending], shape.tags,
+        shape.precision, tbname=shape.tbname,
+    )  # fmt: skip
+    out = _evaluate(state, topic, batch)
+    if not topic.params:  # a shared form keeps its hidden columns for the partition
+        out = out.cast(shape.out)
+    names = {e.table.name for e in pending}
+    only = next(iter(names)) if len(names) == 1 else None
+    return TopicBlock(only, out, pending[0].version, pending[-1].version)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A query topic's batch and output schemas (derived from the catalog once per
+    catalog change: a small read would spend a fifth of its time on them)."""
+
+    data: pa.Schema  # the target's data columns now
+    tags: tuple[Column, ...]  # the tags the topic's SQL names (only those are added)
+    precision: str
+    tbname: bool  # the compiled SQL quotes every identifier: `"tbname"` iff it names it
+    out: pa.Schema
+
+    @classmethod
+    def of(cls, state: State, topic: Topic) -> _Shape:
+        return state.derived(state.shapes, (topic.name, topic.create_us),
+                             lambda: cls._compute(state.catalog, topic))  # fmt: skip
+
+    @classmethod
+    def _compute(cls, cat: Catalog, topic: Topic) -> _Shape:
+        db = cat.database(topic.db)
+        return cls(
+            data=data_schema(cat.columns_of(topic.db, topic.target or ""), db.precision),
+            tags=_used_tags(cat, topic),
+            precision=db.precision,
+            tbname=f'"{TBNAME}"' in topic.select_sql,
+            out=topic_schema(topic, cat),
+        )
+
+
+def _evaluate(state: State, topic: Topic, batch: pa.Table, sql: str | None = None) -> pa.Table:
+    """The topic's SELECT (or `sql`, a form of it) over `batch`: with pyarrow when the
+    batch is small and the topic simple enough to be exact there, else with DuckDB."""
+    sql = sql or topic.select_sql
+    if batch.num_rows <= ARROW_EVAL_MAX_ROWS:
+        plan = _arrow_plan(sql)
+        out = plan.run(batch) if plan is not None else None
+        if out is not None:
+            return out
+    if batch.num_rows < 2 * SPLIT_MIN_ROWS or SPLIT_PARTS == 1:
+        return query(state.duck.get(), sql, layout.BATCH, batch)
+    key = (topic.name, topic.create_us)
+    if state.kept_share.get(key, 1.0) > SPLIT_MAX_KEPT:
+        out = query(state.duck.get(), sql, layout.BATCH, batch)
+    else:
+        out = _evaluate_split(state, sql, batch)
+    state.kept_share[key] = out.num_rows / batch.num_rows
+    return out
+
+
+def _evaluate_split(state: State, sql: str, batch: pa.Table) -> pa.Table:
+    """`sql` over parts of `batch` at once, one single-threaded DuckDB query per core
+    (server/core/duck.py), the results in the batch's order."""
+    parts = min(SPLIT_PARTS, batch.num_rows // SPLIT_MIN_ROWS)
+    step = -(-batch.num_rows // parts)
+    slices = [batch.slice(start, step) for start in range(0, batch.num_rows, step)]
+    return pa.concat_tables(state.duck.query_parts(sql, layout.BATCH, slices))
+
+
+@functools.lru_cache(maxsize=1024)
+def _arrow_plan(select_sql: str) -> ArrowPlan | None:
+    return arrow_plan(select_sql)
+
+
+def _used_tags(cat: Catalog, topic: Topic) -> tuple[Column, ...]:
+    """The tags the topic's SQL names (only those are added to the batch)."""
+    table = cat.tables.get((topic.db, topic.target or ""))
+    stable = table.stable if table is not None else topic.target
+    stb = cat.stables.get((topic.db, stable or ""))
+    if stb is None:
+        return ()
+    return tuple(t for t in stb.tags if t.name in topic.uses)

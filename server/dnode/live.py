@@ -1,0 +1,284 @@
+"""Held polls, served together: the shared pass of one vnode.
+
+A poll that finds nothing for its topic waits here, in a `LiveHub`, keyed by its topic and
+position. When a write makes versions readable, the WAL's notifier calls the hub's
+listener (in the writer's thread), which hands the news to the event loop once; the hub
+then reads the new entries once, decodes them once, and evaluates every waiting topic
+that has one of its tables among them (`Engine.read_topics`), once per topic whatever the
+number of its waiting polls. A poll whose topic got rows is answered with them (one wake);
+the others do not run at all: their position moves past the entries silently, and they
+go on waiting until data for them arrives, their own deadline passes, their consumer's
+assignment changes or the server stops. Waiting costs nothing but memory: no thread, no
+timer loop, no re-poll (docs/architecture.md, "The shared pass").
+
+A poll the pass cannot serve exactly as `read_message` would (more pending WAL than a
+caught-up consumer has, a message over the poll's limits, an error) is told to read for
+itself, as a poll that is behind does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqltopic.server.common.rwlock import here_or_worker
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicItem
+from sqltopic.server.dnode.poll import Message, PollLimits, first_message
+from sqltopic.server.vnode.vnode import Vnode
+from sqltopic.sql.topic.params import topic_of
+
+log = logging.getLogger("sqltopic.server")
+
+# WAL bytes after the waiting polls' position up to which the pass reads on the event
+# loop: a few small entries, cheaper there than two hops to a worker and back.
+INLINE_PASS_BYTES = 64 << 10
+# WAL bytes after the waiting polls' position up to which one pass serves them; beyond,
+# they are behind rather than waiting, and each reads for itself in growing steps.
+SHARED_PASS_BYTES = 8 << 20
+
+Outcome = Literal["data", "look", "quiet"]
+Runner = Callable[..., Awaitable[Any]]
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One held poll: its topic, consumer and epoch, its limits, and where it is."""
+
+    topic: str
+    consumer_id: int
+    epoch: int
+    limits: PollLimits
+    future: asyncio.Future[tuple[Outcome, Message | None]]
+    bucket: _Bucket | None = None
+
+
+@dataclass(eq=False)
+class _Level:
+    """Every topic's waiters at one position. A pass that finds nothing for a topic
+    leaves its bucket here, and the level moves on as a whole: one update, however many
+    topics and polls wait."""
+
+    position: int
+    buckets: dict[str, _Bucket] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Bucket:
+    """The waiters of one topic at one level."""
+
+    topic: str
+    level: _Level
+    waiters: set[Waiter] = field(default_factory=set)
+
+
+class LiveHub:
+    """The held polls of one vnode and its shared pass. Lives on the event loop."""
+
+    def __init__(self, engine: Engine, vnode: Vnode, worker: Runner) -> None:
+        self.vnode = vnode
+        self._engine = engine
+        self._worker = worker
+        self._loop = asyncio.get_running_loop()
+        self._at: dict[int, _Level] = {}  # position -> the waiters there
+        self._kicked = False
+        self._draining = False
+        self._remove = vnode.wal.notifier.add_listener(self._on_versions)
+
+    def close(self) -> None:
+        self._remove()
+        self.wake_if(lambda waiter: True)
+
+    def _on_versions(self, next_version: int) -> None:
+        """The notifier's listener, in the writer's thread: one hop to the loop per run
+        of appends, however many polls wait."""
+        if not self._kicked:
+            self._kicked = True
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                self._loop.call_soon_threadsafe(self._kick)
+
+    def _kick(self) -> None:
+        self._kicked = False
+        if not self._draining and self._at:
+            self._draining = True
+            self._loop.create_task(self._drain())
+
+    async def wait(
+        self, topic: str, position: int, consumer_id: int, epoch: int, limits: PollLimits,
+        timeout: float,
+    ) -> tuple[Outcome, Message | None, int]:  # fmt: skip
+        """Hold a poll of `topic` at `position` until the pass has data for it ("data" and
+        the message), it must read for itself ("look"), or `timeout` seconds, a
+        reassignment or a stop passed ("quiet"); with the position it has reached."""
+        if self.vnode.wal.notifier.next_version > position:
+            return "look", None, position  # entries landed since its read
+        future: asyncio.Future[tuple[Outcome, Message | None]] = self._loop.create_future()
+        waiter = Waiter(topic, consumer_id, epoch, limits, future)
+        self._add(waiter, position)
+        timer = self._loop.call_later(max(timeout, 0.0), _settle, future, "quiet", None)
+        try:
+            outcome, message = await future
+        finally:
+            timer.cancel()
+            reached = waiter.bucket.level.position if waiter.bucket is not None else position
+            self._discard(waiter)
+        return outcome, message, message.end_offset if message is not None else reached
+
+    def wake_if(self, stale: Callable[[Waiter], bool]) -> None:
+        """End the waits that `stale` picks (their consumer's assignment moved, the
+        server stops): they answer at once and their poll decides what next."""
+        for waiter in self._waiters():
+            if stale(waiter):
+                _settle(waiter.future, "quiet", None)
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _ in self._waiters())
+
+    def _waiters(self) -> Iterator[Waiter]:
+        for level in list(self._at.values()):
+            for bucket in list(level.buckets.values()):
+                yield from list(bucket.waiters)
+
+    def _add(self, waiter: Waiter, position: int) -> None:
+        level = self._at.get(position)
+        if level is None:
+            level = self._at[position] = _Level(position)
+        bucket = level.buckets.get(waiter.topic)
+        if bucket is None:
+            bucket = level.buckets[waiter.topic] = _Bucket(waiter.topic, level)
+        bucket.waiters.add(waiter)
+        waiter.bucket = bucket
+
+    def _discard(self, waiter: Waiter) -> None:
+        bucket = waiter.bucket
+        if bucket is None:
+            return
+        waiter.bucket = None
+        bucket.waiters.discard(waiter)
+        if bucket.waiters:
+            return
+        level = bucket.level
+        if level.buckets.get(bucket.topic) is bucket:
+            del level.buckets[bucket.topic]
+            if not level.buckets and self._at.get(level.position) is level:
+                del self._at[level.position]
+
+    async def _drain(self) -> None:
+        """Serve every waiting position below the WAL's end, until none is left."""
+        try:
+            while True:
+                end = self.vnode.wal.notifier.next_version
+                due = sorted(p for p in self._at if p < end)
+                if not due:
+                    return
+                for position in due:
+                    level = self._at.pop(position, None)
+                    if level is not None and level.buckets:
+                        await self._pass(level)
+        except Exception:  # the waits must never hang on a failed pass
+            log.exception("shared pass failed on vgroup %s", self.vnode.vgroup)
+            self.wake_if(lambda waiter: True)
+        finally:
+            self._draining = False
+
+    async def _pass(self, level: _Level) -> None:
+        """One read of the entries after `level.position` for every topic waiting there."""
+        position = level.position
+        pending = self.vnode.reader().pending_bytes(position)
+        if pending > SHARED_PASS_BYTES:
+            _release(list(level.buckets.values()))
+            return
+        known = self._engine.state.catalog.topics
+        for topic in [t for t in level.buckets if topic_of(t) not in known]:
+            _release([level.buckets.pop(topic)])  # dropped: each poll finds out itself
+        args = (list(level.buckets), self.vnode.vgroup, position)
+        try:
+            if pending <= INLINE_PASS_BYTES:
+                found, next_version = await here_or_worker(
+                    self._engine.state.lock, self._worker, self._engine.read_topics, *args
+                )
+            else:
+                found, next_version = await self._worker(self._engine.read_topics, *args)
+        except Exception:  # each poll reads for itself and answers its own error
+            _release(list(level.buckets.values()))
+            return
+        for topic, items in found.items():
+            bucket = level.buckets.get(topic)
+            if bucket is not None and self._serve(bucket, items, position, next_version):
+                del level.buckets[topic]
+        self._move(level, next_version)
+
+    def _serve(
+        self, bucket: _Bucket, items: list[TopicItem], position: int, next_version: int
+    ) -> bool:
+        """Answer a bucket's waiters with what the pass found for their topic; False
+        when it was nothing (they go on waiting)."""
+        try:
+            message = first_message(self._engine, bucket.topic, items, position, next_version)
+        except Exception:
+            _release([bucket])
+            return True
+        if message.kind == "empty":
+            return False
+        for waiter in bucket.waiters:
+            if _fits(message, waiter.limits):
+                _settle(waiter.future, "data", message)
+            else:
+                _settle(waiter.future, "look", None)
+        _detach(bucket)
+        return True
+
+    def _move(self, level: _Level, position: int) -> None:
+        """`level`'s waiters now wait at `position`, merged with any already there."""
+        if not level.buckets:
+            return
+        there = self._at.get(position)
+        if there is None:
+            level.position = position
+            self._at[position] = level
+            return
+        for topic, bucket in level.buckets.items():
+            into = there.buckets.get(topic)
+            if into is None:
+                bucket.level = there
+                there.buckets[topic] = bucket
+                continue
+            for waiter in bucket.waiters:
+                waiter.bucket = into
+            into.waiters |= bucket.waiters
+
+
+def _fits(message: Message, limits: PollLimits) -> bool:
+    if limits.max_rows and message.rows > limits.max_rows:
+        return False
+    return bool(sum(b.data.nbytes for b in message.blocks) <= limits.max_bytes)
+
+
+def _release(buckets: Iterable[_Bucket]) -> None:
+    """Tell the buckets' waiters to read for themselves (from where they are)."""
+    for bucket in buckets:
+        for waiter in bucket.waiters:
+            _settle(waiter.future, "look", None)
+        _detach(bucket)
+
+
+def _detach(bucket: _Bucket) -> None:
+    """Keep a bucket whose waiters were answered at its level's position, out of the
+    level: the level moves on past the entries the pass read, and a waiter that resumes
+    after that (its own timer may have answered it "quiet" meanwhile) must not count
+    entries that held its rows as read."""
+    bucket.level = _Level(bucket.level.position)
+
+
+def _settle(
+    future: asyncio.Future[tuple[Outcome, Message | None]], outcome: Outcome,
+    message: Message | None,
+) -> None:  # fmt: skip
+    with contextlib.suppress(asyncio.InvalidStateError):
+        if not future.done():
+            future.set_result((outcome, message))

@@ -1,0 +1,129 @@
+"""`Vnode.Consume`: many Fetches multiplexed over one bidirectional stream.
+
+A consumer reading many vgroups of one vnode host keeps one stream open instead of one
+unary call per held poll: on this machine a call costs the server ~0.7 ms of CPU and a
+message on an open stream well under half that, and a poll held on the stream costs
+nothing while it waits. Each `poll` request runs as the Fetch it stands for (the
+service's own `fetch`, checked for its caller as a call would be), in a task of its own,
+and its answer goes out tagged with its ticket as soon as it is ready. This module owns
+the tickets and the stream's life; what a poll does is the service's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from sqltopic.errors import Error, InvalidRequest, LimitExceeded
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import call_status
+from sqltopic.server.rpc.rpc import unexpected
+
+# Open tickets per stream: far more vgroups than one consumer reads on one host (a
+# consumer of 1,000 parameter bindings over 4 vgroups holds 4,000), and a bound on the
+# tasks one stream can make the server keep.
+MAX_TICKETS = 4096
+
+# (request, user) -> the Fetch's one frame, or its sqltopic error
+Fetch = Callable[[pb.PollRequest, str], Awaitable[pb.PollResponse]]
+# () -> the caller's user, checked again for each poll (AuthenticationFailed)
+Caller = Callable[[], str]
+# (user) -> a slot held while the poll is open (LimitExceeded when none is free)
+Slot = Callable[[str], AbstractContextManager[None]]
+
+
+@dataclass
+class ConsumeStream:
+    """One Consume call: read requests, run polls, yield their answers."""
+
+    fetch: Fetch
+    caller: Caller
+    slot: Slot
+    # set when the server stops: the stream takes no more polls and ends once its open
+    # ones answered (their held polls answer at once then), so that a graceful stop does
+    # not wait out its grace for streams the clients keep open
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _answers: asyncio.Queue[pb.ConsumeResponse | BaseException | None] = field(
+        default_factory=asyncio.Queue
+    )
+    _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+
+    async def run(
+        self, requests: AsyncIterator[pb.ConsumeRequest]
+    ) -> AsyncIterator[pb.ConsumeResponse]:
+        reader = asyncio.create_task(self._read(requests))
+        stop = asyncio.create_task(self._stop())
+        reading = True
+        try:
+            while reading or self._open or not self._answers.empty():
+                item = await self._answers.get()
+                if item is None:  # half-closed, or the server stops: finish the open ones
+                    reading = False
+                    reader.cancel()
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            reader.cancel()
+            stop.cancel()
+            for task in list(self._open.values()):
+                task.cancel()
+
+    async def _stop(self) -> None:
+        await self.stopping.wait()
+        self._answers.put_nowait(None)
+
+    async def _read(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
+        try:
+            async for request in requests:
+                self._take(request)
+        except Exception as exc:  # the stream ends with its status
+            self._answers.put_nowait(exc)
+            return
+        self._answers.put_nowait(None)
+
+    def _take(self, request: pb.ConsumeRequest) -> None:
+        ticket, action = request.ticket, request.WhichOneof("action")
+        if action == "cancel":
+            task = self._open.pop(ticket, None)
+            if task is not None:
+                task.cancel()
+            return
+        if action != "poll":
+            raise InvalidRequest(
+                f"Consume: the request of ticket {ticket} has no action: set `poll` or `cancel`"
+            )
+        if ticket in self._open:
+            raise InvalidRequest(
+                f"Consume: ticket {ticket} is open already: use a new ticket for each "
+                "poll until its answer arrives"
+            )
+        if len(self._open) >= MAX_TICKETS:
+            err = LimitExceeded(
+                f"Consume: {MAX_TICKETS} polls are open on this stream already: wait for "
+                "answers, or open another stream"
+            )
+            self._answers.put_nowait(pb.ConsumeResponse(ticket=ticket, error=call_status(err)))
+            return
+        task = asyncio.create_task(self._poll(ticket, request.poll))
+        self._open[ticket] = task
+
+    async def _poll(self, ticket: int, request: pb.PollRequest) -> None:
+        try:
+            user = self.caller()
+            with self.slot(user):
+                answer = pb.ConsumeResponse(ticket=ticket, message=await self.fetch(request, user))
+        except asyncio.CancelledError:
+            raise
+        except Error as err:
+            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(err))
+        except Exception as exc:
+            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(unexpected(exc)))
+        finally:
+            task = self._open.get(ticket)
+            if task is asyncio.current_task():
+                del self._open[ticket]
+        self._answers.put_nowait(answer)
