@@ -25,6 +25,7 @@ from sqltopic.cli.load import add_parser as add_load
 from sqltopic.cli.sql import add_parser as add_sql
 from sqltopic.errors import Error
 from sqltopic.server.main import add_arguments as add_server_arguments
+from sqltopic.server.main import add_dnode_arguments, add_mnode_arguments
 
 # The exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED_EXIT = 130
@@ -38,10 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_server(sub)
+    _add_cluster(sub)
     for add in (add_sql, add_load, add_consume, add_backfill, add_demo):
         add(sub)
     args = parser.parse_args(argv)
-    if args.command != "server":
+    if args.command not in ("server", "mnode", "dnode"):
         # the client library's warnings (a failed heartbeat while the server is away, as
         # the consumer keeps retrying) in the same one-line form as errors
         logging.basicConfig(level=logging.WARNING, format="sqltopic: %(message)s")
@@ -79,6 +81,27 @@ def _server(args: argparse.Namespace) -> int:
     from sqltopic.server.main import serve  # noqa: PLC0415
 
     return serve(args)
+
+
+def _add_cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mnode = sub.add_parser("mnode", help="serve a cluster's mnode (catalog, consumer groups)")
+    mnode.set_defaults(run=_mnode)
+    add_mnode_arguments(mnode)
+    dnode = sub.add_parser("dnode", help="serve a cluster's dnode (vgroups) under an mnode")
+    dnode.set_defaults(run=_dnode)
+    add_dnode_arguments(dnode)
+
+
+def _mnode(args: argparse.Namespace) -> int:
+    from sqltopic.server.main import serve_mnode  # noqa: PLC0415
+
+    return serve_mnode(args)
+
+
+def _dnode(args: argparse.Namespace) -> int:
+    from sqltopic.server.main import serve_dnode  # noqa: PLC0415
+
+    return serve_dnode(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The consumer's configuration: the dict of SPEC §4 (TDengine/Kafka keys, string values)
+"""The consumer's configuration: the dict of docs/client.md (TDengine/Kafka keys, string values)
 parsed and checked into a frozen `ConsumerConfig`.
 
 Every key is known here with its default, its type and its allowed values, so a typo or
@@ -180,7 +180,7 @@ def _host(key: str, value: object) -> str:
     return text
 
 
-# The keys of SPEC §4, each with the field it sets and its parser.
+# The keys of docs/client.md, each with the field it sets and its parser.
 KEYS: dict[str, tuple[str, Callable[[str, object], object]]] = {
     "server": ("server", _server),
     "user": ("user", _text),

@@ -50,7 +50,7 @@ STUBS = {"session": pb_grpc.SessionStub, "mnode": pb_grpc.MnodeStub, "vnode": pb
 
 
 class Consumer:
-    """A member of a consumer group (SPEC §4). `Consumer(config)` checks the config
+    """A member of a consumer group (docs/client.md). `Consumer(config)` checks the config
     (ConfigError) and logs in (AuthenticationFailed); nothing is consumed until
     `subscribe`. Use it as a context manager or call `close()`."""
 
@@ -78,7 +78,7 @@ class Consumer:
             self._shutdown()
             raise
 
-    # --- the consumer API (SPEC §4) ---------------------------------------------------
+    # --- the consumer API (docs/client.md) ---------------------------------------------------
 
     def subscribe(
         self,

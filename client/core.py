@@ -1,6 +1,6 @@
 """The consumer without I/O, complete: `ConsumerCore` adds polling to the offset flows
 (offsets.py) and membership flows (group.py) over the consumer's state
-(state.py), so every operation of SPEC §4 is a flow of effects
+(state.py), so every operation of docs/client.md is a flow of effects
 (effects.py). The thread-based `Consumer` (consumer.py) and the asyncio one
 (aio.py) both drive this one core.
 

@@ -1,8 +1,10 @@
-"""`sqltopic server` (also `python -m sqltopic.server`): options, logging, the ready line.
+"""`sqltopic server` (also `python -m sqltopic.server`), `sqltopic mnode` and
+`sqltopic dnode`: options, logging, the ready line.
 
-The ready line `sqltopic server listening on HOST:PORT, data DIR` (then `, TLS` or
-`, mutual TLS` when it speaks TLS) goes to stdout once the port is bound, so scripts and
-tests can wait for it; errors are one line on stderr and exit code 1.
+The ready line `sqltopic server listening on HOST:PORT, data DIR` (`mnode`, `dnode` for
+the cluster's processes; then `, TLS` or `, mutual TLS` when it speaks TLS) goes to
+stdout once the port is bound, so scripts and tests can wait for it; errors are one line
+on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from sqltopic.errors import Error
 from sqltopic.server.common import limits
+from sqltopic.server.common.cluster_secret import CLUSTER_SECRET_ENV
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
 from sqltopic.server.rpc.tls import (
     CERT_OPTION,
@@ -29,14 +33,13 @@ from sqltopic.server.rpc.tls import (
 DEFAULT_DATA = "./sqltopic-data"
 # Files the server creates are 0600 and directories 0700.
 PRIVATE_UMASK = 0o077
-READY_LINE = "sqltopic server listening on"
+# `sqltopic dnode`'s mnode when not told (an mnode on this machine's default port).
+DEFAULT_MNODE = "127.0.0.1:6030"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's options, for `sqltopic server` and `python -m sqltopic.server`."""
-    parser.add_argument("--data", default=DEFAULT_DATA, help="data directory")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=6030, help="port to listen on")
+    _add_common_arguments(parser)
     parser.add_argument(
         "--root-password",
         default=os.environ.get(ROOT_PASSWORD_ENV, DEFAULT_ROOT_PASSWORD),
@@ -50,6 +53,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     _add_tls_arguments(parser)
     limits.add_arguments(parser)
+
+
+def add_mnode_arguments(parser: argparse.ArgumentParser) -> None:
+    """`sqltopic mnode`: the server's options and the cluster secret."""
+    add_arguments(parser)
+    _add_secret_argument(parser)
+
+
+def add_dnode_arguments(parser: argparse.ArgumentParser) -> None:
+    """`sqltopic dnode`: where its mnode is, how it is reached, the cluster secret."""
+    _add_common_arguments(parser)
+    parser.add_argument(
+        "--mnode", default=DEFAULT_MNODE, metavar="HOST:PORT",
+        help=f"the cluster's mnode (default {DEFAULT_MNODE})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--advertise", metavar="HOST:PORT",
+        help="the endpoint the mnode and clients reach this dnode at, as CREATE DNODE "
+        "admits it (default: --host:--port)",
+    )  # fmt: skip
+    _add_secret_argument(parser)
+    _add_tls_arguments(parser)
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default=DEFAULT_DATA, help="data directory")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=6030, help="port to listen on")
+
+
+def _add_secret_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster-secret", default=os.environ.get(CLUSTER_SECRET_ENV), metavar="SECRET",
+        help=f"the secret the mnode and every dnode share (default: ${CLUSTER_SECRET_ENV}); "
+        "at least 16 characters",
+    )  # fmt: skip
 
 
 def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,15 +117,10 @@ def _interval_ms(text: str) -> int:
     return value
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Run the server with parsed options until SIGTERM/SIGINT; the exit code."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # what the server creates (the data directory, WAL segments, catalog.sqlite with
-    # its password hashes, offsets) is for its own user only
-    os.umask(PRIVATE_UMASK)
-    data = Path(args.data)
+def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-in-one") -> int:
+    """Run the server (or an mnode) with parsed options until SIGTERM/SIGINT; the exit
+    code."""
+    data = _start(args)
     try:
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
         # imported here: `sqltopic sql` and friends parse these options without loading
@@ -96,16 +130,53 @@ def serve(args: argparse.Namespace) -> int:
         config = ServerConfig(
             data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
             limits=limits.Limits.of(args), tls=tls, allow_plaintext=args.allow_plaintext,
+            role=role, cluster_secret=getattr(args, "cluster_secret", None),
         )  # fmt: skip
-
-        def ready(address: str) -> None:
-            print(f"{READY_LINE} {address}, data {data}{_security(tls)}", flush=True)
-
-        run(config, ready)
+        name = "server" if role == "all-in-one" else "mnode"
+        run(config, _ready(name, data, tls))
     except (Error, OSError) as exc:
         print(f"sqltopic: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def serve_mnode(args: argparse.Namespace) -> int:
+    return serve(args, "mnode")
+
+
+def serve_dnode(args: argparse.Namespace) -> int:
+    """Run a dnode with parsed options until SIGTERM/SIGINT; the exit code."""
+    data = _start(args)
+    try:
+        tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+        from sqltopic.server.rpc.dnode_server import DnodeConfig, run  # noqa: PLC0415
+
+        config = DnodeConfig(
+            data, args.mnode, args.cluster_secret, args.host, args.port, args.advertise,
+            tls=tls, allow_plaintext=args.allow_plaintext,
+        )  # fmt: skip
+        run(config, _ready("dnode", data, tls))
+    except (Error, OSError) as exc:
+        print(f"sqltopic: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start(args: argparse.Namespace) -> Path:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # what the server creates (the data directory, WAL segments, catalog.sqlite with
+    # its password hashes, offsets) is for its own user only
+    os.umask(PRIVATE_UMASK)
+    return Path(args.data)
+
+
+def _ready(name: str, data: Path, tls: ServerTls | None) -> Callable[[str], None]:
+    def ready(address: str) -> None:
+        print(f"sqltopic {name} listening on {address}, data {data}{_security(tls)}", flush=True)
+
+    return ready
 
 
 def _security(tls: ServerTls | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -24,6 +25,7 @@ from sqltopic.sql.model import (
     Catalog,
     Column,
     Database,
+    Dnode,
     Param,
     Privilege,
     SuperTable,
@@ -127,14 +129,26 @@ class CatalogStore:
                 self._write_one(cur, catalog, kind, db, name)
             for vgroup, version in (applied or {}).items():
                 cur.execute("INSERT OR REPLACE INTO applied VALUES (?, ?)", (vgroup, version))
-            cur.execute(
-                "INSERT OR REPLACE INTO settings VALUES ('next_vgroup', ?)",
-                (str(catalog.next_vgroup),),
-            )
+            cur.executemany(
+                "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                [("next_vgroup", str(catalog.next_vgroup)),
+                 ("next_dnode", str(catalog.next_dnode))],
+            )  # fmt: skip
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
+
+    def cluster_id(self) -> str:
+        """The id of the cluster whose mnode owns this catalog, made at its first use:
+        dnodes keep it and join no other cluster."""
+        row = self._db.execute("SELECT value FROM settings WHERE name='cluster_id'").fetchone()
+        if row is not None:
+            return str(row[0])
+        made = uuid.uuid4().hex
+        self._db.execute("INSERT OR IGNORE INTO settings VALUES ('cluster_id', ?)", (made,))
+        row = self._db.execute("SELECT value FROM settings WHERE name='cluster_id'").fetchone()
+        return str(row[0])
 
     def forget_vgroups(self, vgroups: Iterable[int]) -> None:
         self._db.executemany("DELETE FROM applied WHERE vgroup = ?", [(v,) for v in vgroups])
@@ -155,8 +169,9 @@ def _load(db: sqlite3.Connection) -> tuple[Catalog, dict[int, int]]:
     catalog = Catalog()
     for kind, body in db.execute("SELECT kind, body FROM objects"):
         _LOADERS[kind](catalog, json.loads(body))
-    row = db.execute("SELECT value FROM settings WHERE name='next_vgroup'").fetchone()
-    catalog.next_vgroup = int(row[0]) if row else 1
+    settings = dict(db.execute("SELECT name, value FROM settings").fetchall())
+    catalog.next_vgroup = int(settings.get("next_vgroup", 1))
+    catalog.next_dnode = int(settings.get("next_dnode", 1))
     applied = dict(db.execute("SELECT vgroup, version FROM applied").fetchall())
     return catalog, applied
 
@@ -170,6 +185,8 @@ def _lookup(catalog: Catalog, kind: str, db: str, name: str) -> Any:
         return catalog.tables.get((db, name))
     if kind == "topic":
         return catalog.topics.get(name)
+    if kind == "dnode":
+        return catalog.dnodes.get(int(name))
     return catalog.users.get(name)
 
 
@@ -193,7 +210,10 @@ def _schema_from_json(text: str) -> pa.Schema:
 
 
 def _dump_database(d: Database) -> dict[str, Any]:
-    return {**asdict(d), "vgroups": list(d.vgroups)}
+    out = {**asdict(d), "vgroups": list(d.vgroups), "placement": list(d.placement)}
+    if not d.placement:
+        del out["placement"]  # as before clusters: an older server still loads it
+    return out
 
 
 def _dump_stable(s: SuperTable) -> dict[str, Any]:
@@ -250,7 +270,7 @@ def _load_database(c: Catalog, r: dict[str, Any]) -> None:
     # databases of a data directory from before privileges belong to root
     c.databases[r["name"]] = Database(
         r["name"], tuple(r["vgroups"]), r["precision"], r["wal"], r["create_us"],
-        str(r.get("owner") or "root"),
+        str(r.get("owner") or "root"), tuple(int(d) for d in r.get("placement") or ()),
     )  # fmt: skip
 
 
@@ -283,12 +303,18 @@ def _load_user(c: Catalog, r: dict[str, Any]) -> None:
     c.users[user.name] = user
 
 
+def _load_dnode(c: Catalog, r: dict[str, Any]) -> None:
+    dnode = Dnode(int(r["id"]), str(r["endpoint"]), int(r["create_us"]))
+    c.dnodes[dnode.id] = dnode
+
+
 _DUMPERS: dict[str, Any] = {
     "database": _dump_database,
     "stable": _dump_stable,
     "table": _dump_table,
     "topic": _dump_topic,
     "user": _dump_user,
+    "dnode": asdict,
 }
 _LOADERS: dict[str, Any] = {
     "database": _load_database,
@@ -296,4 +322,5 @@ _LOADERS: dict[str, Any] = {
     "table": _load_table,
     "topic": _load_topic,
     "user": _load_user,
+    "dnode": _load_dnode,
 }

@@ -41,8 +41,10 @@ _TOPIC_REFUSED_TAILS = (
 )  # fmt: skip
 SHOW_KINDS = (
     "DATABASES", "STABLES", "TABLES", "TOPICS", "CONSUMERS", "SUBSCRIPTIONS", "USERS",
-    "USER PRIVILEGES",
+    "USER PRIVILEGES", "DNODES", "VGROUPS",
 )  # fmt: skip
+# The SHOW kinds a database may qualify (`SHOW db.TABLES`).
+SHOW_IN_DATABASE = ("STABLES", "TABLES", "VGROUPS")
 # Database privileges GRANT and REVOKE name (TDengine's priv_type, and ALL).
 RIGHTS = ("READ", "WRITE", "ALL")
 # TDengine's table_options: storage and rollup settings sqltopic accepts and ignores, so
@@ -125,6 +127,18 @@ class TdDrop(exp.Expression):
     """`kind` is DATABASE, TABLE, STABLE, TOPIC or USER."""
 
     arg_types = {"this": True, "kind": True, "exists": False, "force": False}
+
+
+class TdCreateDnode(exp.Expression):
+    """`this`: the endpoint as written (`'host:port'`, or `host PORT port` joined)."""
+
+    arg_types = {"this": True}
+
+
+class TdDropDnode(exp.Expression):
+    """`this`: the dnode's id (a number) or its endpoint (a string)."""
+
+    arg_types = {"this": True}
 
 
 class TdDropConsumerGroup(exp.Expression):
@@ -255,7 +269,9 @@ class TDengineParser(DuckDBParser):
         for words, method in self._TD_CREATE:
             if self._match_text_seq(*words):
                 return method(self)
-        self.raise_error("unsupported CREATE; use CREATE DATABASE, STABLE, TABLE, TOPIC or USER")
+        self.raise_error(
+            "unsupported CREATE; use CREATE DATABASE, STABLE, TABLE, TOPIC, USER or DNODE"
+        )
         return exp.Command(this="CREATE")
 
     def _td_create_database(self) -> exp.Expression:
@@ -451,8 +467,36 @@ class TDengineParser(DuckDBParser):
             self.raise_error("expected the password as a quoted string")
         return TdUser(this=name, action=action, password=exp.Literal.string(self._prev.text))
 
+    def _td_create_dnode(self) -> exp.Expression:
+        """TDengine's `CREATE DNODE {'host:port' | host PORT port}`."""
+        if self._match(TokenType.STRING):
+            return TdCreateDnode(this=exp.Literal.string(self._prev.text))
+        if not self._curr:
+            self.raise_error("expected the dnode's endpoint, e.g. CREATE DNODE 'host:6030'")
+            return exp.Command(this="CREATE")
+        parts = [self._curr.text]  # a host name: words and dots (h1.example.com)
+        self._advance()
+        while self._curr and self._curr.token_type == TokenType.DOT and self._next:
+            self._advance()
+            parts += [".", self._curr.text]
+            self._advance()
+        self._td_expect("PORT")
+        if not self._match(TokenType.NUMBER):
+            self.raise_error("expected the port as a number, e.g. CREATE DNODE h1 PORT 6030")
+        port = self._prev.text
+        return TdCreateDnode(this=exp.Literal.string(f"{''.join(parts)}:{port}"))
+
+    def _td_dnode_ref(self) -> exp.Expression:
+        if self._match(TokenType.NUMBER):
+            return exp.Literal.number(self._prev.text)
+        if self._match(TokenType.STRING):
+            return exp.Literal.string(self._prev.text)
+        self.raise_error("expected the dnode's id or 'endpoint' (SHOW DNODES lists them)")
+        return exp.Literal.number(0)
+
     _TD_CREATE: tuple[tuple[tuple[str, ...], Callable[[Any], exp.Expression]], ...] = (
         (("DATABASE",), _td_create_database),
+        (("DNODE",), _td_create_dnode),
         (("STABLE",), _td_create_stable),
         (("TABLE",), _td_create_table),
         (("TOPIC",), _td_create_topic),
@@ -528,6 +572,14 @@ class TDengineParser(DuckDBParser):
             self._td_expect("ON")
             topic = self._td_name("topic")
             return TdDropConsumerGroup(this=group, topic=topic, exists=exists, force=force)
+        if self._match_text_seq("DNODE"):
+            ref = self._td_dnode_ref()
+            if self._match_text_seq("FORCE") or self._match_text_seq("UNSAFE"):
+                self.raise_error(
+                    "DROP DNODE ... FORCE/UNSAFE is not supported: a dnode is dropped once it "
+                    "hosts no vgroups (drop their databases first)"
+                )
+            return TdDropDnode(this=ref)
         for kind in ("DATABASE", "STABLE", "TABLE", "TOPIC", "USER"):
             if self._match_text_seq(kind):
                 exists = self._td_exists(not_=False)
@@ -535,7 +587,8 @@ class TDengineParser(DuckDBParser):
                 target = self._td_table() if kind in ("STABLE", "TABLE") else self._td_name(kind)
                 return TdDrop(this=target, kind=kind, exists=exists, force=force)
         self.raise_error(
-            "unsupported DROP; use DROP DATABASE, STABLE, TABLE, TOPIC, USER or CONSUMER GROUP"
+            "unsupported DROP; use DROP DATABASE, STABLE, TABLE, TOPIC, USER, DNODE or CONSUMER "
+            "GROUP"
         )
         return exp.Command(this="DROP")
 
@@ -547,7 +600,7 @@ class TDengineParser(DuckDBParser):
         if not db and self._match_text_seq("USER", "PRIVILEGES"):
             return TdShow(this=exp.var("USER PRIVILEGES"))
         word = self._curr.text.upper() if self._curr else ""
-        if word not in SHOW_KINDS or (db and word not in ("STABLES", "TABLES")):
+        if word not in SHOW_KINDS or (db and word not in SHOW_IN_DATABASE):
             self.raise_error(f"unsupported SHOW; use SHOW {', '.join(SHOW_KINDS)}")
         self._advance()
         return TdShow(this=exp.var(word), db=db)
@@ -703,6 +756,8 @@ class TDengineGenerator(DuckDBGenerator):
         ),
         TdDrop: _drop_sql,
         TdDropConsumerGroup: _drop_group_sql,
+        TdCreateDnode: lambda g, e: f"CREATE DNODE {g.sql(e, 'this')}",
+        TdDropDnode: lambda g, e: f"DROP DNODE {g.sql(e, 'this')}",
         TdShow: _show_sql,
         TdDescribe: lambda g, e: f"DESCRIBE {g.sql(e, 'this')}",
         TdUse: lambda g, e: f"USE {g.sql(e, 'this')}",

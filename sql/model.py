@@ -53,6 +53,15 @@ class Database:
     wal: dict[str, int]  # WAL_* options as given: keyword -> value
     create_us: int
     owner: str = "root"  # the creator, who holds every right on it
+    # the dnode hosting each vgroup, in `vgroups` order; () when the server hosts every
+    # vgroup itself (all-in-one, and every catalog from before clusters)
+    placement: tuple[int, ...] = ()
+
+    def dnode_of(self, vgroup: int) -> int | None:
+        """The dnode id hosting `vgroup` of this database; None: the server itself."""
+        if not self.placement:
+            return None
+        return self.placement[self.vgroups.index(vgroup)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +192,16 @@ class User:
     privileges: tuple[Privilege, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Dnode:
+    """A vnode host a cluster's mnode admitted (CREATE DNODE): its id, for good, and the
+    endpoint it serves clients and the mnode at."""
+
+    id: int
+    endpoint: str  # host:port
+    create_us: int
+
+
 @dataclass(slots=True)
 class Catalog:
     """Every object, keyed by lower-case name; (db, name) for tables."""
@@ -192,7 +211,9 @@ class Catalog:
     tables: dict[tuple[str, str], Table] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
+    dnodes: dict[int, Dnode] = field(default_factory=dict)
     next_vgroup: int = 1
+    next_dnode: int = 1
 
     def database(self, name: str) -> Database:
         db = self.databases.get(name)

@@ -424,6 +424,10 @@ _BUILDERS: dict[type[exp.Expression], Builder] = {
         value=value(e.args["expression"], sql, pos),
     ),
     d.TdDrop: _drop,
+    d.TdCreateDnode: lambda e, sql, pos: s.CreateDnode(sql=sql, pos=pos, endpoint=e.this.this),
+    d.TdDropDnode: lambda e, sql, pos: s.DropDnode(
+        sql=sql, pos=pos, dnode=int(e.this.this) if e.this.is_number else e.this.this,
+    ),
     d.TdDropConsumerGroup: lambda e, sql, pos: s.DropConsumerGroup(
         sql=sql, pos=pos, group=name(e.this), topic=name(e.args["topic"]),
         if_exists=bool(e.args.get("exists")), force=bool(e.args.get("force")),

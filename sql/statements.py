@@ -74,6 +74,16 @@ class DropDatabase(Statement):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CreateDnode(Statement):
+    endpoint: str  # "host:port" as written (checked by the handler)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropDnode(Statement):
+    dnode: int | str  # its id, or its endpoint
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Use(Statement):
     name: str
 
@@ -87,13 +97,15 @@ ShowWhat = Literal[
     "subscriptions",
     "users",
     "user privileges",
+    "dnodes",
+    "vgroups",
 ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Show(Statement):
     what: ShowWhat
-    db: str | None = None  # SHOW db.STABLES / SHOW db.TABLES
+    db: str | None = None  # SHOW db.STABLES / db.TABLES / db.VGROUPS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,7 +22,6 @@ from sqltopic.client import Connection, connect
 START_DEADLINE_S = 60.0
 # A graceful stop waits up to the server's shutdown grace, then closes the engine.
 STOP_DEADLINE_S = 60.0
-READY = "sqltopic server listening on"
 POWER = """
 CREATE DATABASE power VGROUPS 2;
 USE power;
@@ -45,14 +44,24 @@ class ServerProcess:
     by a test on another xdist worker before the server binds it. `port` reuses a port (a
     restart on the same address); `extra` adds CLI arguments."""
 
-    def __init__(self, data: Path, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, data: Path, port: int | None = None, extra: tuple[str, ...] = (),
+        role: str = "server", env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.data = data
         self.port = port or 0  # the bound port once wait_ready() returns
         self.address = ""
-        args = [sys.executable, "-m", "sqltopic.server", "--data", str(data)]
+        self.ready = f"sqltopic {role} listening on"
+        # `server` as `python -m sqltopic.server`; `mnode`, `dnode` as CLI commands
+        module = ["sqltopic.server"] if role == "server" else ["sqltopic.cli", role]
+        args = [sys.executable, "-m", *module, "--data", str(data)]
         args += ["--port", str(self.port), *extra]
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ) if env is None else env,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._errors: list[str] = []
@@ -82,8 +91,8 @@ class ServerProcess:
             line = self._lines.get(timeout=START_DEADLINE_S)
             if line is None:
                 raise AssertionError(f"server exited: {self.stderr()}")
-            if line.startswith(READY):
-                bound = line[len(READY) :].split(",", 1)[0].strip()
+            if line.startswith(self.ready):
+                bound = line[len(self.ready) :].split(",", 1)[0].strip()
                 self.port = int(bound.rsplit(":", 1)[1])
                 self.address = f"127.0.0.1:{self.port}"
                 return line

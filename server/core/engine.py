@@ -17,10 +17,12 @@ import pyarrow as pa
 from sqltopic.errors import NotFoundError, SqlError, UnsupportedStatement
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
+from sqltopic.server.common.rwlock import RWLock
 from sqltopic.server.core import (
     arrow_check,
     ddl,
     ddl_alter,
+    dnodes,
     privileges,
     query,
     show,
@@ -28,14 +30,21 @@ from sqltopic.server.core import (
     users,
     writes,
 )
-from sqltopic.server.core.state import State
+from sqltopic.server.core.query import open_select
+from sqltopic.server.core.query_run import QueryRun
+from sqltopic.server.core.state import Role, State
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
+from sqltopic.server.core.tracked_reader import TrackedBlock, read_rows, read_tracked
+from sqltopic.server.core.users import check_subscribe, lookup, may_subscribe
+from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.mnode.dnode_registry import DnodeRegistry
+from sqltopic.server.vnode.share_window import Run
 from sqltopic.server.vnode.vnode import Vnode, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
-from sqltopic.sql.model import no_topic
+from sqltopic.sql.model import Catalog, User, no_topic
 from sqltopic.sql.parse import parse
 from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType, Scheduler
@@ -43,6 +52,9 @@ from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
 
 Handler = Callable[[State, Session, Any], Result]
+# Builds the engine's consumer coordinator (the mnode's) from its topic -> vgroups
+# lookup; the engine owns what it builds and closes its store with it.
+CoordinatorFactory = Callable[[Callable[[str], list[int]]], Coordinator]
 # A new data directory is its owner's alone: it holds password hashes and every row.
 DATA_DIR_MODE = 0o700
 
@@ -65,6 +77,8 @@ _DDL: dict[type[st.Statement], Handler] = {
     st.DropUser: users.drop_user,
     st.Grant: users.grant,
     st.GrantRights: privileges.grant,
+    st.CreateDnode: dnodes.create_dnode,
+    st.DropDnode: dnodes.drop_dnode,
 }
 _READS: dict[type[st.Statement], Handler] = {
     st.Use: ddl.use,
@@ -80,7 +94,12 @@ class Engine:
     def __init__(
         self, data_dir: str | os.PathLike[str], *, clock: Clock = wall_clock_us,
         background: bool = True, limits: Limits | None = None,
+        coordination: CoordinatorFactory | None = None, role: Role = "all-in-one",
+        registry: DnodeRegistry | None = None,
     ) -> None:  # fmt: skip
+        """`role` mnode needs the `registry` of its dnodes' heartbeats (SHOW DNODES)."""
+        if (role == "mnode") != (registry is not None):
+            raise ValueError("an mnode engine, and only one, takes the dnodes' registry")
         path = Path(data_dir)
         path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
         self._lock = DirectoryLock(path, "data directory")
@@ -94,10 +113,87 @@ class Engine:
             self._lock.release()
             raise
         self.session = Session()
+        self._state.role = role
+        self._state.registry = registry
+        self._state.since_us = self._state.now_us()
+        if coordination is not None:
+            try:  # SHOW CONSUMERS and DROP TOPIC see the groups
+                self._state.coordinator = coordination(lambda t: self.topic_vgroups(t)[1])
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def state(self) -> State:
+        """The engine's state, for its own statement handlers and the engine's tests;
+        services use the methods below."""
         return self._state
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The consumer coordinator built at construction; None in the embedded engine."""
+        return self._state.coordinator
+
+    @property
+    def lock(self) -> RWLock:
+        """The catalog's lock: statements that change it hold it alone; reads share it
+        (services use it to run short reads on the event loop: `here_or_worker`)."""
+        return self._state.lock
+
+    @property
+    def limits(self) -> Limits:
+        return self._state.limits
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog as it is now, to read (a failed commit replaces the object:
+        read it once per use)."""
+        return self._state.catalog
+
+    def now_us(self) -> int:
+        return self._state.now_us()
+
+    def cluster_id(self) -> str:
+        """The cluster's id (an mnode's catalog makes it at its first use)."""
+        with self._state.lock.exclusive():
+            return self._state.store.cluster_id()
+
+    def listening(self, endpoint: str) -> None:
+        """The address clients reach this server at, once bound (SHOW DNODES)."""
+        self._state.endpoint = endpoint
+
+    def users(self) -> Callable[[str], User | None]:
+        """A user's record as the catalog holds it at each call (logins)."""
+        return lookup(self._state)
+
+    def check_subscribe(self, user: str, topic: str, *, hide: bool = True) -> None:
+        """TopicNotFound or NoPermission unless `user` may consume `topic`
+        (server/core/users.py)."""
+        check_subscribe(self._state, user, topic, hide=hide)
+
+    def may_subscribe(self, user: str, topic: str) -> bool:
+        return may_subscribe(self._state, user, topic)
+
+    def open_select(self, session: Session, stmt: st.Select, run: QueryRun) -> None:
+        """Start a SELECT in `run`, its rows read a batch at a time (server/core/query.py)."""
+        open_select(self._state, session, stmt, run)
+
+    def read_tracked(
+        self, topic: str, vgroup: int, from_version: int, max_rows: int, max_bytes: int,
+        inline_bytes: int | None = None,
+    ) -> tuple[list[TrackedBlock], int]:  # fmt: skip
+        """A shared group's read of `topic` with row ids (server/core/tracked_reader.py);
+        the caller holds `lock` shared."""
+        return read_tracked(
+            self._state, topic, vgroup, from_version, max_rows, max_bytes, inline_bytes
+        )
+
+    def read_rows(
+        self, topic: str, vgroup: int, runs: Iterable[Run]
+    ) -> tuple[list[TrackedBlock], list[Run]]:
+        """Rows of `runs` read again, and the runs the topic no longer delivers; the
+        caller holds `lock` shared."""
+        return read_rows(self._state, topic, vgroup, runs)
 
     def execute(self, sql: str, session: Session | None = None) -> Result:
         """Run every statement in `sql` in order; returns the last one's result."""
@@ -200,6 +296,8 @@ class Engine:
                 finally:
                     state.store.close()
         finally:
+            if state.coordinator is not None:
+                state.coordinator.close_store()
             if state.scheduler is not None:
                 state.scheduler.close()
             self._lock.release()

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from sqltopic.errors import NoPermission
 from sqltopic.server.common.result import Result, Session
-from sqltopic.server.core import show_groups
+from sqltopic.server.core import dnodes, show_groups
 from sqltopic.server.core.privileges import Rights, privilege_rows
 from sqltopic.server.core.state import State
 from sqltopic.server.core.users import may_consume, may_subscribe
@@ -169,6 +169,8 @@ _SHOWS: dict[str, Callable[[State, Session, st.Show], Result]] = {
     "consumers": _consumers,
     "subscriptions": _subscriptions,
     "user privileges": _user_privileges,
+    "dnodes": dnodes.show_dnodes,
+    "vgroups": dnodes.show_vgroups,
 }
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from sqltopic.errors import SqlError
 from sqltopic.server.common.limits import Limits
@@ -15,6 +15,7 @@ from sqltopic.server.common.rwlock import RWLock
 from sqltopic.server.core.duck import DuckPool
 from sqltopic.server.mnode import access
 from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.vnode.vnode import Vnode
 from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.events import Event, Key, apply
@@ -22,6 +23,10 @@ from sqltopic.sql.model import Catalog, Database, Table, no_database
 from sqltopic.sql.statements import TableRef
 from sqltopic.wal import EntryType, Scheduler, WalEntry, meta_entry
 from sqltopic.wal.options import Clock
+
+Role = Literal["all-in-one", "mnode", "dnode"]
+# The all-in-one server's own dnode id (TDengine's first dnode).
+LOCAL_DNODE = 1
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -60,6 +65,12 @@ class State:
     interest: dict[int, tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> its bindings read so far (server/core/bindings.py)
     binding_sets: dict[tuple[str, int], Any] = field(default_factory=dict)
+    # all-in-one (hosts every vgroup), a cluster's mnode (vgroups on dnodes) or a dnode
+    role: Role = "all-in-one"
+    endpoint: str = "local"  # the address clients reach this server at, once listening
+    since_us: int = 0  # when this server opened its data directory
+    # the mnode's dnodes' liveness (their heartbeats); None unless role is mnode
+    registry: DnodeRegistry | None = None
 
     def now_us(self) -> int:
         return self.clock()

@@ -57,16 +57,16 @@ class DeadLetters:
         with self._lock:
             db, name = target
             payload = self._payload_columns(topic)
-            if (db, name) not in self._engine.state.catalog.tables:
+            if (db, name) not in self._engine.catalog.tables:
                 self._engine.execute(_create_sql(db, name, payload))
-            columns = {c.name for c in self._engine.state.catalog.columns_of(db, name)}
+            columns = {c.name for c in self._engine.catalog.columns_of(db, name)}
             rows = sum(b.block.data.num_rows for b in blocks)
             stamps = self._stamps(db, name, rows)
             data = _table(blocks, deliveries, stamps, topic, group, vgroup, columns)
             return self._engine.write(f"{db}.{name}", data) if rows else 0
 
     def _payload_columns(self, topic_name: str) -> list[Column]:
-        catalog = self._engine.state.catalog
+        catalog = self._engine.catalog
         topic = catalog.topic(topic_name)
         if topic.kind == "query":
             return list(topic.output)
@@ -76,8 +76,8 @@ class DeadLetters:
 
     def _stamps(self, db: str, name: str, count: int) -> pa.Array:
         """`count` dead_at values after the table's last, in its database's precision."""
-        precision = self._engine.state.catalog.database(db).precision
-        now = self._engine.state.now_us()
+        precision = self._engine.catalog.database(db).precision
+        now = self._engine.now_us()
         now = now * TICKS_PER_SECOND[precision] // 1_000_000
         first = max(now, self._last.get((db, name), now - 1) + 1)
         self._last[(db, name)] = first + count - 1

@@ -193,14 +193,14 @@ class LiveHub:
         if pending > SHARED_PASS_BYTES:
             _release(list(level.buckets.values()))
             return
-        known = self._engine.state.catalog.topics
+        known = self._engine.catalog.topics
         for topic in [t for t in level.buckets if topic_of(t) not in known]:
             _release([level.buckets.pop(topic)])  # dropped: each poll finds out itself
         args = (list(level.buckets), self.vnode.vgroup, position)
         try:
             if pending <= INLINE_PASS_BYTES:
                 found, next_version = await here_or_worker(
-                    self._engine.state.lock, self._worker, self._engine.read_topics, *args
+                    self._engine.lock, self._worker, self._engine.read_topics, *args
                 )
             else:
                 found, next_version = await self._worker(self._engine.read_topics, *args)

@@ -198,7 +198,7 @@ def _cap(limits: PollLimits, rows: int, matched: int) -> int:
 
 
 def _is_query(engine: Engine, topic: str) -> bool:
-    return engine.state.catalog.topic(topic_of(topic)).kind == "query"
+    return engine.catalog.topic(topic_of(topic)).kind == "query"
 
 
 def _merged(blocks: list[TopicBlock], query: bool = False) -> list[TopicBlock]:

@@ -27,8 +27,6 @@ from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.tracked_reader import (
     TrackedBlock,
     filtered,
-    read_rows,
-    read_tracked,
     within,
 )
 from sqltopic.server.dnode.dead_letters import DeadLetters
@@ -83,12 +81,12 @@ class Leaser:
         the engine lock's no-wait mode (`here_or_worker`), where it raises WouldBlock only
         where what it did so far stands (expiry, dropping rows gone) or before anything;
         a group with max.deliveries always runs on a worker, as dead-lettering writes."""
-        state = self._engine.state
+        lock = self._engine.lock
         wanted = request.max_rows or DEFAULT_LEASE_ROWS
-        if state.lock.no_wait and (settings.max_deliveries is not None or wanted > INLINE_ROWS):
+        if lock.no_wait and (settings.max_deliveries is not None or wanted > INLINE_ROWS):
             raise WouldBlock
         dead: list[tuple[Run, int]] = []
-        with state.lock.shared():
+        with lock.shared():
             leased = self._locked(vnode, request, max_bytes, settings, wanted, dead, wake)
         if dead:  # outside the engine's lock: creating the table takes it
             self._give_up(vnode, request, settings, dead)
@@ -108,7 +106,7 @@ class Leaser:
         if leased is not None:
             return leased
         reading = windows.reading(topic, group)
-        if not reading.acquire(blocking=not self._engine.state.lock.no_wait):
+        if not reading.acquire(blocking=not self._engine.lock.no_wait):
             raise WouldBlock  # another poll reads on: wait for it on a worker
         try:
             leased = self._redeliver(vnode, request, lease, dead)
@@ -158,7 +156,7 @@ class Leaser:
         lost = [run for run in runs if run[0] < first]  # retention deleted their writes
         kept = [run for run in runs if run[0] >= first]
         try:
-            blocks, gone = read_rows(self._engine.state, topic, request.vgroup, kept)
+            blocks, gone = self._engine.read_rows(topic, request.vgroup, kept)
         except VersionNotRetained:  # deleted just now: the next poll drops them
             windows.nack(topic, group, consumer, runs)
             return None
@@ -173,7 +171,7 @@ class Leaser:
         """Rows read on from the window's end, leased; rows of an entry beyond the lease
         wait for the next poll (the polls waiting are woken for them)."""
         windows, topic, group = vnode.shares, request.topic, request.group_id
-        consumer, vgroup, state = request.consumer_id, request.vgroup, self._engine.state
+        consumer, vgroup, engine = request.consumer_id, request.vgroup, self._engine
         wal = vnode.wal
         until, wanted = lease.until, lease.rows
         for _ in range(MAX_EMPTY_READS):
@@ -181,9 +179,9 @@ class Leaser:
             if room <= 0 or at >= wal.next_version:
                 return None
             try:
-                inline = INLINE_BYTES if state.lock.no_wait else None
-                blocks, after = read_tracked(
-                    state, topic, vgroup, at, min(room, wanted), max_bytes, inline
+                inline = INLINE_BYTES if engine.lock.no_wait else None
+                blocks, after = engine.read_tracked(
+                    topic, vgroup, at, min(room, wanted), max_bytes, inline
                 )
             except VersionNotRetained:  # retention went past the window: go on there
                 windows.admit(topic, group, [], wal.first_version, consumer, until)
@@ -204,7 +202,7 @@ class Leaser:
 
     def _keys(self, request: pb.PollRequest, lease: Lease, blocks: list[TrackedBlock]) -> KeyPieces:
         """The key of each row read, in pieces (key_shared): its table, or group.key's."""
-        catalog = self._engine.state.catalog
+        catalog = self._engine.catalog
         topic = catalog.topic(topic_of(request.topic))
         try:
             source = key_source(catalog, topic, lease.key)
@@ -225,8 +223,8 @@ class Leaser:
         try:
             if target is not None:
                 counts = {rid: count for run, count in dead for rid in rows_of([run])}
-                with self._engine.state.lock.shared():
-                    blocks, _gone = read_rows(self._engine.state, topic, request.vgroup, runs)
+                with self._engine.lock.shared():
+                    blocks, _gone = self._engine.read_rows(topic, request.vgroup, runs)
                 self._dead.write(target, topic, group, request.vgroup, blocks, counts)
         except Error as exc:
             windows.unbury(topic, group, runs)

@@ -125,7 +125,7 @@ class SharePolls:
         if not entry.windows.reopen(request.topic, request.group_id, settings.max_deliveries):
             await self._run(self._open, entry, request, settings)  # may read the offsets file
         self._accept_piggybacked(entry, request)
-        lock = self._engine.state.lock
+        lock = self._engine.lock
         while True:
             changed = entry.changed
             args = (entry.vnode, request, max_bytes, settings, lambda: self._wake(entry))

@@ -38,7 +38,7 @@ from sqltopic.sql.topic.params import topic_of
 Status = Literal["ready", "rebalancing", "removed"]
 Clock = Callable[[], float]
 
-# SPEC §4 defaults and ranges of the liveness settings (TDengine's), in ms.
+# Defaults and ranges of the liveness settings (TDengine's), in ms (docs/client.md).
 DEFAULT_SESSION_TIMEOUT_MS = 12_000
 SESSION_TIMEOUT_RANGE_MS = (6_000, 1_800_000)
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
@@ -215,6 +215,11 @@ class Coordinator:
         """Whether members or assignments changed since the last save (a hint, read
         without the lock: `persist` decides under it)."""
         return self._version != self._saved
+
+    def close_store(self) -> None:
+        """Close the store (the owner's last call, after the last `persist`)."""
+        if self.store is not None:
+            self.store.close()
 
     def persist(self, progress: bool = False) -> None:
         """Save the state if members or assignments changed since the last save (and,

@@ -11,27 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-import grpc
 from grpc import aio
 
-from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.resources import raise_open_files_limit
-from sqltopic.server.core import users
-from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.engine import CoordinatorFactory, Engine
 from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.mnode.coordinator import Coordinator
 from sqltopic.server.mnode.coordinator_store import CoordinatorStore
+from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
+from sqltopic.server.rpc.cluster_service import ClusterService
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
+from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
 from sqltopic.server.rpc.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.rpc import add_service
@@ -39,6 +40,7 @@ from sqltopic.server.rpc.slots import Slots
 from sqltopic.server.rpc.sql_service import SessionService, SqlService
 from sqltopic.server.rpc.tls import ServerTls, check_plaintext
 from sqltopic.server.rpc.vnode_service import Executors, VnodeService
+from sqltopic.wal.options import wall_clock_us
 
 log = logging.getLogger("sqltopic.server")
 
@@ -49,6 +51,8 @@ SHUTDOWN_GRACE_S = 10.0
 SERVICES = tuple(
     pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql", "Mnode", "Vnode")
 )
+# An mnode's service for its dnodes, besides.
+CLUSTER_SERVICE = pb.DESCRIPTOR.services_by_name["Cluster"].full_name
 # Threads for engine work (SQL, writes, poll reads, commits): enough for every core and
 # for calls that wait on fsync, few enough that DuckDB's per-thread connections stay few.
 WORKERS = 16
@@ -68,6 +72,8 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     tls: ServerTls | None = None  # None: plain text
     allow_plaintext: bool = False  # plain text off loopback
+    role: Literal["all-in-one", "mnode"] = "all-in-one"
+    cluster_secret: str | None = None  # an mnode's (checked by run)
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
@@ -78,35 +84,37 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     bound address."""
     check_root_password(config.host, config.root_password)
     check_plaintext(config.host, config.tls, config.allow_plaintext)
+    secret = check_secret(config.cluster_secret) if config.role == "mnode" else None
     raise_open_files_limit()  # every vnode keeps a few files open
-    engine = Engine(config.data, limits=config.limits)
+    registry = DnodeRegistry(wall_clock_us) if secret is not None else None
+    engine = Engine(
+        config.data, limits=config.limits, coordination=_coordination(config.data),
+        role=config.role, registry=registry,
+    )  # fmt: skip
     try:
-        asyncio.run(_serve(engine, config, ready))
+        asyncio.run(_serve(engine, config, ready, registry, secret))
     finally:
         engine.close()
 
 
-async def _serve(engine: Engine, config: ServerConfig, ready: Callable[[str], None]) -> None:
-    store = CoordinatorStore(config.data)
-    try:
-        await _serve_with(engine, config, ready, store)
-    finally:
-        store.close()
+def _coordination(data: Path) -> CoordinatorFactory:
+    """The mnode's coordinator, its groups kept in the data directory (mnode.sqlite)."""
+    return lambda vgroups_of: Coordinator(vgroups_of, store=CoordinatorStore(data))
 
 
-async def _serve_with(
-    engine: Engine, config: ServerConfig, ready: Callable[[str], None], store: CoordinatorStore
-) -> None:
-    # no SO_REUSEPORT (gRPC sets it by default): a second server on a port in use must
-    # fail to start, not share its connections
-    server = aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
+async def _serve(
+    engine: Engine, config: ServerConfig, ready: Callable[[str], None],
+    registry: DnodeRegistry | None, secret: str | None,
+) -> None:  # fmt: skip
+    server = aio.server(options=SERVER_OPTIONS)
     sessions = Sessions(
-        config.root_password, users.lookup(engine.state),
+        config.root_password, engine.users(),
         max_per_user=config.limits.max_sessions_per_user,
     )  # fmt: skip
-    coordinator = Coordinator(lambda topic: engine.topic_vgroups(topic)[1], store=store)
+    coordinator = engine.coordinator
+    if coordinator is None:
+        raise TypeError("the server's engine is built with its coordinator")
     coordinator.restore()  # groups as they were: their consumers carry on
-    engine.state.coordinator = coordinator  # SHOW CONSUMERS, DROP TOPIC see it
     stopping = asyncio.Event()
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
     asyncio.get_running_loop().set_default_executor(executor)
@@ -119,24 +127,17 @@ async def _serve_with(
         engine, sessions, coordinator, Executors(executor, committer), stopping, slots
     )
     add_service(server, vnodes, "Vnode")
-    health = add_health(server, SERVICES)
-    enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
-    address = f"{config.host}:{config.port}"
-    try:
-        if config.tls is None:
-            port = server.add_insecure_port(address)
-        else:  # health and reflection share the port, so they speak TLS too
-            port = server.add_secure_port(address, _credentials(config.tls))
-    except RuntimeError:  # gRPC's "Failed to bind": in use, or not an address of ours
-        port = 0
-    if port == 0:
-        raise OSError(
-            f"cannot listen on {address}: the port is in use (by another server?) or the "
-            "host is not an address of this machine; choose another --port or --host"
-        )
+    services = SERVICES
+    if registry is not None and secret is not None:
+        add_service(server, ClusterService(engine, registry, secret), "Cluster")
+        services = (*SERVICES, CLUSTER_SERVICE)
+    health = add_health(server, services)
+    enable_reflection(server, (*services, HEALTH_SERVICE), stopping)
+    port = bind(server, config.host, config.port, config.tls)
     await server.start()
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
+    engine.listening(f"{config.host}:{port}")
     ready(f"{config.host}:{port}")
     await stop.wait()
     log.info("shutting down")
@@ -146,19 +147,3 @@ async def _serve_with(
     await vnodes.flush()
     await timer
     coordinator.persist(progress=True)
-
-
-def _credentials(tls: ServerTls) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials(
-        [(tls.private_key, tls.cert_chain)],
-        root_certificates=tls.client_ca,
-        require_client_auth=tls.mutual,
-    )
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop

@@ -22,7 +22,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import call_status
 from sqltopic.server.common.group_names import check_text, group_type, shares
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.core.users import check_consumer_user, check_subscribe, may_subscribe
+from sqltopic.server.core.users import check_consumer_user
 from sqltopic.server.dnode.share_keys import key_source
 from sqltopic.server.mnode import access
 from sqltopic.server.mnode.auth import Sessions
@@ -82,8 +82,8 @@ class MnodeService(pb_grpc.MnodeServicer):
         topics = []
         for name in names:
             self._engine.topic_vgroups(name)  # TopicNotFound
-            check_subscribe(self._engine.state, session.user, name)  # NoPermission
-            topic = self._engine.state.catalog.topic(topic_of(name))
+            self._engine.check_subscribe(session.user, name)  # NoPermission
+            topic = self._engine.catalog.topic(topic_of(name))
             topics.append(subscribed(topic, name))  # ConfigError for a bad binding
         topics = list(dict.fromkeys(topics))
         liveness = Liveness.of(
@@ -178,12 +178,12 @@ class MnodeService(pb_grpc.MnodeServicer):
                     f"group.key: a key_shared group's setting; group {request.group_id} is "
                     f"{mode} (set group.type key_shared, or drop group.key)"
                 )
-            catalog = self._engine.state.catalog
+            catalog = self._engine.catalog
             for name in topics:
                 key_source(catalog, catalog.topic(topic_of(name)), share.group_key)
         if share.dead_letter_table is not None:
             db_name, table = share.dead_letter_table
-            catalog = self._engine.state.catalog
+            catalog = self._engine.catalog
             db = catalog.database(db_name)  # NotFoundError
             if not access.visible(catalog, user, db):
                 raise no_database(db_name)
@@ -222,7 +222,7 @@ class MnodeService(pb_grpc.MnodeServicer):
         except TopicNotFound:
             return pb.TopicState(topic=topic, dropped=True)
         # a REVOKE (or DROP USER) reaches a running consumer here; its polls fail
-        if not may_subscribe(self._engine.state, member.user, topic):
+        if not self._engine.may_subscribe(member.user, topic):
             return pb.TopicState(topic=topic, no_privilege=True)
         return None
 

@@ -26,7 +26,6 @@ from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
 from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun, ResultCap, brief, size
 from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.mnode.throttle import peer_address
@@ -109,7 +108,7 @@ class SqlService(pb_grpc.SqlServicer):
     async def _execute_frames(
         self, request: pb.ExecuteRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
-        run = QueryRun(self._engine.state.limits)
+        run = QueryRun(self._engine.limits)
         _close_when_done(context, run)
         try:
             outcome = await self._statements(request, context, run)
@@ -128,7 +127,7 @@ class SqlService(pb_grpc.SqlServicer):
     @unary
     async def Run(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
         inline = _one_small_insert(request.sql)
-        run = QueryRun(self._engine.state.limits, _run_cap(self._engine.state.limits))
+        run = QueryRun(self._engine.limits, _run_cap(self._engine.limits))
         _close_when_done(context, run)
         try:
             outcome = await self._statements(request, context, run, inline)
@@ -154,7 +153,7 @@ class SqlService(pb_grpc.SqlServicer):
         database = request.database if request.HasField("database") else None
         args = (request.sql, session, database, run)
         if inline:
-            lock = self._engine.state.lock
+            lock = self._engine.lock
             return await here_or_worker(lock, asyncio.to_thread, self._execute, *args)
         return await asyncio.to_thread(self._execute, *args)
 
@@ -164,7 +163,7 @@ class SqlService(pb_grpc.SqlServicer):
     ) -> pb.WriteResponse:
         token, session = self._sessions.caller(context.invocation_metadata())
         with self._slots.hold(token, session.user, "Write"):
-            limit = self._engine.state.limits.max_write_bytes
+            limit = self._engine.limits.max_write_bytes
             sent = await ingest.receive(request_iterator, limit)
             call = _for_call(session, sent.database)
             rows = await asyncio.to_thread(
@@ -183,7 +182,7 @@ class SqlService(pb_grpc.SqlServicer):
             self._engine.run(stmt, call)
         last = statements[-1] if statements else None
         if isinstance(last, st.Select):
-            open_select(self._engine.state, call, last, run)
+            self._engine.open_select(call, last, run)
             header = pb.ResultHeader(
                 columns=run.schema.names, row_count=STREAMED_ROWS, database=session.db or ""
             )

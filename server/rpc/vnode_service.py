@@ -35,7 +35,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.group_names import check_offsets_group
 from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.core.users import check_consumer_user, check_evict, check_subscribe
+from sqltopic.server.core.users import check_consumer_user, check_evict
 from sqltopic.server.dnode.live import LiveHub, Waiter
 from sqltopic.server.dnode.poll import (
     DEFAULT_MAX_BYTES,
@@ -186,9 +186,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         to the worker pool."""
         share = self._shares.settings_of(request.consumer_id, request.group_id)
         if share is not None:  # the checks read the catalog: here unless DDL holds it
-            await here_or_worker(
-                self._engine.state.lock, self._run, self._check_poller, request, user
-            )
+            await here_or_worker(self._engine.lock, self._run, self._check_poller, request, user)
             return await self._shares.poll(request, share, wait, max_bytes, self._stopping)
         self._check_not_sharing(request)
         deadline = time.monotonic() + wait
@@ -257,7 +255,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if not request.HasField("position"):
             return await self._run(self._start_and_read, *args)
         try:
-            with self._engine.state.lock.without_waiting():
+            with self._engine.lock.without_waiting():
                 reader = self._engine.vnode_of(request.topic, request.vgroup).reader()
         except Exception:  # WouldBlock, or an error the worker raises again for the answer
             return await self._run(self._start_and_read, *args)
@@ -270,7 +268,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         INLINE_READ_BYTES of WAL follow it and no DDL holds the engine's lock, else on a
         worker thread."""
         if reader.pending_bytes(position) <= INLINE_READ_BYTES:
-            return await here_or_worker(self._engine.state.lock, self._run, fn, *args)
+            return await here_or_worker(self._engine.lock, self._run, fn, *args)
         return await self._run(fn, *args)
 
     def _start_and_read(
@@ -320,7 +318,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if member is None:
             raise ConsumerFenced(f"consumer {consumer_id} is not a member: subscribe again")
         check_consumer_user(member, user)
-        check_subscribe(self._engine.state, member.user, topic, hide=False)
+        self._engine.check_subscribe(member.user, topic, hide=False)
 
     def _read(
         self, vnode: Vnode, request: pb.PollRequest, limits: PollLimits, position: int,
@@ -378,7 +376,7 @@ class VnodeService(pb_grpc.VnodeServicer):
                     end=end,
                 )
             stores.setdefault(item.vgroup, (vnode, []))[1].append((item.topic, group, item.offset))
-        now_us = self._engine.state.now_us()
+        now_us = self._engine.now_us()
 
         def store() -> None:
             for vnode, rows in stores.values():
@@ -403,7 +401,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if consumer_id:
             self._check_right(consumer_id, topic, user)
         else:
-            check_subscribe(self._engine.state, user, topic)
+            self._engine.check_subscribe(user, topic)
 
     def _check_committer(self, request: pb.CommitRequest, topic: str, vgroup: int) -> None:
         group = request.group_id
@@ -434,7 +432,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         check_offsets_group(request.group_id)
         found = []
         for item in request.vgroups:
-            check_subscribe(self._engine.state, user, item.topic)
+            self._engine.check_subscribe(user, item.topic)
             vnode = self._engine.vnode_of(item.topic, item.vgroup)
             answer = pb.CommittedOffset(topic=item.topic, vgroup=item.vgroup)
             offset = vnode.offsets.get(item.topic, request.group_id)
@@ -454,7 +452,7 @@ class VnodeService(pb_grpc.VnodeServicer):
     def _ranges(self, request: pb.OffsetRangeRequest, user: str) -> list[pb.VgroupRange]:
         ranges = []
         for item in request.vgroups:
-            check_subscribe(self._engine.state, user, item.topic)
+            self._engine.check_subscribe(user, item.topic)
             wal = self._engine.vnode_of(item.topic, item.vgroup).wal
             ranges.append(
                 pb.VgroupRange(

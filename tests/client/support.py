@@ -1,4 +1,4 @@
-"""What the consumer tests share: TDengine's smart-meter example (SPEC §4), a query
+"""What the consumer tests share: TDengine's smart-meter example (docs/client.md), a query
 topic with a filter and the SELECT it equals, configs, and draining a consumer up to the
 vnodes' end (sync and asyncio) with a deadline rather than a sleep."""
 

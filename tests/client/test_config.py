@@ -1,4 +1,4 @@
-"""The consumer config of SPEC §4: every key, alias and default, and a ConfigError that
+"""The consumer config of docs/client.md: every key, alias and default, and a ConfigError that
 names the key, the value and what is allowed for every bad value; the TLS keys' PEM files
 read and checked when a consumer is made."""
 

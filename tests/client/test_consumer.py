@@ -1,4 +1,4 @@
-"""`sqltopic.Consumer` against a real server process: every method of SPEC §4, start
+"""`sqltopic.Consumer` against a real server process: every method of docs/client.md, start
 positions, commits, seek, push, and the errors an application sees."""
 
 from __future__ import annotations

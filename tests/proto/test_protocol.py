@@ -47,6 +47,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Committed": (False, False),
         "OffsetRange": (False, False),
     },
+    "Cluster": {"DnodeHeartbeat": (False, False)},
 }
 
 

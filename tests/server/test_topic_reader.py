@@ -5,8 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from sqltopic.errors import Error, TopicNotFound
+from sqltopic.errors import Error, NotFoundError, TopicNotFound
 from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.topic_reader import TopicMeta
 from tests.server.support import block_rows, blocks, read_all, read_vgroups, vgroups_of
 
 BASE_NS = 1_538_548_685_000_000_000
@@ -94,8 +95,12 @@ def test_a_vgroup_of_another_database_delivers_nothing(power: Engine) -> None:
         INSERT INTO d1 VALUES (1, 1, 1, 1);
     """)
     for vgroup in vgroups_of(power, "power"):
-        try:
-            items, _ = power.read_topic("odb", vgroup, 0, 100)
-        except Error:
-            continue
-        assert items == []
+        with pytest.raises(
+            NotFoundError, match=f"vgroup {vgroup} is not a vgroup of database other"
+        ):
+            power.read_topic("odb", vgroup, 0, 100)
+    # its own vgroup delivers its own table's creation, and nothing of power's
+    (own,) = vgroups_of(power, "other")
+    items, _ = power.read_topic("odb", own, 0, 100)
+    assert [i.event["tableName"] for i in items if isinstance(i, TopicMeta)] == ["x"]
+    assert len(items) == 1

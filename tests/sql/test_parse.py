@@ -2,7 +2,7 @@
 """SQL text to typed statements, table-driven: one row per statement.
 
 Three tables: PARSES (statement class and field values, for every statement kind and
-every SQL example of SPEC §3 and reference/tdengine-tmq.md §a), ROUND_TRIPS (the
+every SQL example of docs/sql.md and reference/tdengine-tmq.md §a), ROUND_TRIPS (the
 dialect's generated text, and that it parses back to the same tree and statement), and
 FAILS (error class, line, column and message, also for a bad statement deep in a
 script). Then `split_statements` and `parse` over multi-statement scripts.
@@ -44,7 +44,7 @@ INSERT INTO power.d1001 USING power.meters (groupid, location) TAGS(2, 'Californ
     VALUES (NOW + 1a, 10.30000, 219, 0.31000) (NOW + 2a, 12.60000, 218, 0.33000) (NOW + 3a, 12.30000, 221, 0.31000)
   power.d1002 USING power.meters (groupid, location) TAGS(3, 'California.SanFrancisco') VALUES (NOW + 1a, 10.30000, 218, 0.25000)"""
 
-# SPEC §3's two-table INSERT.
+# docs/sql.md's two-table INSERT.
 SPEC_INSERT = """\
 INSERT INTO d1002 USING meters TAGS ('California.SanFrancisco', 3) VALUES (NOW, 10.2, 220, 0.23)
             d1003 USING meters (location) TAGS ('California.LosAngeles') VALUES (NOW + 1s, 11.5, 221, 0.35)"""
@@ -143,7 +143,7 @@ PARSES: list[ParseRow | pytest.ParameterSet] = [
     ("DESCRIBE t", st.Describe, {"table": "t"}),
     ("DESCRIBE power.meters", st.Describe, {"table": "power.meters"}),
     ("desc Power.D1001", st.Describe, {"table": "power.d1001"}),
-    # CREATE STABLE: SPEC §3, the data-model doc, the connector examples, taosBenchmark
+    # CREATE STABLE: docs/sql.md, the data-model doc, the connector examples, taosBenchmark
     ("CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) TAGS (location VARCHAR(64), groupid INT)", st.CreateStable, {"table": "meters", "if_not_exists": False, "columns": METERS_COLUMNS, "tags": ["location VARCHAR(64)", "groupid INT"]}),
     ("CREATE STABLE IF NOT EXISTS power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) TAGS (location VARCHAR(64), groupid INT)", st.CreateStable, {"table": "power.meters", "if_not_exists": True}),
     ("CREATE STABLE meters (ts timestamp, current float, voltage int, phase float) TAGS (location varchar(64), group_id int)", st.CreateStable, {"table": "meters", "columns": METERS_COLUMNS, "tags": ["location VARCHAR(64)", "group_id INT"]}),
@@ -266,6 +266,16 @@ PARSES: list[ParseRow | pytest.ParameterSet] = [
     ("GRANT WRITE ON power.meters WITH groupid = 2 AND location = 'x' TO u", st.GrantRights, {"rights": ["write"], "condition_sql": "groupid = 2 AND location = 'x'"}),
     ("REVOKE WRITE, READ ON d.* FROM u", st.GrantRights, {"rights": ["read", "write"], "db": "d", "table": None, "revoke": True}),
     ("SHOW USER PRIVILEGES", st.Show, {"what": "user privileges"}),
+    # dnodes and vgroups (TDengine's forms)
+    ("CREATE DNODE 'h1.example.com:6031'", st.CreateDnode, {"endpoint": "h1.example.com:6031"}),
+    ('create dnode "10.0.0.5:6030"', st.CreateDnode, {"endpoint": "10.0.0.5:6030"}),
+    ("CREATE DNODE h1.example.com PORT 6031", st.CreateDnode, {"endpoint": "h1.example.com:6031"}),
+    ("CREATE DNODE localhost PORT 7000", st.CreateDnode, {"endpoint": "localhost:7000"}),
+    ("DROP DNODE 3", st.DropDnode, {"dnode": 3}),
+    ("drop dnode 'h1:6031'", st.DropDnode, {"dnode": "h1:6031"}),
+    ("SHOW DNODES", st.Show, {"what": "dnodes", "db": None}),
+    ("show vgroups", st.Show, {"what": "vgroups", "db": None}),
+    ("SHOW Power.VGROUPS", st.Show, {"what": "vgroups", "db": "power"}),
 ]
 # fmt: on
 
@@ -315,6 +325,12 @@ ROUND_TRIPS: list[tuple[str, str] | pytest.ParameterSet] = [
     ("drop database if exists power", "DROP DATABASE IF EXISTS power"),
     ("DROP DATABASE power", "DROP DATABASE power"),
     ("show databases", "SHOW DATABASES"),
+    ("show dnodes", "SHOW DNODES"),
+    ("show power.vgroups", "SHOW power.VGROUPS"),
+    ("create dnode 'h1:6031'", "CREATE DNODE 'h1:6031'"),
+    ("create dnode h1 port 6031", "CREATE DNODE 'h1:6031'"),
+    ("drop dnode 2", "DROP DNODE 2"),
+    ("drop dnode 'h1:6031'", "DROP DNODE 'h1:6031'"),
     ("use power", "USE power"),
     ("use `Power`", "USE `Power`"),
     ("create stable meters (ts timestamp, current float, voltage int, phase float) tags (location varchar(64), group_id int)", "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) TAGS (location VARCHAR(64), group_id INT)"),
@@ -468,6 +484,12 @@ FAILS: list[Fail] = [
     Fail("CREATE STABLE s ts TIMESTAMP TAGS (t INT)", SqlSyntaxError, 1, 17, "expected ( and a list of columns"),
     Fail("CREATE USER u PASS secret", SqlSyntaxError, 1, 20, "expected the password as a quoted string"),
     Fail("CREATE USER u", SqlSyntaxError, 1, 13, "expected PASS"),
+    Fail("CREATE DNODE h1", SqlSyntaxError, 1, 14, "expected PORT"),
+    Fail("CREATE DNODE h1 PORT x", SqlSyntaxError, 1, 22, "expected the port as a number"),
+    Fail("CREATE DNODE", SqlSyntaxError, 1, 8, "expected the dnode's endpoint"),
+    Fail("DROP DNODE", SqlSyntaxError, 1, 6, "expected the dnode's id or 'endpoint'"),
+    Fail("DROP DNODE 2 FORCE", SqlSyntaxError, 1, 14, "FORCE/UNSAFE is not supported"),
+    Fail("SHOW power.DNODES", SqlSyntaxError, 1, 12, "unsupported SHOW"),
     Fail("GRANT SELECT ON t TO u", SqlSyntaxError, 1, 7, "expected SUBSCRIBE, or database privileges READ, WRITE or ALL"),
     Fail("GRANT READ ON power TO u", SqlSyntaxError, 1, 21, "expected db.table, db.* or *.* after ON"),
     Fail("GRANT READ ON power.* WITH TO u", SqlSyntaxError, 1, 28, "expected a tag condition after WITH"),

@@ -125,7 +125,7 @@ ACCEPTED: list[tuple[str, list[str] | None]] = [
     ("select ts, abs(c1), sin(c2) from dbt.ctb0", ["ts", "abs(c1)", "sin(c2)"]),
     ("select * from dbt.ntb0", ["ts", "c1", "c2", "c3"]),
     ("select ts, abs(c1), sin(c2) from dbt.ntb0", ["ts", "abs(c1)", "sin(c2)"]),
-    # SPEC §3
+    # docs/sql.md
     (
         "select ts, current, voltage, location from power.meters where voltage > 220",
         ["ts", "current", "voltage", "location"],

@@ -305,7 +305,7 @@ class ExecuteRequest(_message.Message):
     SQL_FIELD_NUMBER: _builtins.int
     DATABASE_FIELD_NUMBER: _builtins.int
     sql: _builtins.str
-    """The statements, separated by `;` (SPEC §3 syntax). Keywords and identifiers are
+    """The statements, separated by `;` (docs/sql.md syntax). Keywords and identifiers are
     case-insensitive.
     """
     database: _builtins.str
@@ -524,7 +524,7 @@ Global___TopicVgroupOffset: _TypeAlias = TopicVgroupOffset  # noqa: Y015
 @_typing.final
 class SubscribeRequest(_message.Message):
     """Joining (or changing the topics of) a consumer. The fields mirror the consumer
-    config keys of SPEC §4; clients validate them and the server checks them again.
+    config keys of docs/client.md; clients validate them and the server checks them again.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -2004,3 +2004,117 @@ class OffsetRangeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetRangeResponse: _TypeAlias = OffsetRangeResponse  # noqa: Y015
+
+@_typing.final
+class DnodeHeartbeatRequest(_message.Message):
+    """A dnode's heartbeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    DNODE_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    VGROUPS_FIELD_NUMBER: _builtins.int
+    endpoint: _builtins.str
+    """The endpoint the dnode serves at (`host:port`, its --advertise), as admitted."""
+    dnode_id: _builtins.int
+    """Its dnode id once it knows it; 0 before its first answered heartbeat."""
+    cluster_id: _builtins.str
+    """The cluster its data directory joined; empty before it joined one."""
+    sent_ms: _builtins.int
+    """The dnode's clock when it sent this, in ms since the epoch: a proof is good within
+    five minutes of the mnode's clock.
+    """
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the fields above (docs/cluster.md,
+    "Proofs").
+    """
+    @_builtins.property
+    def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedVgroup]:
+        """The vgroups the dnode hosts, with their versions."""
+
+    def __init__(
+        self,
+        *,
+        endpoint: _builtins.str = ...,
+        dnode_id: _builtins.int = ...,
+        cluster_id: _builtins.str = ...,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        vgroups: _abc.Iterable[Global___HostedVgroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DnodeHeartbeatRequest: _TypeAlias = DnodeHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class HostedVgroup(_message.Message):
+    """A vgroup a dnode hosts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VGROUP_FIELD_NUMBER: _builtins.int
+    FIRST_VERSION_FIELD_NUMBER: _builtins.int
+    LAST_VERSION_FIELD_NUMBER: _builtins.int
+    vgroup: _builtins.int
+    """Vgroup id."""
+    first_version: _builtins.int
+    """The first version its WAL retains."""
+    last_version: _builtins.int
+    """The last version written (first_version − 1 when the WAL is empty)."""
+    def __init__(
+        self,
+        *,
+        vgroup: _builtins.int = ...,
+        first_version: _builtins.int = ...,
+        last_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_version", b"first_version", "last_version", b"last_version", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostedVgroup: _TypeAlias = HostedVgroup  # noqa: Y015
+
+@_typing.final
+class DnodeHeartbeatResponse(_message.Message):
+    """The mnode's answer to a dnode's heartbeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DNODE_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    dnode_id: _builtins.int
+    """The dnode's id."""
+    cluster_id: _builtins.str
+    """The cluster's id: the dnode keeps it and joins no other cluster."""
+    heartbeat_interval_ms: _builtins.int
+    """How often to send heartbeats, in ms."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the answer and the request's proof:
+    the dnode checks that the mnode holds the secret too.
+    """
+    def __init__(
+        self,
+        *,
+        dnode_id: _builtins.int = ...,
+        cluster_id: _builtins.str = ...,
+        heartbeat_interval_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "proof", b"proof"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DnodeHeartbeatResponse: _TypeAlias = DnodeHeartbeatResponse  # noqa: Y015

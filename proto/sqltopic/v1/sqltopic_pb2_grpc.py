@@ -150,7 +150,7 @@ class Session:
 
 
 class SqlStub:
-    """SQL statements (SPEC §3) and the fast write path.
+    """SQL statements (docs/sql.md) and the fast write path.
     """
 
     def __init__(self, channel):
@@ -177,7 +177,7 @@ class SqlStub:
 
 
 class SqlServicer:
-    """SQL statements (SPEC §3) and the fast write path.
+    """SQL statements (docs/sql.md) and the fast write path.
     """
 
     def Execute(self, request, context):
@@ -246,7 +246,7 @@ def add_SqlServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Sql:
-    """SQL statements (SPEC §3) and the fast write path.
+    """SQL statements (docs/sql.md) and the fast write path.
     """
 
     @staticmethod
@@ -1067,6 +1067,96 @@ class Vnode:
             '/sqltopic.v1.Vnode/Acknowledge',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ClusterStub:
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.DnodeHeartbeat = channel.unary_unary(
+                '/sqltopic.v1.Cluster/DnodeHeartbeat',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.FromString,
+                _registered_method=True)
+
+
+class ClusterServicer:
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    def DnodeHeartbeat(self, request, context):
+        """A dnode's heartbeat, every second from its start. The mnode matches the dnode's
+        endpoint to one that CREATE DNODE admitted and answers its id; each heartbeat
+        keeps the dnode `ready` (SHOW DNODES). Fails UNAUTHENTICATED
+        (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
+        endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
+        cluster or whose id is not its endpoint's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClusterServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'DnodeHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.DnodeHeartbeat,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'sqltopic.v1.Cluster', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('sqltopic.v1.Cluster', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Cluster:
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    @staticmethod
+    def DnodeHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Cluster/DnodeHeartbeat',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -120,7 +120,7 @@ class SessionServicer(metaclass=_abc_1.ABCMeta):
 def add_SessionServicer_to_server(servicer: SessionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class SqlStub:
-    """SQL statements (SPEC §3) and the fast write path."""
+    """SQL statements (docs/sql.md) and the fast write path."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -156,7 +156,7 @@ class SqlStub:
 
 @_typing.type_check_only
 class SqlAsyncStub(SqlStub):
-    """SQL statements (SPEC §3) and the fast write path."""
+    """SQL statements (docs/sql.md) and the fast write path."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Execute: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ExecuteRequest, _sqltopic_pb2.ExecuteResponse]  # type: ignore[assignment]
@@ -188,7 +188,7 @@ class SqlAsyncStub(SqlStub):
     """
 
 class SqlServicer(metaclass=_abc_1.ABCMeta):
-    """SQL statements (SPEC §3) and the fast write path."""
+    """SQL statements (docs/sql.md) and the fast write path."""
 
     @_abc_1.abstractmethod
     def Execute(
@@ -627,3 +627,64 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         """
 
 def add_VnodeServicer_to_server(servicer: VnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ClusterStub:
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ClusterAsyncStub: ...
+    DnodeHeartbeat: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.DnodeHeartbeatRequest, _sqltopic_pb2.DnodeHeartbeatResponse]
+    """A dnode's heartbeat, every second from its start. The mnode matches the dnode's
+    endpoint to one that CREATE DNODE admitted and answers its id; each heartbeat
+    keeps the dnode `ready` (SHOW DNODES). Fails UNAUTHENTICATED
+    (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
+    endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
+    cluster or whose id is not its endpoint's.
+    """
+
+@_typing.type_check_only
+class ClusterAsyncStub(ClusterStub):
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    DnodeHeartbeat: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.DnodeHeartbeatRequest, _sqltopic_pb2.DnodeHeartbeatResponse]  # type: ignore[assignment]
+    """A dnode's heartbeat, every second from its start. The mnode matches the dnode's
+    endpoint to one that CREATE DNODE admitted and answers its id; each heartbeat
+    keeps the dnode `ready` (SHOW DNODES). Fails UNAUTHENTICATED
+    (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
+    endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
+    cluster or whose id is not its endpoint's.
+    """
+
+class ClusterServicer(metaclass=_abc_1.ABCMeta):
+    """Between the nodes of a cluster (docs/cluster.md): each dnode's heartbeat to its
+    mnode. Clients never call it. Every request carries a proof of the cluster secret
+    (HMAC-SHA256 over its fields) and every answer one back, so neither side trusts a
+    peer that does not hold the secret.
+    """
+
+    @_abc_1.abstractmethod
+    def DnodeHeartbeat(
+        self,
+        request: _sqltopic_pb2.DnodeHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.DnodeHeartbeatResponse, _abc.Awaitable[_sqltopic_pb2.DnodeHeartbeatResponse]]:
+        """A dnode's heartbeat, every second from its start. The mnode matches the dnode's
+        endpoint to one that CREATE DNODE admitted and answers its id; each heartbeat
+        keeps the dnode `ready` (SHOW DNODES). Fails UNAUTHENTICATED
+        (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
+        endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
+        cluster or whose id is not its endpoint's.
+        """
+
+def add_ClusterServicer_to_server(servicer: ClusterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

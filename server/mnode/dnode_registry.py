@@ -1,0 +1,81 @@
+"""The mnode's view of its dnodes' liveness: each admitted dnode is `ready` while its
+heartbeats arrive and `offline` once none came for `DNODE_TIMEOUT_S`, with the time its
+status last changed, and the version ranges of its vgroups as it last reported them.
+
+Nothing here is persisted: after an mnode restart every dnode is offline until its next
+heartbeat (a second at most), which is what the dnode's state is until then anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+DnodeStatus = Literal["ready", "offline"]
+
+# A dnode heartbeats every second; three missed beats (a stalled process, a lost host)
+# make it offline. Short enough that clients learn of it within a few seconds, long
+# enough that a garbage-collection pause or a busy machine does not flap its status.
+DNODE_TIMEOUT_S = 3.0
+
+
+@dataclass
+class _Seen:
+    last_beat: float  # monotonic seconds
+    since_us: int  # when it last became ready
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class DnodeRegistry:
+    """Heartbeats in, statuses out. Thread-safe (the gRPC loop beats, SHOW reads)."""
+
+    def __init__(
+        self, clock_us: Callable[[], int], timeout_s: float = DNODE_TIMEOUT_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
+        self._clock_us = clock_us
+        self._timeout_s = timeout_s
+        self._monotonic = monotonic
+        self._seen: dict[int, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def beat(self, dnode: int, versions: Mapping[int, tuple[int, int]]) -> None:
+        """Dnode `dnode` is alive, hosting vgroups with these (first, last) versions."""
+        now = self._monotonic()
+        with self._lock:
+            seen = self._seen.get(dnode)
+            if seen is None or self._expired(seen, now):
+                seen = self._seen[dnode] = _Seen(now, self._clock_us())
+            seen.last_beat = now
+            seen.versions = dict(versions)
+
+    def forget(self, dnode: int) -> None:
+        with self._lock:
+            self._seen.pop(dnode, None)
+
+    def status(self, dnode: int) -> tuple[DnodeStatus, int]:
+        """`ready` or `offline`, and since when (µs since the epoch; 0: never seen)."""
+        now = self._monotonic()
+        with self._lock:
+            seen = self._seen.get(dnode)
+            if seen is None:
+                return "offline", 0
+            if self._expired(seen, now):
+                gone_s = now - seen.last_beat - self._timeout_s
+                return "offline", self._clock_us() - int(gone_s * 1_000_000)
+            return "ready", seen.since_us
+
+    def ready(self, dnode: int) -> bool:
+        return self.status(dnode)[0] == "ready"
+
+    def versions(self, dnode: int, vgroup: int) -> tuple[int, int] | None:
+        """The (first, last) versions of `vgroup` as `dnode` last reported them."""
+        with self._lock:
+            seen = self._seen.get(dnode)
+            return None if seen is None else seen.versions.get(vgroup)
+
+    def _expired(self, seen: _Seen, now: float) -> bool:
+        return now - seen.last_beat > self._timeout_s

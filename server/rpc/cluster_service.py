@@ -1,0 +1,89 @@
+"""`Cluster`, the mnode's service for its dnodes: their heartbeats, checked against the
+cluster secret and the dnodes CREATE DNODE admitted, recorded in the dnodes' registry
+(SHOW DNODES, SHOW VGROUPS)."""
+
+from __future__ import annotations
+
+import time
+
+from sqltopic.errors import ConfigError, NotFoundError, excerpt
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.common.cluster_secret import prove, verify
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.mnode.dnode_registry import DnodeRegistry
+from sqltopic.server.rpc.rpc import Context, unary
+from sqltopic.sql.model import Dnode
+
+# A dnode's heartbeat period (TDengine's statusInterval: one second). The registry marks
+# a dnode offline after three missed ones (dnode_registry.DNODE_TIMEOUT_S).
+DNODE_HEARTBEAT_INTERVAL_MS = 1000
+# Vgroups one heartbeat may report: far more than a dnode hosts, a bound on the request.
+MAX_HOSTED_VGROUPS = 100_000
+
+
+class ClusterService(pb_grpc.ClusterServicer):
+    def __init__(self, engine: Engine, registry: DnodeRegistry, secret: str) -> None:
+        self._engine = engine
+        self._registry = registry
+        self._secret = secret
+        self._cluster_id = engine.cluster_id()
+
+    @unary
+    async def DnodeHeartbeat(
+        self, request: pb.DnodeHeartbeatRequest, context: Context
+    ) -> pb.DnodeHeartbeatResponse:
+        verify(
+            self._secret, request.proof, int(time.time() * 1000), request.sent_ms,
+            *heartbeat_fields(request),
+        )  # fmt: skip
+        dnode = self._admitted(request)
+        if len(request.vgroups) > MAX_HOSTED_VGROUPS:
+            raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
+        versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
+        self._registry.beat(dnode.id, versions)
+        answer = pb.DnodeHeartbeatResponse(
+            dnode_id=dnode.id, cluster_id=self._cluster_id,
+            heartbeat_interval_ms=DNODE_HEARTBEAT_INTERVAL_MS,
+        )  # fmt: skip
+        answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
+        return answer
+
+    def _admitted(self, request: pb.DnodeHeartbeatRequest) -> Dnode:
+        endpoint = request.endpoint.lower()
+        found = [d for d in self._engine.catalog.dnodes.values() if d.endpoint == endpoint]
+        if not found:
+            raise NotFoundError(
+                f"dnode {excerpt(request.endpoint)} is not admitted: as root on the mnode, "
+                f"run CREATE DNODE {excerpt(request.endpoint)}"
+            )
+        dnode = found[0]
+        if request.cluster_id and request.cluster_id != self._cluster_id:
+            raise ConfigError(
+                f"dnode {endpoint}: its data directory belongs to cluster "
+                f"{excerpt(request.cluster_id)}, not this one ({self._cluster_id}); give it "
+                "an empty data directory to join this cluster"
+            )
+        if request.dnode_id and request.dnode_id != dnode.id:
+            raise ConfigError(
+                f"dnode {endpoint}: its data directory is dnode {request.dnode_id}'s, but "
+                f"{endpoint} is dnode {dnode.id}; start it with its own data directory"
+            )
+        return dnode
+
+
+def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | bytes, ...]:
+    """What a heartbeat's proof covers after its send time (both sides build it here)."""
+    hosted = b"".join(
+        f"{v.vgroup},{v.first_version},{v.last_version};".encode() for v in request.vgroups
+    )
+    return ("dnode-heartbeat", request.endpoint, request.dnode_id, request.cluster_id, hosted)
+
+
+def answer_fields(
+    answer: pb.DnodeHeartbeatResponse, request_proof: bytes
+) -> tuple[str | int | bytes, ...]:
+    return (
+        "dnode-heartbeat-answer", answer.dnode_id, answer.cluster_id,
+        answer.heartbeat_interval_ms, request_proof,
+    )  # fmt: skip

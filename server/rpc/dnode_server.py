@@ -1,0 +1,84 @@
+"""`sqltopic dnode`: a vnode host of a cluster. It takes its data directory, serves
+gRPC (health and reflection; the vgroups' services once placed), and beats to its mnode
+every second (server/rpc/mnode_link.py) until SIGTERM or SIGINT.
+
+A dnode hosts vgroups only once root admitted its endpoint on the mnode (CREATE DNODE)
+and its heartbeats prove the cluster secret; until then it serves nothing but its health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpc import aio
+
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.common.cluster_secret import check_secret
+from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
+from sqltopic.server.rpc.health import add_health
+from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
+from sqltopic.server.rpc.mnode_link import MnodeLink
+from sqltopic.server.rpc.reflection import enable_reflection
+from sqltopic.server.rpc.tls import ServerTls, check_plaintext
+from sqltopic.wal.fsutil import DirectoryLock
+
+log = logging.getLogger("sqltopic.dnode")
+
+# A data directory is its owner's alone (server/core/engine.py's rule).
+DATA_DIR_MODE = 0o700
+# Long enough for a heartbeat in flight to end, short enough that a stop does not hang.
+SHUTDOWN_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class DnodeConfig:
+    data: Path
+    mnode: str  # host:port of the cluster's mnode
+    cluster_secret: str | None
+    host: str = "127.0.0.1"
+    port: int = 6030
+    advertise: str | None = None  # host:port the mnode and clients reach it at
+    tls: ServerTls | None = None
+    allow_plaintext: bool = False
+
+
+def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
+    """Serve until SIGTERM/SIGINT. ConfigError for a missing or short secret or plain
+    text off loopback, WalLockedError when another process holds the directory."""
+    secret = check_secret(config.cluster_secret)
+    check_plaintext(config.host, config.tls, config.allow_plaintext)
+    config.data.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+    lock = DirectoryLock(config.data, "data directory")
+    try:
+        asyncio.run(_serve(config, secret, ready))
+    finally:
+        lock.release()
+
+
+async def _serve(config: DnodeConfig, secret: str, ready: Callable[[str], None]) -> None:
+    server = aio.server(options=SERVER_OPTIONS)
+    stopping = asyncio.Event()
+    health = add_health(server, ())
+    enable_reflection(server, (HEALTH_SERVICE,), stopping)
+    port = bind(server, config.host, config.port, config.tls)
+    endpoint = config.advertise or f"{config.host}:{port}"
+    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, _hosted)
+    await server.start()
+    stop = stop_on_signals()
+    beating = asyncio.create_task(link.run(stopping))
+    ready(f"{config.host}:{port}")
+    await stop.wait()
+    log.info("shutting down")
+    stopping.set()
+    await health.shut_down()
+    await server.stop(SHUTDOWN_GRACE_S)
+    await beating
+
+
+def _hosted() -> list[pb.HostedVgroup]:
+    """The vgroups this dnode hosts (none until the mnode places some here)."""
+    return []

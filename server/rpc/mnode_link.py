@@ -1,0 +1,121 @@
+"""A dnode's link to its mnode: the heartbeat it sends every second (`Cluster.
+DnodeHeartbeat`), with the proof of the cluster secret, and what the answers teach it
+(its dnode id and cluster, kept in its data directory).
+
+A dnode that cannot reach the mnode, or that the mnode refuses (not admitted yet, a
+wrong secret, another cluster's data directory), keeps trying every interval and logs
+each new reason once: it becomes ready as soon as the cause is fixed, with no restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc import aio
+
+from sqltopic.errors import AuthenticationFailed, ConfigError
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.common.cluster_secret import prove, verify_answer
+from sqltopic.server.dnode.identity import DnodeIdentity, load_identity, save_identity
+from sqltopic.server.rpc.cluster_service import (
+    DNODE_HEARTBEAT_INTERVAL_MS,
+    answer_fields,
+    heartbeat_fields,
+)
+
+log = logging.getLogger("sqltopic.dnode")
+
+# A heartbeat that takes longer than this is lost: the next one is due anyway.
+HEARTBEAT_TIMEOUT_S = 2.0
+
+
+@dataclass
+class LinkState:
+    """What the dnode knows of its mnode now (for its own logs and tests)."""
+
+    identity: DnodeIdentity | None = None
+    problem: str | None = None  # why the last heartbeat failed; None: it was answered
+
+
+class MnodeLink:
+    def __init__(
+        self, mnode: str, secret: str, endpoint: str, data: Path,
+        hosted: Callable[[], list[pb.HostedVgroup]],
+        channel: Callable[[str], aio.Channel] = aio.insecure_channel,
+    ) -> None:  # fmt: skip
+        self._mnode = mnode
+        self._secret = secret
+        self._endpoint = endpoint
+        self._data = data
+        self._hosted = hosted
+        self._channel = channel
+        self.state = LinkState(identity=load_identity(data))
+        identity = self.state.identity
+        if identity is not None and identity.endpoint != endpoint:
+            raise ConfigError(
+                f"data directory {data} is dnode {identity.dnode_id} at {identity.endpoint}; "
+                f"start it with --advertise {identity.endpoint} (a dnode keeps its endpoint)"
+            )
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Beat until `stopping` is set."""
+        interval_s = DNODE_HEARTBEAT_INTERVAL_MS / 1000
+        async with self._channel(self._mnode) as channel:
+            stub = pb_grpc.ClusterStub(channel)
+            while not stopping.is_set():
+                answer = await self._beat(stub)
+                if answer is not None:
+                    interval_s = answer.heartbeat_interval_ms / 1000 or interval_s
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), interval_s)
+
+    async def _beat(self, stub: pb_grpc.ClusterAsyncStub) -> pb.DnodeHeartbeatResponse | None:
+        identity = self.state.identity
+        request = pb.DnodeHeartbeatRequest(
+            endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
+            cluster_id=identity.cluster_id if identity else "",
+            sent_ms=int(time.time() * 1000), vgroups=self._hosted(),
+        )  # fmt: skip
+        request.proof = prove(self._secret, request.sent_ms, *heartbeat_fields(request))
+        try:
+            answer: pb.DnodeHeartbeatResponse = await stub.DnodeHeartbeat(
+                request, timeout=HEARTBEAT_TIMEOUT_S
+            )
+            verify_answer(self._secret, answer.proof, *answer_fields(answer, request.proof))
+        except aio.AioRpcError as exc:
+            self._trouble(_described(exc))
+            return None
+        except AuthenticationFailed as exc:
+            self._trouble(str(exc))
+            return None
+        self._joined(answer)
+        return answer
+
+    def _joined(self, answer: pb.DnodeHeartbeatResponse) -> None:
+        identity = DnodeIdentity(answer.cluster_id, answer.dnode_id, self._endpoint)
+        if identity != self.state.identity:
+            save_identity(self._data, identity)
+            log.info("dnode %d of cluster %s", identity.dnode_id, identity.cluster_id)
+            self.state.identity = identity
+        if self.state.problem is not None:
+            log.info("the mnode at %s answers again", self._mnode)
+        self.state.problem = None
+
+    def _trouble(self, problem: str) -> None:
+        if problem != self.state.problem:
+            log.warning("mnode %s: %s (retrying every second)", self._mnode, problem)
+        self.state.problem = problem
+
+
+def _described(exc: aio.AioRpcError) -> str:
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return f"not reachable ({exc.code().name})"
+    return f"{exc.code().name}: {exc.details()}"
