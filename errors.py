@@ -199,6 +199,11 @@ class ServerUnavailable(Error):
     shutting down: check the address, start the server, or retry."""
 
 
+class VgroupUnavailable(ServerUnavailable):
+    """A cluster's vgroup cannot be served now: its dnode is offline, or the vgroup is
+    not placed on one yet. The other vgroups keep serving; retry."""
+
+
 # --- write-ahead log -----------------------------------------------------------------
 
 

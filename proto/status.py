@@ -43,6 +43,7 @@ CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.ConsumerFenced, Code.ABORTED),
     (e.GroupConflict, Code.FAILED_PRECONDITION),
     (e.RebalanceInProgress, Code.UNAVAILABLE),
+    (e.VgroupUnavailable, Code.UNAVAILABLE),
     (e.WalClosedError, Code.UNAVAILABLE),
     (e.WalCorruptionError, Code.DATA_LOSS),
     (e.DataFileDamaged, Code.DATA_LOSS),

@@ -16,6 +16,7 @@ from sqltopic.errors import (
     SqlError,
 )
 from sqltopic.server.common.result import Result, Session
+from sqltopic.server.core.placement import place
 from sqltopic.server.core.privileges import Rights
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.server.core.state import State
@@ -59,6 +60,12 @@ def create_database(state: State, session: Session, stmt: st.CreateDatabase) -> 
     db = Database(
         name, tuple(range(first, first + vgroups)), precision, wal, state.now_us(), session.user
     )
+    if state.role == "mnode":  # the dnodes open them once their heartbeats learn of them
+        db = replace(db, placement=place(state, name, vgroups))
+        state.catalog.databases[name] = db
+        state.catalog.next_vgroup = first + vgroups
+        state.commit([("database", "", name)])
+        return Result(affected_rows=0)
     opened = create_vnodes(state.data_dir, db, clock=state.clock, scheduler=state.scheduler)
     state.catalog.databases[name] = db
     state.catalog.next_vgroup = first + vgroups
@@ -111,7 +118,8 @@ def alter_database(state: State, session: Session, stmt: st.AlterDatabase) -> Re
     state.catalog.databases[db.name] = replace(db, wal=wal)
     state.commit([("database", "", db.name)])
     for vgroup in db.vgroups:
-        state.vnode(vgroup).wal.set_options(options)
+        if db.dnode_of(vgroup) is None:  # a dnode's takes the options from its heartbeat
+            state.vnode(vgroup).wal.set_options(options)
     return Result()
 
 
@@ -139,6 +147,8 @@ def drop_database(state: State, session: Session, stmt: st.DropDatabase) -> Resu
     state.commit(keys)
     state.store.forget_vgroups(db.vgroups)
     for vgroup in db.vgroups:
+        if db.dnode_of(vgroup) is not None:
+            continue  # its dnode drops it when its heartbeat no longer lists it
         state.vnodes.pop(vgroup).close()
         shutil.rmtree(vnode_dir(state.data_dir, vgroup), ignore_errors=True)
     if session.db == db.name:

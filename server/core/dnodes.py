@@ -116,7 +116,8 @@ def show_vgroups(state: State, session: Session, stmt: st.Show) -> Result:
 
 
 def _host(state: State, db: Database, vgroup: int) -> tuple[int, str, str, str]:
-    """dnode, endpoint, status and versions of one vgroup."""
+    """dnode, endpoint, status (`ready`; `placing` until its dnode reports it; `offline`
+    with its dnode) and versions of one vgroup."""
     dnode_id = db.dnode_of(vgroup)
     if dnode_id is None:
         wal = state.vnode(vgroup).wal
@@ -127,8 +128,10 @@ def _host(state: State, db: Database, vgroup: int) -> tuple[int, str, str, str]:
             versions_text(wal.first_version, wal.last_version),
         )
     dnode = state.catalog.dnodes.get(dnode_id)
-    status, _since = _liveness(state, dnode_id)
+    alive, _since = _liveness(state, dnode_id)
     found = state.registry.versions(dnode_id, vgroup) if state.registry is not None else None
+    # `placing`: its dnode has not reported it yet (it will within a heartbeat)
+    status = "placing" if alive == "ready" and found is None else alive
     versions = "" if found is None else versions_text(*found)
     return dnode_id, dnode.endpoint if dnode is not None else "", status, versions
 

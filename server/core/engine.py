@@ -30,6 +30,7 @@ from sqltopic.server.core import (
     users,
     writes,
 )
+from sqltopic.server.core.placement import placed_on
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
 from sqltopic.server.core.state import Role, State
@@ -44,7 +45,7 @@ from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
-from sqltopic.sql.model import Catalog, User, no_topic
+from sqltopic.sql.model import Catalog, Database, User, no_topic
 from sqltopic.sql.parse import parse
 from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType, Scheduler
@@ -157,6 +158,10 @@ class Engine:
         """The cluster's id (an mnode's catalog makes it at its first use)."""
         with self._state.lock.exclusive():
             return self._state.store.cluster_id()
+
+    def placed_on(self, dnode: int) -> list[tuple[Database, int]]:
+        """The vgroups a cluster's dnode is to host, with their databases."""
+        return placed_on(self._state.catalog, dnode)
 
     def listening(self, endpoint: str) -> None:
         """The address clients reach this server at, once bound (SHOW DNODES)."""

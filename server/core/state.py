@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from sqltopic.errors import SqlError
+from sqltopic.errors import SqlError, VgroupUnavailable
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Session
 from sqltopic.server.common.rwlock import RWLock
@@ -85,7 +85,15 @@ class State:
         return value
 
     def vnode(self, vgroup: int) -> Vnode:
-        return self.vnodes[vgroup]
+        """The local vnode of `vgroup`; VgroupUnavailable for one a dnode hosts."""
+        vnode = self.vnodes.get(vgroup)
+        if vnode is None:
+            raise VgroupUnavailable(
+                f"vgroup {vgroup} is hosted by a dnode (SHOW VGROUPS): a cluster's mnode "
+                "does not read or write vgroups itself yet; run this statement on an "
+                "all-in-one server (docs/cluster.md, 'What works today')"
+            )
+        return vnode
 
     def db_of(self, session: Session, ref: TableRef | str | None) -> Database:
         """The database a reference names, or the session's current one; NotFoundError

@@ -42,9 +42,15 @@ class ClusterService(pb_grpc.ClusterServicer):
             raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
         versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
         self._registry.beat(dnode.id, versions)
+        placed = [
+            pb.PlacedVgroup(
+                database=db.name, vgroup=vgroup, precision=db.precision, wal_options=db.wal
+            )
+            for db, vgroup in self._engine.placed_on(dnode.id)
+        ]
         answer = pb.DnodeHeartbeatResponse(
             dnode_id=dnode.id, cluster_id=self._cluster_id,
-            heartbeat_interval_ms=DNODE_HEARTBEAT_INTERVAL_MS,
+            heartbeat_interval_ms=DNODE_HEARTBEAT_INTERVAL_MS, placed=placed,
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
@@ -83,7 +89,13 @@ def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | byt
 def answer_fields(
     answer: pb.DnodeHeartbeatResponse, request_proof: bytes
 ) -> tuple[str | int | bytes, ...]:
+    placed = b"".join(
+        f"{p.database},{p.vgroup},{p.precision},".encode()
+        + ",".join(f"{k}={v}" for k, v in sorted(p.wal_options.items())).encode()
+        + b";"
+        for p in answer.placed
+    )
     return (
         "dnode-heartbeat-answer", answer.dnode_id, answer.cluster_id,
-        answer.heartbeat_interval_ms, request_proof,
+        answer.heartbeat_interval_ms, request_proof, placed,
     )  # fmt: skip

@@ -16,14 +16,16 @@ from pathlib import Path
 
 from grpc import aio
 
-from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.common.cluster_secret import check_secret
+from sqltopic.server.common.resources import raise_open_files_limit
+from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
 from sqltopic.server.rpc.mnode_link import MnodeLink
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.tls import ServerTls, check_plaintext
+from sqltopic.wal import Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
 
 log = logging.getLogger("sqltopic.dnode")
@@ -54,19 +56,30 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
     config.data.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
     lock = DirectoryLock(config.data, "data directory")
     try:
-        asyncio.run(_serve(config, secret, ready))
+        raise_open_files_limit()  # every vnode keeps a few files open
+        scheduler = Scheduler()  # the WALs' background work (fsync period, retention)
+        try:
+            host = VnodeHost(config.data, scheduler=scheduler)
+            try:
+                asyncio.run(_serve(config, secret, ready, host))
+            finally:
+                host.close()
+        finally:
+            scheduler.close()
     finally:
         lock.release()
 
 
-async def _serve(config: DnodeConfig, secret: str, ready: Callable[[str], None]) -> None:
+async def _serve(
+    config: DnodeConfig, secret: str, ready: Callable[[str], None], host: VnodeHost
+) -> None:
     server = aio.server(options=SERVER_OPTIONS)
     stopping = asyncio.Event()
     health = add_health(server, ())
     enable_reflection(server, (HEALTH_SERVICE,), stopping)
     port = bind(server, config.host, config.port, config.tls)
     endpoint = config.advertise or f"{config.host}:{port}"
-    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, _hosted)
+    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, host)
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))
@@ -77,8 +90,3 @@ async def _serve(config: DnodeConfig, secret: str, ready: Callable[[str], None])
     await health.shut_down()
     await server.stop(SHUTDOWN_GRACE_S)
     await beating
-
-
-def _hosted() -> list[pb.HostedVgroup]:
-    """The vgroups this dnode hosts (none until the mnode places some here)."""
-    return []

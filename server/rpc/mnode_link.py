@@ -20,11 +20,12 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from sqltopic.errors import AuthenticationFailed, ConfigError
+from sqltopic.errors import AuthenticationFailed, ConfigError, Error
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify_answer
 from sqltopic.server.dnode.identity import DnodeIdentity, load_identity, save_identity
+from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
 from sqltopic.server.rpc.cluster_service import (
     DNODE_HEARTBEAT_INTERVAL_MS,
     answer_fields,
@@ -47,15 +48,14 @@ class LinkState:
 
 class MnodeLink:
     def __init__(
-        self, mnode: str, secret: str, endpoint: str, data: Path,
-        hosted: Callable[[], list[pb.HostedVgroup]],
+        self, mnode: str, secret: str, endpoint: str, data: Path, host: VnodeHost,
         channel: Callable[[str], aio.Channel] = aio.insecure_channel,
     ) -> None:  # fmt: skip
         self._mnode = mnode
         self._secret = secret
         self._endpoint = endpoint
         self._data = data
-        self._hosted = hosted
+        self._host = host
         self._channel = channel
         self.state = LinkState(identity=load_identity(data))
         identity = self.state.identity
@@ -82,7 +82,11 @@ class MnodeLink:
         request = pb.DnodeHeartbeatRequest(
             endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
             cluster_id=identity.cluster_id if identity else "",
-            sent_ms=int(time.time() * 1000), vgroups=self._hosted(),
+            sent_ms=int(time.time() * 1000),
+            vgroups=[
+                pb.HostedVgroup(vgroup=v, first_version=first, last_version=last)
+                for v, first, last in self._host.versions()
+            ],
         )  # fmt: skip
         request.proof = prove(self._secret, request.sent_ms, *heartbeat_fields(request))
         try:
@@ -97,6 +101,14 @@ class MnodeLink:
             self._trouble(str(exc))
             return None
         self._joined(answer)
+        try:
+            placed = [
+                Placed.of(p.database, p.vgroup, p.precision, dict(p.wal_options))
+                for p in answer.placed
+            ]
+            await asyncio.to_thread(self._host.follow, placed)
+        except (Error, OSError) as exc:
+            self._trouble(f"cannot host the vgroups placed here: {exc}")
         return answer
 
     def _joined(self, answer: pb.DnodeHeartbeatResponse) -> None:

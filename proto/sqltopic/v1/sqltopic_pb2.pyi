@@ -2093,6 +2093,7 @@ class DnodeHeartbeatResponse(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     PROOF_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
     dnode_id: _builtins.int
     """The dnode's id."""
     cluster_id: _builtins.str
@@ -2103,6 +2104,13 @@ class DnodeHeartbeatResponse(_message.Message):
     """HMAC-SHA256 keyed with the cluster secret over the answer and the request's proof:
     the dnode checks that the mnode holds the secret too.
     """
+    @_builtins.property
+    def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedVgroup]:
+        """Every vgroup the dnode is to host, as the catalog places them now: the dnode opens
+        (or creates) each one, applies its WAL options, and drops a vgroup no longer here
+        (its database was dropped).
+        """
+
     def __init__(
         self,
         *,
@@ -2110,11 +2118,68 @@ class DnodeHeartbeatResponse(_message.Message):
         cluster_id: _builtins.str = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         proof: _builtins.bytes = ...,
+        placed: _abc.Iterable[Global___PlacedVgroup] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "proof", b"proof"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DnodeHeartbeatResponse: _TypeAlias = DnodeHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class PlacedVgroup(_message.Message):
+    """A vgroup placed on a dnode, with what the dnode needs to open its WAL."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class WalOptionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    DATABASE_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    PRECISION_FIELD_NUMBER: _builtins.int
+    WAL_OPTIONS_FIELD_NUMBER: _builtins.int
+    database: _builtins.str
+    """The database it belongs to."""
+    vgroup: _builtins.int
+    """Vgroup id."""
+    precision: _builtins.str
+    """The database's timestamp precision: ms, us or ns."""
+    @_builtins.property
+    def wal_options(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The database's WAL_* options as given (WAL_LEVEL, WAL_FSYNC_PERIOD, ...)."""
+
+    def __init__(
+        self,
+        *,
+        database: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        precision: _builtins.str = ...,
+        wal_options: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database", b"database", "precision", b"precision", "vgroup", b"vgroup", "wal_options", b"wal_options"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacedVgroup: _TypeAlias = PlacedVgroup  # noqa: Y015
