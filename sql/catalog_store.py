@@ -39,7 +39,15 @@ CREATE TABLE IF NOT EXISTS objects (
     kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, key));
 CREATE TABLE IF NOT EXISTS applied (vgroup INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);
 """
+# A cluster's catalog changes, in commit order, each as JSON: `objects` ([kind, key,
+# body or null], as the objects table holds them), `settings`, and what else the dnodes
+# do: `entries` (vgroup -> the DDL events for its WAL), `forget` (offsets of a dropped
+# topic or group: [database, topic, group or null]). The mnode writes them (`commit`
+# with `log`) and its dnodes apply them in order (`apply_change`), so every dnode's
+# catalog and WALs follow the mnode's (docs/cluster.md, "The catalog on the dnodes").
+Change = tuple[int, str]
 
 # A DDL waits this long for another process's lock before failing; only one server
 # opens a data directory, so waiting means something is wrong.
@@ -119,21 +127,66 @@ class CatalogStore:
         catalog: Catalog,
         keys: Iterable[Key | tuple[str, str, str]],
         applied: dict[int, int] | None = None,
+        log: dict[str, Any] | None = None,
     ) -> None:
         """Persist the objects named by `keys` as they now are in `catalog` (deleting
-        those that are gone), and the applied versions, atomically."""
+        those that are gone), and the applied versions, atomically. With `log` (a
+        cluster's mnode: what else its dnodes must do, e.g. `entries`, vgroup -> DDL
+        events for its WAL), record the change too."""
+        settings = {"next_vgroup": catalog.next_vgroup, "next_dnode": catalog.next_dnode}
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            for kind, db, name in keys:
-                self._write_one(cur, catalog, kind, db, name)
+            rows = [self._write_one(cur, catalog, kind, db, name) for kind, db, name in keys]
             for vgroup, version in (applied or {}).items():
                 cur.execute("INSERT OR REPLACE INTO applied VALUES (?, ?)", (vgroup, version))
             cur.executemany(
                 "INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                [("next_vgroup", str(catalog.next_vgroup)),
-                 ("next_dnode", str(catalog.next_dnode))],
-            )  # fmt: skip
+                [(name, str(value)) for name, value in settings.items()],
+            )
+            if log is not None:
+                change = {**log, "objects": rows, "settings": settings}
+                cur.execute("INSERT INTO changes (body) VALUES (?)", (json.dumps(change),))
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def changes_after(self, seq: int, limit: int) -> list[Change]:
+        """Up to `limit` logged changes after `seq`, in order."""
+        return list(
+            self._db.execute(
+                "SELECT seq, body FROM changes WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
+            )
+        )
+
+    def last_change(self) -> int:
+        """The seq of the last logged change (0: none)."""
+        row = self._db.execute("SELECT MAX(seq) FROM changes").fetchone()
+        return int(row[0] or 0)
+
+    def applied_change(self) -> int:
+        """A dnode's replica: the seq of the last change it applied (0: none)."""
+        row = self._db.execute("SELECT value FROM settings WHERE name='change'").fetchone()
+        return int(row[0]) if row else 0
+
+    def apply_change(self, seq: int, body: str, applied: dict[int, int]) -> None:
+        """A dnode's replica: write the mnode's change `seq` (its objects and settings)
+        with the versions its events reached in the WALs, atomically."""
+        change = json.loads(body)
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for kind, key, obj in change["objects"]:
+                if obj is None:
+                    cur.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
+                else:
+                    cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, obj))
+            for vgroup, version in applied.items():
+                cur.execute("INSERT OR REPLACE INTO applied VALUES (?, ?)", (vgroup, version))
+            settings = [(k, str(v)) for k, v in change["settings"].items()]
+            cur.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", settings)
+            cur.execute("INSERT OR REPLACE INTO settings VALUES ('change', ?)", (str(seq),))
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
@@ -155,14 +208,15 @@ class CatalogStore:
 
     def _write_one(
         self, cur: sqlite3.Cursor, catalog: Catalog, kind: str, db: str, name: str
-    ) -> None:
+    ) -> tuple[str, str, str | None]:
         key = f"{db}.{name}" if db else name
         obj = _lookup(catalog, kind, db, name)
         if obj is None:
             cur.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
-        else:
-            body = json.dumps(_DUMPERS[kind](obj), separators=(",", ":"))
-            cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, body))
+            return kind, key, None
+        body = json.dumps(_DUMPERS[kind](obj), separators=(",", ":"))
+        cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, body))
+        return kind, key, body
 
 
 def _load(db: sqlite3.Connection) -> tuple[Catalog, dict[int, int]]:

@@ -42,7 +42,7 @@ from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.vnode.share_window import Run
 from sqltopic.server.vnode.vnode import Vnode, open_vnodes
 from sqltopic.sql import statements as st
-from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore, Change
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import Catalog, Database, User, no_topic
@@ -162,6 +162,13 @@ class Engine:
     def placed_on(self, dnode: int) -> list[tuple[Database, int]]:
         """The vgroups a cluster's dnode is to host, with their databases."""
         return placed_on(self._state.catalog, dnode)
+
+    def catalog_changes(self, after: int, limit: int) -> tuple[int, list[Change]]:
+        """A cluster's mnode: its last logged catalog change, and up to `limit` changes
+        after `after`, for a dnode to apply in order."""
+        with self._state.lock.shared():
+            store = self._state.store
+            return store.last_change(), store.changes_after(after, limit)
 
     def listening(self, endpoint: str) -> None:
         """The address clients reach this server at, once bound (SHOW DNODES)."""

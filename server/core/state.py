@@ -107,10 +107,13 @@ class State:
             raise no_database(name)
         return db
 
-    def commit(self, keys: list[Key] | list[tuple[str, str, str]]) -> None:
-        """Persist catalog objects changed in memory (databases, topics, users)."""
+    def commit(
+        self, keys: list[Key] | list[tuple[str, str, str]], log: dict[str, Any] | None = None
+    ) -> None:
+        """Persist catalog objects changed in memory (databases, topics, users); on a
+        cluster's mnode, log the change for the dnodes (with `log`'s extra actions)."""
         try:
-            self.store.commit(self.catalog, keys)
+            self.store.commit(self.catalog, keys, log=self._logged(log or {}))
         except BaseException:
             self._reload()
             raise
@@ -133,7 +136,12 @@ class State:
         applied: dict[int, int] = {}
         written: dict[bytes, Event] = {}  # a stable's event goes to every vnode, once here
         failure: BaseException | None = None
+        remote = self._remote_entries(entries)
+        for entry in (e for batch in remote.values() for e in batch):
+            written.setdefault(bytes(entry.body), json.loads(bytes(entry.body)))
         for vgroup, batch in entries.items():
+            if vgroup in remote:
+                continue
             try:
                 versions = self.vnode(vgroup).wal.append(batch)
             except Exception as exc:
@@ -144,16 +152,43 @@ class State:
                     applied[vgroup] = versions[-1]
                     written.setdefault(bytes(entry.body), json.loads(bytes(entry.body)))
         if written or extra:
-            self._apply(list(written.values()), extra, applied)
+            self._apply(list(written.values()), extra, applied, remote)
         if failure is not None:
             raise failure
 
-    def _apply(self, events: list[Event], extra: list[Key] | None, applied: dict[int, int]) -> None:
+    def _remote_entries(self, entries: dict[int, list[WalEntry]]) -> dict[int, list[WalEntry]]:
+        """On a cluster's mnode, the DDL entries of the vgroups dnodes host (logged for
+        them); VgroupUnavailable, before anything is written, for rows to such a vgroup."""
+        if self.role != "mnode":
+            return {}
+        remote: dict[int, list[WalEntry]] = {}
+        for vgroup, batch in entries.items():
+            if vgroup in self.vnodes:
+                continue
+            if any(entry.entry_type is not EntryType.META for entry in batch):
+                raise VgroupUnavailable(
+                    f"vgroup {vgroup} is hosted by a dnode: a cluster's mnode does not write "
+                    "rows into vgroups yet; write them on an all-in-one server (docs/"
+                    "cluster.md, 'What works today')"
+                )
+            remote[vgroup] = batch
+        return remote
+
+    def _logged(self, log: dict[str, Any]) -> dict[str, Any] | None:
+        return log if self.role == "mnode" else None
+
+    def _apply(
+        self, events: list[Event], extra: list[Key] | None, applied: dict[int, int],
+        remote: dict[int, list[WalEntry]],
+    ) -> None:  # fmt: skip
         keys: list[Key] = list(extra or [])
         for e in events:
             keys += apply(self.catalog, e)
+        # the entries' bytes as they are: every dnode's WAL holds the same events
+        entries = {str(v): [bytes(e.body).decode() for e in batch] for v, batch in remote.items()}
+        log = self._logged({"entries": entries})
         try:
-            self.store.commit(self.catalog, dict.fromkeys(keys), applied)
+            self.store.commit(self.catalog, dict.fromkeys(keys), applied, log=log)
         except BaseException:
             # Memory must match disk: the events stay in the WALs, and the next open
             # replays them (their vgroups must not be marked checked at close).

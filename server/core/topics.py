@@ -126,6 +126,10 @@ def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> Non
     """A dropped topic's (or group's) offsets must not resume a later namesake."""
     database = state.catalog.databases.get(db)
     for vgroup in database.vgroups if database is not None else ():
+        if database is not None and database.dnode_of(vgroup) is not None:
+            continue  # its dnode forgets them as it applies the change logged below
         vnode = state.vnode(vgroup)
         vnode.shares.forget(topic, group)  # first: no save of theirs lands after the next
         vnode.offsets.forget(topic, group)
+    if database is not None and database.placement:
+        state.commit([], log={"forget": [[db, topic, group]]})

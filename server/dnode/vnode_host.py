@@ -118,6 +118,11 @@ class VnodeHost:
         shutil.rmtree(vnode_dir(self._data, vgroup), ignore_errors=True)
         log.info("dropped vgroup %d of database %s", vgroup, placed.database)
 
+    def vnodes(self) -> dict[int, Vnode]:
+        """The open vnodes by vgroup, as they are now."""
+        with self._lock:
+            return dict(self._vnodes)
+
     def versions(self) -> list[tuple[int, int, int]]:
         """(vgroup, first retained version, last version) of every hosted vgroup."""
         with self._lock:

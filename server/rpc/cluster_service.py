@@ -4,6 +4,7 @@ cluster secret and the dnodes CREATE DNODE admitted, recorded in the dnodes' reg
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sqltopic.errors import ConfigError, NotFoundError, excerpt
@@ -20,6 +21,9 @@ from sqltopic.sql.model import Dnode
 DNODE_HEARTBEAT_INTERVAL_MS = 1000
 # Vgroups one heartbeat may report: far more than a dnode hosts, a bound on the request.
 MAX_HOSTED_VGROUPS = 100_000
+# Catalog changes per answer: a dnode far behind catches up over several heartbeats,
+# and an answer stays far below gRPC's 4 MiB (a change is a few KB at most).
+MAX_CHANGES_PER_BEAT = 256
 
 
 class ClusterService(pb_grpc.ClusterServicer):
@@ -48,9 +52,14 @@ class ClusterService(pb_grpc.ClusterServicer):
             )
             for db, vgroup in self._engine.placed_on(dnode.id)
         ]
+        last, changes = await asyncio.to_thread(
+            self._engine.catalog_changes, request.catalog_change, MAX_CHANGES_PER_BEAT
+        )
         answer = pb.DnodeHeartbeatResponse(
             dnode_id=dnode.id, cluster_id=self._cluster_id,
             heartbeat_interval_ms=DNODE_HEARTBEAT_INTERVAL_MS, placed=placed,
+            catalog_change=last,
+            changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in changes],
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
@@ -83,7 +92,10 @@ def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | byt
     hosted = b"".join(
         f"{v.vgroup},{v.first_version},{v.last_version};".encode() for v in request.vgroups
     )
-    return ("dnode-heartbeat", request.endpoint, request.dnode_id, request.cluster_id, hosted)
+    return (
+        "dnode-heartbeat", request.endpoint, request.dnode_id, request.cluster_id, hosted,
+        request.catalog_change,
+    )  # fmt: skip
 
 
 def answer_fields(
@@ -95,7 +107,8 @@ def answer_fields(
         + b";"
         for p in answer.placed
     )
+    changes = "".join(f"{c.seq}:{c.body}\n" for c in answer.changes).encode()
     return (
         "dnode-heartbeat-answer", answer.dnode_id, answer.cluster_id,
-        answer.heartbeat_interval_ms, request_proof, placed,
+        answer.heartbeat_interval_ms, request_proof, placed, answer.catalog_change, changes,
     )  # fmt: skip

@@ -18,6 +18,7 @@ from grpc import aio
 
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.resources import raise_open_files_limit
+from sqltopic.server.dnode.catalog_replica import CatalogReplica
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
@@ -61,7 +62,11 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
         try:
             host = VnodeHost(config.data, scheduler=scheduler)
             try:
-                asyncio.run(_serve(config, secret, ready, host))
+                replica = CatalogReplica(config.data, host)
+                try:
+                    asyncio.run(_serve(config, secret, ready, host, replica))
+                finally:
+                    replica.close()
             finally:
                 host.close()
         finally:
@@ -71,15 +76,16 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
 
 
 async def _serve(
-    config: DnodeConfig, secret: str, ready: Callable[[str], None], host: VnodeHost
-) -> None:
+    config: DnodeConfig, secret: str, ready: Callable[[str], None], host: VnodeHost,
+    replica: CatalogReplica,
+) -> None:  # fmt: skip
     server = aio.server(options=SERVER_OPTIONS)
     stopping = asyncio.Event()
     health = add_health(server, ())
     enable_reflection(server, (HEALTH_SERVICE,), stopping)
     port = bind(server, config.host, config.port, config.tls)
     endpoint = config.advertise or f"{config.host}:{port}"
-    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, host)
+    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, host, replica)
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))

@@ -24,6 +24,7 @@ from sqltopic.errors import AuthenticationFailed, ConfigError, Error
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify_answer
+from sqltopic.server.dnode.catalog_replica import CatalogReplica
 from sqltopic.server.dnode.identity import DnodeIdentity, load_identity, save_identity
 from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
 from sqltopic.server.rpc.cluster_service import (
@@ -44,18 +45,20 @@ class LinkState:
 
     identity: DnodeIdentity | None = None
     problem: str | None = None  # why the last heartbeat failed; None: it was answered
+    caught_up: bool = False  # the catalog changes the mnode had at the last answer applied
 
 
 class MnodeLink:
     def __init__(
         self, mnode: str, secret: str, endpoint: str, data: Path, host: VnodeHost,
-        channel: Callable[[str], aio.Channel] = aio.insecure_channel,
+        replica: CatalogReplica, channel: Callable[[str], aio.Channel] = aio.insecure_channel,
     ) -> None:  # fmt: skip
         self._mnode = mnode
         self._secret = secret
         self._endpoint = endpoint
         self._data = data
         self._host = host
+        self._replica = replica
         self._channel = channel
         self.state = LinkState(identity=load_identity(data))
         identity = self.state.identity
@@ -82,7 +85,7 @@ class MnodeLink:
         request = pb.DnodeHeartbeatRequest(
             endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
             cluster_id=identity.cluster_id if identity else "",
-            sent_ms=int(time.time() * 1000),
+            sent_ms=int(time.time() * 1000), catalog_change=self._replica.applied,
             vgroups=[
                 pb.HostedVgroup(vgroup=v, first_version=first, last_version=last)
                 for v, first, last in self._host.versions()
@@ -109,6 +112,13 @@ class MnodeLink:
             await asyncio.to_thread(self._host.follow, placed)
         except (Error, OSError) as exc:
             self._trouble(f"cannot host the vgroups placed here: {exc}")
+            return answer
+        changes = [(c.seq, c.body) for c in answer.changes]
+        try:
+            await asyncio.to_thread(self._replica.apply, changes)
+        except (Error, OSError, ValueError, KeyError) as exc:
+            self._trouble(f"cannot apply catalog change {self._replica.applied + 1}: {exc}")
+        self.state.caught_up = self._replica.applied >= answer.catalog_change
         return answer
 
     def _joined(self, answer: pb.DnodeHeartbeatResponse) -> None:

@@ -2017,6 +2017,7 @@ class DnodeHeartbeatRequest(_message.Message):
     SENT_MS_FIELD_NUMBER: _builtins.int
     PROOF_FIELD_NUMBER: _builtins.int
     VGROUPS_FIELD_NUMBER: _builtins.int
+    CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The endpoint the dnode serves at (`host:port`, its --advertise), as admitted."""
     dnode_id: _builtins.int
@@ -2031,6 +2032,8 @@ class DnodeHeartbeatRequest(_message.Message):
     """HMAC-SHA256 keyed with the cluster secret over the fields above (docs/cluster.md,
     "Proofs").
     """
+    catalog_change: _builtins.int
+    """The last catalog change the dnode applied (0: none)."""
     @_builtins.property
     def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedVgroup]:
         """The vgroups the dnode hosts, with their versions."""
@@ -2044,10 +2047,11 @@ class DnodeHeartbeatRequest(_message.Message):
         sent_ms: _builtins.int = ...,
         proof: _builtins.bytes = ...,
         vgroups: _abc.Iterable[Global___HostedVgroup] | None = ...,
+        catalog_change: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2094,6 +2098,8 @@ class DnodeHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     PROOF_FIELD_NUMBER: _builtins.int
     PLACED_FIELD_NUMBER: _builtins.int
+    CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
     dnode_id: _builtins.int
     """The dnode's id."""
     cluster_id: _builtins.str
@@ -2104,11 +2110,19 @@ class DnodeHeartbeatResponse(_message.Message):
     """HMAC-SHA256 keyed with the cluster secret over the answer and the request's proof:
     the dnode checks that the mnode holds the secret too.
     """
+    catalog_change: _builtins.int
+    """The mnode's last catalog change: the dnode is caught up once it applied it."""
     @_builtins.property
     def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedVgroup]:
         """Every vgroup the dnode is to host, as the catalog places them now: the dnode opens
         (or creates) each one, applies its WAL options, and drops a vgroup no longer here
         (its database was dropped).
+        """
+
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___CatalogChange]:
+        """The next catalog changes after the request's `catalog_change`, in order (at most
+        256 per answer: a dnode far behind catches up over several heartbeats).
         """
 
     def __init__(
@@ -2119,14 +2133,45 @@ class DnodeHeartbeatResponse(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         proof: _builtins.bytes = ...,
         placed: _abc.Iterable[Global___PlacedVgroup] | None = ...,
+        catalog_change: _builtins.int = ...,
+        changes: _abc.Iterable[Global___CatalogChange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "changes", b"changes", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DnodeHeartbeatResponse: _TypeAlias = DnodeHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class CatalogChange(_message.Message):
+    """One change of the mnode's catalog (docs/cluster.md, "The catalog on the dnodes")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """Its place in the mnode's order, from 1."""
+    body: _builtins.str
+    """The change as JSON: `objects` ([kind, key, body or null]), `settings`, and what the
+    dnode does besides: `entries` (vgroup -> DDL events to append to its WAL), `forget`
+    ([database, topic, group or null] whose offsets go).
+    """
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        body: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CatalogChange: _TypeAlias = CatalogChange  # noqa: Y015
 
 @_typing.final
 class PlacedVgroup(_message.Message):

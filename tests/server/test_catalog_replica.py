@@ -1,0 +1,126 @@
+"""A dnode's copy of the mnode's catalog (server/dnode/catalog_replica.py): the changes an
+mnode engine logs (sql/catalog_store.py), applied in order to a dnode's catalog and
+WALs, once each even across a crash between the WAL and the catalog."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sqltopic.server.core.engine import Engine
+from sqltopic.server.dnode.catalog_replica import INTENT_FILE, CatalogReplica
+from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
+from sqltopic.server.mnode.dnode_registry import DnodeRegistry
+from sqltopic.wal import EntryType
+
+SCHEMA = """
+CREATE DATABASE power VGROUPS 2;
+CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT);
+CREATE TABLE power.d1 USING power.meters TAGS (1);
+CREATE TABLE power.d2 USING power.meters TAGS (2);
+CREATE TOPIC t AS SELECT ts, v FROM power.meters;
+"""
+
+
+@pytest.fixture
+def mnode(tmp_path: Path) -> Iterator[Engine]:
+    registry = DnodeRegistry(lambda: 0)
+    with Engine(tmp_path / "m", background=False, role="mnode", registry=registry) as engine:
+        engine.execute("CREATE DNODE 'h1:1'")
+        registry.beat(1, {})
+        engine.execute(SCHEMA)
+        yield engine
+
+
+@pytest.fixture
+def host(tmp_path: Path, mnode: Engine) -> Iterator[VnodeHost]:
+    host = VnodeHost(tmp_path / "d")
+    host.follow([Placed.of(db.name, v, db.precision, db.wal) for db, v in mnode.placed_on(1)])
+    yield host
+    host.close()
+
+
+def _meta(host: VnodeHost) -> dict[int, list[bytes]]:
+    return {
+        vgroup: [
+            bytes(r.body)
+            for batch in vnode.reader().batches(1)
+            for r in batch
+            if r.entry_type is EntryType.META
+        ]
+        for vgroup, vnode in host.vnodes().items()
+    }
+
+
+def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
+    tmp_path: Path, mnode: Engine, host: VnodeHost
+) -> None:
+    last, changes = mnode.catalog_changes(0, 1000)
+    assert [seq for seq, _ in changes] == list(range(1, last + 1))
+    assert mnode.catalog_changes(last, 1000) == (last, [])
+    assert len(mnode.catalog_changes(0, 2)[1]) == 2
+    replica = CatalogReplica(tmp_path / "d", host)
+    assert replica.apply(changes) == last
+    assert replica.applied == last
+    assert set(replica.catalog.tables) == set(mnode.catalog.tables)
+    assert set(replica.catalog.stables) == {("power", "meters")}
+    assert set(replica.catalog.topics) == {"t"}
+    # the WALs hold the events the mnode logged, byte for byte, in order
+    logged: dict[int, list[bytes]] = {}
+    for _seq, body in changes:
+        for v, bodies in json.loads(body).get("entries", {}).items():
+            logged.setdefault(int(v), []).extend(b.encode() for b in bodies)
+    assert _meta(host) == logged
+    assert replica.apply(changes) == 0  # applied already: nothing again
+    replica.close()
+    again = CatalogReplica(tmp_path / "d", host)
+    assert again.applied == last
+    assert set(again.catalog.tables) == set(mnode.catalog.tables)
+    again.close()
+
+
+def test_a_crash_between_the_wal_and_the_catalog_appends_nothing_twice(
+    tmp_path: Path, mnode: Engine, host: VnodeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, changes = mnode.catalog_changes(0, 1000)
+    replica = CatalogReplica(tmp_path / "d", host)
+    stable = next(i for i, (_s, b) in enumerate(changes) if "meters" in b and "entries" in b)
+    replica.apply(changes[:stable])
+    store = replica._store
+
+    def crash(*args: object) -> None:
+        raise OSError("the process died here")
+
+    monkeypatch.setattr(store, "apply_change", crash)
+    with pytest.raises(OSError, match="died"):
+        replica.apply(changes)
+    assert (tmp_path / "d" / INTENT_FILE).exists()
+    appended = _meta(host)
+    assert all(len(bodies) == 1 for bodies in appended.values())  # the stable's event
+    monkeypatch.undo()
+    replica.close()
+    again = CatalogReplica(tmp_path / "d", host)  # the restarted dnode
+    again.apply(changes)
+    meta = _meta(host)
+    assert [b for bodies in meta.values() for b in bodies].count(appended[1][0]) == 2  # 2 vgroups
+    assert all(bodies.count(bodies[0]) == 1 for bodies in meta.values())
+    assert not (tmp_path / "d" / INTENT_FILE).exists()
+    again.close()
+
+
+def test_a_dropped_topic_s_offsets_are_forgotten(
+    tmp_path: Path, mnode: Engine, host: VnodeHost
+) -> None:
+    replica = CatalogReplica(tmp_path / "d", host)
+    replica.apply(mnode.catalog_changes(0, 1000)[1])
+    vnode = host.vnodes()[1]
+    vnode.offsets.commit([("t", "g", 5)], now_us=1)
+    assert vnode.offsets.get("t", "g") == 5
+    mnode.execute("DROP TOPIC t")
+    replica.apply(mnode.catalog_changes(replica.applied, 1000)[1])
+    assert vnode.offsets.get("t", "g") is None
+    assert "t" not in replica.catalog.topics
+    replica.close()
