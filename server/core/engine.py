@@ -40,7 +40,7 @@ from sqltopic.server.core.users import check_subscribe, lookup, may_subscribe
 from sqltopic.server.mnode.coordinator import Coordinator
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.vnode.share_window import Run
-from sqltopic.server.vnode.vnode import Vnode, open_vnodes
+from sqltopic.server.vnode.vnode import Vnode, close_all, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore, Change
 from sqltopic.sql.events import apply
@@ -303,7 +303,7 @@ class Engine:
                     if v not in state.unapplied
                 }
                 try:
-                    _close_all(state.vnodes.values())
+                    close_all(state.vnodes.values())
                     state.store.commit(state.catalog, [], checked)
                 finally:
                     state.store.close()
@@ -330,22 +330,10 @@ def _open_state(path: Path, clock: Clock, scheduler: Scheduler | None, limits: L
         state = State(path, catalog, store, vnodes, clock, scheduler, limits=limits)
         _replay(state, applied)
     except BaseException:
-        _close_all(vnodes.values())
+        close_all(vnodes.values())
         store.close()
         raise
     return state
-
-
-def _close_all(vnodes: Iterable[Vnode]) -> None:
-    """Close every vnode, even when some fail; the first failure is raised after."""
-    failure: BaseException | None = None
-    for vnode in vnodes:
-        try:
-            vnode.close()
-        except BaseException as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
 
 
 def _replay(state: State, applied: dict[int, int]) -> None:

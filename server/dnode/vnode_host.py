@@ -18,6 +18,7 @@ from sqltopic.errors import ConfigError, DataFileDamaged, Error
 from sqltopic.server.vnode.vnode import (
     WAL_OPTION_FIELDS,
     Vnode,
+    close_all,
     create_vnodes,
     open_vnodes,
     wal_options,
@@ -134,14 +135,7 @@ class VnodeHost:
     def close(self) -> None:
         with self._lock:
             vnodes, self._vnodes = list(self._vnodes.values()), {}
-        failure: BaseException | None = None
-        for vnode in vnodes:
-            try:
-                vnode.close()
-            except BaseException as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        close_all(vnodes)
 
 
 def _load(data: Path) -> list[Placed]:

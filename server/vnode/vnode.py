@@ -169,6 +169,18 @@ def _reserve(what: str, vgroups: int) -> FileReserve:
         raise
 
 
+def close_all(vnodes: Iterable[Vnode]) -> None:
+    """Close every vnode, even when some fail; the first failure is raised after."""
+    failure: BaseException | None = None
+    for vnode in vnodes:
+        try:
+            vnode.close()
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
 def _close_logged(vnodes: Iterable[Vnode], after: str) -> None:
     """Close every vnode after a failure; their own failures are logged, so that the
     first one stays the error raised."""
