@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from sqltopic.errors import Error
+from sqltopic.proto.pem import read_pem
 from sqltopic.server.common import limits
 from sqltopic.server.common.cluster_secret import CLUSTER_SECRET_ENV
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
@@ -75,6 +76,11 @@ def add_dnode_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     _add_secret_argument(parser)
     _add_tls_arguments(parser)
+    parser.add_argument(
+        "--mnode-tls-ca", metavar="PEM",
+        help="speak TLS to the mnode, trusting certificates this CA signed (PEM); the "
+        "dnode's --tls-cert/--tls-key are its client certificate when the mnode asks",
+    )  # fmt: skip
 
 
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,6 +160,8 @@ def serve_dnode(args: argparse.Namespace) -> int:
         config = DnodeConfig(
             data, args.mnode, args.cluster_secret, args.host, args.port, args.advertise,
             tls=tls, allow_plaintext=args.allow_plaintext,
+            mnode_tls_ca=read_pem("--mnode-tls-ca", args.mnode_tls_ca, "CA certificate")
+            if args.mnode_tls_ca else None,
         )  # fmt: skip
         run(config, _ready("dnode", data, tls))
     except (Error, OSError) as exc:

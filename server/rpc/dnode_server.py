@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from grpc import aio
 
 from sqltopic.server.common.cluster_secret import check_secret
@@ -47,6 +48,7 @@ class DnodeConfig:
     advertise: str | None = None  # host:port the mnode and clients reach it at
     tls: ServerTls | None = None
     allow_plaintext: bool = False
+    mnode_tls_ca: bytes | None = None  # speak TLS to the mnode, trusting this CA (PEM)
 
 
 def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
@@ -75,6 +77,20 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
         lock.release()
 
 
+def _channel(config: DnodeConfig) -> Callable[[str], aio.Channel]:
+    """How the dnode dials its mnode: TLS when given the mnode's CA (its own certificate
+    as the client's, for an mnode that asks for one), plain text otherwise."""
+    ca, tls = config.mnode_tls_ca, config.tls
+    if ca is None:
+        return aio.insecure_channel
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=tls.private_key if tls is not None else None,
+        certificate_chain=tls.cert_chain if tls is not None else None,
+    )
+    return lambda target: aio.secure_channel(target, credentials)
+
+
 async def _serve(
     config: DnodeConfig, secret: str, ready: Callable[[str], None], host: VnodeHost,
     replica: CatalogReplica,
@@ -85,7 +101,9 @@ async def _serve(
     enable_reflection(server, (HEALTH_SERVICE,), stopping)
     port = bind(server, config.host, config.port, config.tls)
     endpoint = config.advertise or f"{config.host}:{port}"
-    link = MnodeLink(config.mnode, secret, endpoint.lower(), config.data, host, replica)
+    link = MnodeLink(
+        config.mnode, secret, endpoint.lower(), config.data, host, replica, _channel(config)
+    )
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))

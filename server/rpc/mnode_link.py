@@ -139,5 +139,8 @@ class MnodeLink:
 
 def _described(exc: aio.AioRpcError) -> str:
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return f"not reachable ({exc.code().name})"
+        return (
+            f"not reachable ({exc.code().name}: not running, a wrong --mnode, or TLS on one "
+            "side only: an mnode with TLS needs --mnode-tls-ca)"
+        )
     return f"{exc.code().name}: {exc.details()}"

@@ -19,9 +19,14 @@ SECRET = "cluster-secret-for-tests-0123"
 class Cluster:
     """An mnode, then dnodes started with `add_dnode` (admitted or not)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, mnode_extra: tuple[str, ...] = (), tls_ca: Path | None = None,
+        tls_client: tuple[Path, Path] | None = None,
+    ) -> None:  # fmt: skip
         self.root = root
-        self.mnode = self._start(root / "mnode", "mnode", ())
+        self.tls_ca = tls_ca  # clients speak TLS to the mnode, trusting this CA
+        self.tls_client = tls_client  # (certificate, key) for a mutual-TLS mnode
+        self.mnode = self._start(root / "mnode", "mnode", mnode_extra)
         self.dnodes: list[ServerProcess] = []
 
     def _start(
@@ -39,13 +44,13 @@ class Cluster:
 
     def add_dnode(
         self, name: str | None = None, *, admit: bool = True, secret: str = SECRET,
-        port: int | None = None, data: Path | None = None,
+        port: int | None = None, data: Path | None = None, extra: tuple[str, ...] = (),
     ) -> ServerProcess:  # fmt: skip
         """Start a dnode (data directory `data`, or `root/<name>`) pointed at the mnode;
         with `admit`, CREATE DNODE its endpoint."""
         data = data or self.root / (name or f"dnode{len(self.dnodes) + 1}")
-        extra = ("--mnode", self.mnode.address)
-        dnode = self._start(data, "dnode", extra, port, secret)
+        args = ("--mnode", self.mnode.address, *extra)
+        dnode = self._start(data, "dnode", args, port, secret)
         self.dnodes.append(dnode)
         if admit:
             self.sql(f"CREATE DNODE '{dnode.address}'")
@@ -59,7 +64,8 @@ class Cluster:
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
-        with connect(self.mnode.address) as conn:
+        cert, key = self.tls_client or (None, None)
+        with connect(self.mnode.address, tls_ca=self.tls_ca, tls_cert=cert, tls_key=key) as conn:
             yield conn
 
     def sql(self, text: str) -> list[tuple[object, ...]]:
