@@ -109,14 +109,13 @@ def open_vnodes(
     """Open the vnodes of every database (the engine's start), all or none: after a
     failure the vnodes opened are closed again and the first failure is raised, e.g.
     LimitExceeded naming the vgroup that found no descriptor left."""
-    databases = list(databases)
-    total = sum(len(db.vgroups) for db in databases)
-    reserve = _reserve(f"opening the {total} vgroups in {data_dir}", total)
+    # a vgroup placed on a dnode is that dnode's to open (a cluster's mnode opens none)
+    local = [(db, v) for db in databases for v in db.vgroups if db.dnode_of(v) is None]
+    reserve = _reserve(f"opening the {len(local)} vgroups in {data_dir}", len(local))
     vnodes: dict[int, Vnode] = {}
     try:
-        for db in databases:
-            for vgroup in db.vgroups:
-                vnodes[vgroup] = Vnode.open(data_dir, db, vgroup, clock=clock, scheduler=scheduler)
+        for db, vgroup in local:
+            vnodes[vgroup] = Vnode.open(data_dir, db, vgroup, clock=clock, scheduler=scheduler)
     except BaseException:
         reserve.release()  # a WAL's close writes its metadata: that takes descriptors
         _close_logged(vnodes.values(), "a failed start")

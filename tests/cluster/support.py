@@ -26,6 +26,7 @@ class Cluster:
         self.root = root
         self.tls_ca = tls_ca  # clients speak TLS to the mnode, trusting this CA
         self.tls_client = tls_client  # (certificate, key) for a mutual-TLS mnode
+        self._mnode_extra = mnode_extra
         self.mnode = self._start(root / "mnode", "mnode", mnode_extra)
         self.dnodes: list[ServerProcess] = []
 
@@ -61,6 +62,11 @@ class Cluster:
         again = self._start(dnode.data, "dnode", ("--mnode", self.mnode.address), dnode.port)
         self.dnodes[self.dnodes.index(dnode)] = again
         return again
+
+    def restart_mnode(self) -> ServerProcess:
+        """The mnode started again on its directory and port (after a stop or kill)."""
+        old = self.mnode
+        return self._start(old.data, "mnode", self._mnode_extra, old.port)
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:

@@ -140,3 +140,24 @@ def test_the_mnode_still_refuses_rows_and_changes_nothing(cluster: Cluster) -> N
             with pytest.raises(VgroupUnavailable, match="a cluster's mnode does not"):
                 conn.execute(sql)
         assert [r[0] for r in conn.execute("SHOW power.TABLES").rows] == ["d1"]
+
+
+@pytest.mark.crash
+def test_a_killed_mnode_comes_back_and_its_dnodes_go_on(cluster: Cluster) -> None:
+    """SIGKILL of the mnode: its dnodes keep what they applied, become ready again once
+    it is back, and the changes go on from there, none applied twice."""
+    dnode = cluster.add_dnode()
+    cluster.wait_status(dnode, "ready")
+    with cluster.connect() as conn:
+        conn.execute(SCHEMA)
+    wait_for(lambda: _synced(cluster), "the schema on the dnode")
+    before = {v: len(_events(dnode, v)) for v in _placement(cluster)}
+    cluster.mnode.kill()
+    cluster.wait_stderr(dnode, "not reachable")
+    cluster.mnode = cluster.restart_mnode()
+    cluster.wait_status(dnode, "ready")
+    cluster.sql("CREATE TABLE power.d5 USING power.meters TAGS (5)")
+    wait_for(lambda: _synced(cluster), "the new table on the dnode")
+    after = {v: len(_events(dnode, v)) for v in _placement(cluster)}
+    assert sum(after.values()) == sum(before.values()) + 1
+    assert _replica(dnode)[0] == {("power", "d1"), ("power", "d5")}

@@ -128,3 +128,15 @@ def test_a_damaged_placement_file_is_reported(tmp_path: Path, text: str) -> None
     (tmp_path / PLACED_FILE).write_text(text)
     with pytest.raises(DataFileDamaged, match="placement file is damaged"):
         VnodeHost(tmp_path)
+
+
+def test_a_reopened_mnode_opens_no_vnode_of_a_dnode(tmp_path: Path) -> None:
+    registry = DnodeRegistry(lambda: 0)
+    with Engine(tmp_path, background=False, role="mnode", registry=registry) as engine:
+        engine.execute("CREATE DNODE 'h1:1'")
+        registry.beat(1, {})
+        engine.execute("CREATE DATABASE a VGROUPS 2")
+    with Engine(tmp_path, background=False, role="mnode", registry=registry) as again:
+        assert again.state.vnodes == {}
+        assert again.placed_on(1) != []
+    assert not (tmp_path / "vnode").exists() or not any((tmp_path / "vnode").iterdir())
