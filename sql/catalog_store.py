@@ -128,11 +128,11 @@ class CatalogStore:
         keys: Iterable[Key | tuple[str, str, str]],
         applied: dict[int, int] | None = None,
         log: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> int | None:
         """Persist the objects named by `keys` as they now are in `catalog` (deleting
         those that are gone), and the applied versions, atomically. With `log` (a
         cluster's mnode: what else its dnodes must do, e.g. `entries`, vgroup -> DDL
-        events for its WAL), record the change too."""
+        events for its WAL), record the change too and return its seq."""
         settings = {"next_vgroup": catalog.next_vgroup, "next_dnode": catalog.next_dnode}
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
@@ -144,13 +144,16 @@ class CatalogStore:
                 "INSERT OR REPLACE INTO settings VALUES (?, ?)",
                 [(name, str(value)) for name, value in settings.items()],
             )
+            seq = None
             if log is not None:
                 change = {**log, "objects": rows, "settings": settings}
                 cur.execute("INSERT INTO changes (body) VALUES (?)", (json.dumps(change),))
+                seq = cur.lastrowid
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
+        return seq
 
     def changes_after(self, seq: int, limit: int) -> list[Change]:
         """Up to `limit` logged changes after `seq`, in order."""

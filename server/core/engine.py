@@ -7,6 +7,7 @@ server puts a network in front of exactly this object.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
@@ -52,7 +53,12 @@ from sqltopic.wal import EntryType, Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
 
+log = logging.getLogger("sqltopic.server")
+
 Handler = Callable[[State, Session, Any], Result]
+# A ready dnode applies a change within a round trip of its held heartbeat; one that takes
+# longer is struggling, and the statement returns without it (it catches up later).
+DNODE_APPLY_WAIT_S = 5.0
 # Builds the engine's consumer coordinator (the mnode's) from its topic -> vgroups
 # lookup; the engine owns what it builds and closes its store with it.
 CoordinatorFactory = Callable[[Callable[[str], list[int]]], Coordinator]
@@ -221,12 +227,22 @@ class Engine:
         return parse(sql)
 
     def run(self, stmt: st.Statement, session: Session | None = None) -> Result:
-        """Run one parsed statement."""
+        """Run one parsed statement. On a cluster's mnode, a statement that changed the
+        catalog returns once the ready dnodes applied the change (or after
+        `DNODE_APPLY_WAIT_S`): what it created is then there for writes to a dnode."""
         session = session or self.session
+        registry = self._state.registry
+        before = registry.last_change if registry is not None else 0
         try:
-            return self._dispatch(stmt, session)
+            result = self._dispatch(stmt, session)
         except SqlError as err:
             raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
+        if registry is not None and registry.last_change > before and not self.lock.no_wait:
+            behind = registry.wait_applied(registry.last_change, DNODE_APPLY_WAIT_S)
+            if behind:
+                log.warning("dnodes %s have not applied catalog change %d yet (they will "
+                            "before they serve it)", behind, registry.last_change)  # fmt: skip
+        return result
 
     def _dispatch(self, stmt: st.Statement, session: Session) -> Result:
         state = self._state

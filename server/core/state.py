@@ -113,7 +113,7 @@ class State:
         """Persist catalog objects changed in memory (databases, topics, users); on a
         cluster's mnode, log the change for the dnodes (with `log`'s extra actions)."""
         try:
-            self.store.commit(self.catalog, keys, log=self._logged(log or {}))
+            self._changed(self.store.commit(self.catalog, keys, log=self._logged(log or {})))
         except BaseException:
             self._reload()
             raise
@@ -174,6 +174,11 @@ class State:
             remote[vgroup] = batch
         return remote
 
+    def _changed(self, seq: int | None) -> None:
+        """A change logged for the dnodes: their held heartbeats take it at once."""
+        if seq is not None and self.registry is not None:
+            self.registry.changed(seq)
+
     def _logged(self, log: dict[str, Any]) -> dict[str, Any] | None:
         return log if self.role == "mnode" else None
 
@@ -188,7 +193,7 @@ class State:
         entries = {str(v): [bytes(e.body).decode() for e in batch] for v, batch in remote.items()}
         log = self._logged({"entries": entries})
         try:
-            self.store.commit(self.catalog, dict.fromkeys(keys), applied, log=log)
+            self._changed(self.store.commit(self.catalog, dict.fromkeys(keys), applied, log=log))
         except BaseException:
             # Memory must match disk: the events stay in the WALs, and the next open
             # replays them (their vgroups must not be marked checked at close).

@@ -1,6 +1,8 @@
 """The mnode's view of its dnodes' liveness: each admitted dnode is `ready` while its
 heartbeats arrive and `offline` once none came for `DNODE_TIMEOUT_S`, with the time its
-status last changed, and the version ranges of its vgroups as it last reported them.
+status last changed, the version ranges of its vgroups and the last catalog change it
+applied, as it last reported them; and the catalog changes as they are logged, for the
+heartbeats held until one comes and the DDL that waits until the dnodes applied it.
 
 Nothing here is persisted: after an mnode restart every dnode is offline until its next
 heartbeat (a second at most), which is what the dnode's state is until then anyway.
@@ -27,6 +29,7 @@ class _Seen:
     last_beat: float  # monotonic seconds
     since_us: int  # when it last became ready
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    change: int = 0  # the last catalog change it applied
 
 
 class DnodeRegistry:
@@ -41,9 +44,13 @@ class DnodeRegistry:
         self._monotonic = monotonic
         self._seen: dict[int, _Seen] = {}
         self._lock = threading.Lock()
+        self._applied = threading.Condition(self._lock)  # a dnode reported a change
+        self._watchers: list[Callable[[], None]] = []
+        self.last_change = 0
 
-    def beat(self, dnode: int, versions: Mapping[int, tuple[int, int]]) -> None:
-        """Dnode `dnode` is alive, hosting vgroups with these (first, last) versions."""
+    def beat(self, dnode: int, versions: Mapping[int, tuple[int, int]], change: int = 0) -> None:
+        """Dnode `dnode` is alive, hosting vgroups with these (first, last) versions,
+        having applied catalog changes up to `change`."""
         now = self._monotonic()
         with self._lock:
             seen = self._seen.get(dnode)
@@ -51,6 +58,37 @@ class DnodeRegistry:
                 seen = self._seen[dnode] = _Seen(now, self._clock_us())
             seen.last_beat = now
             seen.versions = dict(versions)
+            seen.change = change
+            self._applied.notify_all()
+
+    def changed(self, seq: int) -> None:
+        """Catalog change `seq` was logged: wake whoever watches (held heartbeats)."""
+        with self._lock:
+            self.last_change = max(self.last_change, seq)
+            watchers = list(self._watchers)
+        for watcher in watchers:
+            watcher()
+
+    def watch(self, watcher: Callable[[], None]) -> None:
+        """Call `watcher` (from any thread) after each logged change."""
+        with self._lock:
+            self._watchers.append(watcher)
+
+    def wait_applied(self, seq: int, timeout_s: float) -> list[int]:
+        """Wait until every ready dnode applied change `seq`, at most `timeout_s`; the
+        ready dnodes that had not by then."""
+        deadline = time.monotonic() + timeout_s  # real time: the wait is the caller's
+        with self._lock:
+            while True:
+                now = self._monotonic()
+                behind = [
+                    dnode for dnode, seen in sorted(self._seen.items())
+                    if not self._expired(seen, now) and seen.change < seq
+                ]  # fmt: skip
+                left = deadline - time.monotonic()
+                if not behind or left <= 0:
+                    return behind
+                self._applied.wait(min(left, self._timeout_s))
 
     def forget(self, dnode: int) -> None:
         with self._lock:

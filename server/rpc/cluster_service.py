@@ -5,6 +5,7 @@ cluster secret and the dnodes CREATE DNODE admitted, recorded in the dnodes' reg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from sqltopic.errors import ConfigError, NotFoundError, excerpt
@@ -16,9 +17,12 @@ from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.rpc.rpc import Context, unary
 from sqltopic.sql.model import Dnode
 
-# A dnode's heartbeat period (TDengine's statusInterval: one second). The registry marks
-# a dnode offline after three missed ones (dnode_registry.DNODE_TIMEOUT_S).
+# A dnode's heartbeat period (TDengine's statusInterval: one second). The mnode holds a
+# heartbeat that finds no new catalog change up to this long, answering at once when one
+# comes; the dnode beats again as soon as it is answered. The registry marks a dnode
+# offline after three periods without one (dnode_registry.DNODE_TIMEOUT_S).
 DNODE_HEARTBEAT_INTERVAL_MS = 1000
+HOLD_S = DNODE_HEARTBEAT_INTERVAL_MS / 1000
 # Vgroups one heartbeat may report: far more than a dnode hosts, a bound on the request.
 MAX_HOSTED_VGROUPS = 100_000
 # Catalog changes per answer: a dnode far behind catches up over several heartbeats,
@@ -32,6 +36,8 @@ class ClusterService(pb_grpc.ClusterServicer):
         self._registry = registry
         self._secret = secret
         self._cluster_id = engine.cluster_id()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._watching = False
 
     @unary
     async def DnodeHeartbeat(
@@ -45,7 +51,8 @@ class ClusterService(pb_grpc.ClusterServicer):
         if len(request.vgroups) > MAX_HOSTED_VGROUPS:
             raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
         versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
-        self._registry.beat(dnode.id, versions)
+        self._registry.beat(dnode.id, versions, request.catalog_change)
+        await self._hold(request.catalog_change)
         placed = [
             pb.PlacedVgroup(
                 database=db.name, vgroup=vgroup, precision=db.precision, wal_options=db.wal
@@ -57,12 +64,37 @@ class ClusterService(pb_grpc.ClusterServicer):
         )
         answer = pb.DnodeHeartbeatResponse(
             dnode_id=dnode.id, cluster_id=self._cluster_id,
-            heartbeat_interval_ms=DNODE_HEARTBEAT_INTERVAL_MS, placed=placed,
+            heartbeat_interval_ms=0, placed=placed,  # held already: beat again at once
             catalog_change=last,
             changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in changes],
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
+
+    async def _hold(self, applied: int) -> None:
+        """Until a catalog change after `applied` is logged, at most HOLD_S."""
+        if not self._watching:  # on the loop, so that changes wake its futures
+            loop = asyncio.get_running_loop()
+
+            def watcher() -> None:
+                loop.call_soon_threadsafe(self._wake)
+
+            self._registry.watch(watcher)
+            self._watching = True
+        if self._registry.last_change > applied:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._registry.last_change > applied:  # logged while registering
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, HOLD_S)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _admitted(self, request: pb.DnodeHeartbeatRequest) -> Dnode:
         endpoint = request.endpoint.lower()

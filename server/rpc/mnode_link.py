@@ -35,8 +35,9 @@ from sqltopic.server.rpc.cluster_service import (
 
 log = logging.getLogger("sqltopic.dnode")
 
-# A heartbeat that takes longer than this is lost: the next one is due anyway.
-HEARTBEAT_TIMEOUT_S = 2.0
+# The mnode holds a heartbeat up to a second (cluster_service.HOLD_S); one that takes far
+# longer than that is lost (the next one is due anyway).
+HEARTBEAT_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -70,15 +71,18 @@ class MnodeLink:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Beat until `stopping` is set."""
-        interval_s = DNODE_HEARTBEAT_INTERVAL_MS / 1000
         async with self._channel(self._mnode) as channel:
             stub = pb_grpc.ClusterStub(channel)
             while not stopping.is_set():
                 answer = await self._beat(stub)
-                if answer is not None:
-                    interval_s = answer.heartbeat_interval_ms / 1000 or interval_s
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), interval_s)
+                # the mnode paces an answered heartbeat (it held it); after a failure,
+                # wait a heartbeat period before trying again
+                wait_ms = (
+                    DNODE_HEARTBEAT_INTERVAL_MS if answer is None else answer.heartbeat_interval_ms
+                )
+                if wait_ms > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), wait_ms / 1000)
 
     async def _beat(self, stub: pb_grpc.ClusterAsyncStub) -> pb.DnodeHeartbeatResponse | None:
         identity = self.state.identity

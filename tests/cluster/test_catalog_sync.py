@@ -161,3 +161,15 @@ def test_a_killed_mnode_comes_back_and_its_dnodes_go_on(cluster: Cluster) -> Non
     after = {v: len(_events(dnode, v)) for v in _placement(cluster)}
     assert sum(after.values()) == sum(before.values()) + 1
     assert _replica(dnode)[0] == {("power", "d1"), ("power", "d5")}
+
+
+def test_a_statement_returns_once_the_ready_dnodes_applied_it(cluster: Cluster) -> None:
+    """Held heartbeats take a change at once, and the statement waits for the ready
+    dnodes: what it created is on every one of them when it returns, with no wait."""
+    for _ in range(2):
+        cluster.wait_status(cluster.add_dnode(), "ready")
+    with cluster.connect() as conn:
+        conn.execute(SCHEMA)
+        assert _synced(cluster)
+        conn.execute("CREATE TABLE power.d4 USING power.meters TAGS (4)")
+        assert all(("power", "d4") in _replica(d)[0] for d in cluster.dnodes)

@@ -24,13 +24,16 @@ CREATE TABLE power.d2 USING power.meters TAGS (2);
 CREATE TOPIC t AS SELECT ts, v FROM power.meters;
 """
 
+# a fake dnode that reports every catalog change applied (statements wait for none)
+CAUGHT_UP = 1 << 62
+
 
 @pytest.fixture
 def mnode(tmp_path: Path) -> Iterator[Engine]:
     registry = DnodeRegistry(lambda: 0)
     with Engine(tmp_path / "m", background=False, role="mnode", registry=registry) as engine:
         engine.execute("CREATE DNODE 'h1:1'")
-        registry.beat(1, {})
+        registry.beat(1, {}, CAUGHT_UP)
         engine.execute(SCHEMA)
         yield engine
 

@@ -4,6 +4,7 @@ from heartbeats); the dnodes' registry alone."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from sqltopic.server.core.engine import Engine
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 
 CLOCK_US = 1_800_000_000_000_000
+
+# a fake dnode that reports every catalog change applied (statements wait for none)
+CAUGHT_UP = 1 << 62
 
 
 class Clock:
@@ -122,7 +126,7 @@ def test_the_mnode_admits_dnodes_and_shows_their_liveness(mnode: Engine, clock: 
     assert [r[:4] for r in rows] == [(1, "h1:6031", "offline", 0), (2, "h2:6032", "offline", 0)]
     created = mnode.state.catalog.dnodes[1].create_us
     assert rows[0][4].timestamp() * 1e6 == pytest.approx(created, abs=1)  # never seen
-    registry.beat(2, {})
+    registry.beat(2, {}, CAUGHT_UP)
     assert [r[2] for r in mnode.execute("SHOW DNODES").rows] == ["offline", "ready"]
     clock.now += 10
     assert [r[2] for r in mnode.execute("SHOW DNODES").rows] == ["offline", "offline"]
@@ -170,14 +174,14 @@ def test_a_dnode_hosting_vgroups_is_not_dropped(mnode: Engine, clock: Clock) -> 
     mnode.execute("CREATE DNODE 'h1:6031'; CREATE DNODE 'h2:6032'; CREATE DNODE 'h3:6033'")
     registry = mnode.state.registry
     assert registry is not None
-    registry.beat(1, {})
-    registry.beat(2, {})
+    registry.beat(1, {}, CAUGHT_UP)
+    registry.beat(2, {}, CAUGHT_UP)
     mnode.execute("CREATE DATABASE a VGROUPS 2")  # one vgroup on each ready dnode
     db = mnode.state.catalog.database("a")
     assert db.placement == (1, 2)
     with pytest.raises(SchemaInUseError, match=r"dnode 2 \(h2:6032\) hosts 1 vgroups"):
         mnode.execute("DROP DNODE 2")
-    registry.beat(1, {db.vgroups[0]: (1, 9)})
+    registry.beat(1, {db.vgroups[0]: (1, 9)}, CAUGHT_UP)
     rows = mnode.execute("SHOW VGROUPS").rows
     assert [r[1:] for r in rows] == [
         (db.vgroups[0], 1, "h1:6031", "ready", "1..9"),
@@ -212,7 +216,7 @@ def test_the_registry_follows_heartbeats(clock: Clock) -> None:
     now_us[0] += 5_000_000
     # offline since the beat plus the timeout: two seconds ago
     assert registry.status(1) == ("offline", now_us[0] - 2_000_000)
-    registry.beat(1, {})
+    registry.beat(1, {}, CAUGHT_UP)
     assert registry.status(1) == ("ready", now_us[0])
     registry.forget(1)
     assert registry.status(1) == ("offline", 0)
@@ -224,3 +228,34 @@ def test_an_mnode_engine_and_only_one_takes_a_registry(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="only one"):
         Engine(tmp_path, background=False, registry=DnodeRegistry(lambda: 0))
     Engine(tmp_path, background=False).close()  # the directory was left free
+
+
+def test_waiting_for_the_dnodes_to_apply_a_change(clock: Clock) -> None:
+    registry = DnodeRegistry(lambda: CLOCK_US, monotonic=clock)
+    woken: list[int] = []
+    registry.watch(lambda: woken.append(registry.last_change))
+    registry.changed(3)
+    assert (registry.last_change, woken) == (3, [3])
+    registry.changed(2)  # an older one never lowers it
+    assert registry.last_change == 3
+    assert registry.wait_applied(3, 0.0) == []  # no dnode at all
+    registry.beat(1, {}, 3)
+    registry.beat(2, {}, 1)
+    assert registry.wait_applied(3, 0.0) == [2]
+    registry.beat(2, {}, 3)
+    assert registry.wait_applied(3, 0.0) == []
+    registry.beat(2, {}, 2)
+    clock.now += 10  # both offline: nobody to wait for
+    assert registry.wait_applied(3, 0.0) == []
+
+
+def test_a_waiting_statement_wakes_at_the_dnode_s_report() -> None:
+    registry = DnodeRegistry(lambda: CLOCK_US)
+    registry.beat(1, {}, 0)
+    registry.changed(1)
+    result: list[list[int]] = []
+    waiter = threading.Thread(target=lambda: result.append(registry.wait_applied(1, 60.0)))
+    waiter.start()
+    registry.beat(1, {}, 1)
+    waiter.join(timeout=60)
+    assert result == [[]]

@@ -14,6 +14,9 @@ from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.vnode_host import PLACED_FILE, Placed, VnodeHost
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 
+# a fake dnode that reports every catalog change applied (statements wait for none)
+CAUGHT_UP = 1 << 62
+
 
 @pytest.fixture
 def mnode(tmp_path: Path) -> Iterator[Engine]:
@@ -26,7 +29,7 @@ def mnode(tmp_path: Path) -> Iterator[Engine]:
 def _beat(engine: Engine, *dnodes: int) -> None:
     assert engine.state.registry is not None
     for dnode in dnodes:
-        engine.state.registry.beat(dnode, {})
+        engine.state.registry.beat(dnode, {}, CAUGHT_UP)
 
 
 def _placement(engine: Engine, db: str) -> tuple[int, ...]:
@@ -134,7 +137,7 @@ def test_a_reopened_mnode_opens_no_vnode_of_a_dnode(tmp_path: Path) -> None:
     registry = DnodeRegistry(lambda: 0)
     with Engine(tmp_path, background=False, role="mnode", registry=registry) as engine:
         engine.execute("CREATE DNODE 'h1:1'")
-        registry.beat(1, {})
+        registry.beat(1, {}, CAUGHT_UP)
         engine.execute("CREATE DATABASE a VGROUPS 2")
     with Engine(tmp_path, background=False, role="mnode", registry=registry) as again:
         assert again.state.vnodes == {}
