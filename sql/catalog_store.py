@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import DataFileDamaged
+from sqltopic.sql.change_log import CHANGES_SCHEMA, ChangeLog
 from sqltopic.sql.events import Key
 from sqltopic.sql.model import (
     Catalog,
@@ -39,15 +40,7 @@ CREATE TABLE IF NOT EXISTS objects (
     kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, key));
 CREATE TABLE IF NOT EXISTS applied (vgroup INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);
 """
-# A cluster's catalog changes, in commit order, each as JSON: `objects` ([kind, key,
-# body or null], as the objects table holds them), `settings`, and what else the dnodes
-# do: `entries` (vgroup -> the DDL events for its WAL), `forget` (offsets of a dropped
-# topic or group: [database, topic, group or null]). The mnode writes them (`commit`
-# with `log`) and its dnodes apply them in order (`apply_change`), so every dnode's
-# catalog and WALs follow the mnode's (docs/cluster.md, "The catalog on the dnodes").
-Change = tuple[int, str]
 
 # A DDL waits this long for another process's lock before failing; only one server
 # opens a data directory, so waiting means something is wrong.
@@ -105,7 +98,7 @@ class CatalogStore:
             with damage_reported(path, CATALOG_DAMAGED):
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
-                self._db.executescript(SCHEMA)
+                self._db.executescript(SCHEMA + CHANGES_SCHEMA)
         except BaseException:
             self._db.close()
             raise
@@ -146,54 +139,17 @@ class CatalogStore:
             )
             seq = None
             if log is not None:
-                change = {**log, "objects": rows, "settings": settings}
-                cur.execute("INSERT INTO changes (body) VALUES (?)", (json.dumps(change),))
-                seq = cur.lastrowid
+                seq = ChangeLog.append(cur, {**log, "objects": rows, "settings": settings})
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
         return seq
 
-    def changes_after(self, seq: int, limit: int) -> list[Change]:
-        """Up to `limit` logged changes after `seq`, in order."""
-        return list(
-            self._db.execute(
-                "SELECT seq, body FROM changes WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
-            )
-        )
-
-    def last_change(self) -> int:
-        """The seq of the last logged change (0: none)."""
-        row = self._db.execute("SELECT MAX(seq) FROM changes").fetchone()
-        return int(row[0] or 0)
-
-    def applied_change(self) -> int:
-        """A dnode's replica: the seq of the last change it applied (0: none)."""
-        row = self._db.execute("SELECT value FROM settings WHERE name='change'").fetchone()
-        return int(row[0]) if row else 0
-
-    def apply_change(self, seq: int, body: str, applied: dict[int, int]) -> None:
-        """A dnode's replica: write the mnode's change `seq` (its objects and settings)
-        with the versions its events reached in the WALs, atomically."""
-        change = json.loads(body)
-        cur = self._db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            for kind, key, obj in change["objects"]:
-                if obj is None:
-                    cur.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (kind, key))
-                else:
-                    cur.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (kind, key, obj))
-            for vgroup, version in applied.items():
-                cur.execute("INSERT OR REPLACE INTO applied VALUES (?, ?)", (vgroup, version))
-            settings = [(k, str(v)) for k, v in change["settings"].items()]
-            cur.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", settings)
-            cur.execute("INSERT OR REPLACE INTO settings VALUES ('change', ?)", (str(seq),))
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    @property
+    def log(self) -> ChangeLog:
+        """The change log of a cluster's catalog (sql/change_log.py)."""
+        return ChangeLog(self._db)
 
     def cluster_id(self) -> str:
         """The id of the cluster whose mnode owns this catalog, made at its first use:

@@ -43,7 +43,8 @@ from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.vnode.share_window import Run
 from sqltopic.server.vnode.vnode import Vnode, close_all, open_vnodes
 from sqltopic.sql import statements as st
-from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore, Change
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
+from sqltopic.sql.change_log import Change
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import Catalog, Database, User, no_topic
@@ -173,8 +174,13 @@ class Engine:
         """A cluster's mnode: its last logged catalog change, and up to `limit` changes
         after `after`, for a dnode to apply in order."""
         with self._state.lock.shared():
-            store = self._state.store
-            return store.last_change(), store.changes_after(after, limit)
+            log = self._state.store.log
+            return log.last(), log.after(after, limit)
+
+    def trim_changes(self, applied_by_all: int) -> int:
+        """A cluster's mnode: drop the logged changes every admitted dnode applied."""
+        with self._state.lock.exclusive():
+            return self._state.store.log.trim(applied_by_all)
 
     def listening(self, endpoint: str) -> None:
         """The address clients reach this server at, once bound (SHOW DNODES)."""

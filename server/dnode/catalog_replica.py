@@ -19,7 +19,8 @@ from typing import Any
 from sqltopic.errors import DataFileDamaged
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.vnode.vnode import Vnode
-from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore, Change
+from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
+from sqltopic.sql.change_log import Change
 from sqltopic.sql.model import Catalog
 from sqltopic.wal import EntryType, WalEntry
 from sqltopic.wal.fsutil import atomic_write
@@ -35,7 +36,8 @@ class CatalogReplica:
         self._host = host
         self._store = CatalogStore(data / CATALOG_FILE)
         try:
-            self.applied = self._store.applied_change()
+            self._log = self._store.log
+            self.applied = self._log.applied()
             self.catalog: Catalog = self._store.load()[0]
         except BaseException:
             self._store.close()
@@ -51,7 +53,7 @@ class CatalogReplica:
             versions = self._append(seq, change.get("entries") or {})
             for db, topic, group in change.get("forget") or ():
                 self._forget(str(db), str(topic), None if group is None else str(group))
-            self._store.apply_change(seq, body, versions)
+            self._log.apply(seq, body, versions)
             (self._data / INTENT_FILE).unlink(missing_ok=True)
             self.applied = seq
             done += 1

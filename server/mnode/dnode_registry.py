@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -73,6 +73,15 @@ class DnodeRegistry:
         """Call `watcher` (from any thread) after each logged change."""
         with self._lock:
             self._watchers.append(watcher)
+
+    def applied_by_all(self, dnodes: Iterable[int]) -> int | None:
+        """The last catalog change every one of `dnodes` reported applied; None while
+        one of them has not beaten since this mnode started (it may need any change)."""
+        with self._lock:
+            seen = [self._seen.get(d) for d in dnodes]
+        if any(s is None for s in seen):
+            return None
+        return min((s.change for s in seen if s is not None), default=None)
 
     def wait_applied(self, seq: int, timeout_s: float) -> list[int]:
         """Wait until every ready dnode applied change `seq`, at most `timeout_s`; the

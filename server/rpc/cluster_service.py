@@ -28,6 +28,9 @@ MAX_HOSTED_VGROUPS = 100_000
 # Catalog changes per answer: a dnode far behind catches up over several heartbeats,
 # and an answer stays far below gRPC's 4 MiB (a change is a few KB at most).
 MAX_CHANGES_PER_BEAT = 256
+# Trim the change log once every admitted dnode applied this many more: one DELETE per
+# hundred changes, not one per heartbeat.
+TRIM_EVERY = 100
 
 
 class ClusterService(pb_grpc.ClusterServicer):
@@ -38,6 +41,7 @@ class ClusterService(pb_grpc.ClusterServicer):
         self._cluster_id = engine.cluster_id()
         self._waiters: list[asyncio.Future[None]] = []
         self._watching = False
+        self._trimmed = 0  # changes up to here are trimmed from the log
 
     @unary
     async def DnodeHeartbeat(
@@ -52,6 +56,7 @@ class ClusterService(pb_grpc.ClusterServicer):
             raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
         versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
         self._registry.beat(dnode.id, versions, request.catalog_change)
+        await self._trim()
         await self._hold(request.catalog_change)
         placed = [
             pb.PlacedVgroup(
@@ -70,6 +75,13 @@ class ClusterService(pb_grpc.ClusterServicer):
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
+
+    async def _trim(self) -> None:
+        """Drop the logged changes every admitted dnode applied."""
+        floor = self._registry.applied_by_all(self._engine.catalog.dnodes)
+        if floor is not None and floor >= self._trimmed + TRIM_EVERY:
+            await asyncio.to_thread(self._engine.trim_changes, floor)
+            self._trimmed = floor
 
     async def _hold(self, applied: int) -> None:
         """Until a catalog change after `applied` is logged, at most HOLD_S."""

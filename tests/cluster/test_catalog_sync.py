@@ -5,6 +5,7 @@ catches up when it returns, and dropped topics' offsets."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
@@ -173,3 +174,24 @@ def test_a_statement_returns_once_the_ready_dnodes_applied_it(cluster: Cluster) 
         assert _synced(cluster)
         conn.execute("CREATE TABLE power.d4 USING power.meters TAGS (4)")
         assert all(("power", "d4") in _replica(d)[0] for d in cluster.dnodes)
+
+
+def test_a_dnode_joining_after_the_log_was_trimmed_gets_a_snapshot(cluster: Cluster) -> None:
+    first = cluster.add_dnode()
+    cluster.wait_status(first, "ready")
+    with cluster.connect() as conn:
+        conn.execute(SCHEMA)
+        conn.execute(
+            ";".join(f"CREATE TABLE power.t{i} USING power.meters TAGS ({i})" for i in range(110))
+        )
+    mnode_db = cluster.mnode.data / CATALOG_FILE
+
+    def first_kept() -> int:
+        with sqlite3.connect(f"{mnode_db.resolve().as_uri()}?mode=ro", uri=True) as con:
+            return int(con.execute("SELECT MIN(seq) FROM changes").fetchone()[0] or 0)
+
+    wait_for(lambda: first_kept() > 100, "the applied changes trimmed")
+    second = cluster.add_dnode()
+    cluster.wait_status(second, "ready")
+    wait_for(lambda: _synced(cluster), "the snapshot on the new dnode")
+    assert len(_replica(second)[0]) == 111

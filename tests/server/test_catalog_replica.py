@@ -92,12 +92,11 @@ def test_a_crash_between_the_wal_and_the_catalog_appends_nothing_twice(
     replica = CatalogReplica(tmp_path / "d", host)
     stable = next(i for i, (_s, b) in enumerate(changes) if "meters" in b and "entries" in b)
     replica.apply(changes[:stable])
-    store = replica._store
 
     def crash(*args: object) -> None:
         raise OSError("the process died here")
 
-    monkeypatch.setattr(store, "apply_change", crash)
+    monkeypatch.setattr(replica._log, "apply", crash)
     with pytest.raises(OSError, match="died"):
         replica.apply(changes)
     assert (tmp_path / "d" / INTENT_FILE).exists()
