@@ -4,6 +4,7 @@ catches up when it returns, and dropped topics' offsets."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 
@@ -187,7 +188,8 @@ def test_a_dnode_joining_after_the_log_was_trimmed_gets_a_snapshot(cluster: Clus
     mnode_db = cluster.mnode.data / CATALOG_FILE
 
     def first_kept() -> int:
-        with sqlite3.connect(f"{mnode_db.resolve().as_uri()}?mode=ro", uri=True) as con:
+        uri = f"{mnode_db.resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
             return int(con.execute("SELECT MIN(seq) FROM changes").fetchone()[0] or 0)
 
     wait_for(lambda: first_kept() > 100, "the applied changes trimmed")
