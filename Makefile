@@ -10,7 +10,7 @@ NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-fanout bench-rebalance bench-backfill bench-replication proto
+.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-fanout bench-rebalance bench-backfill bench-replication bench-cluster proto
 
 setup: $(STAMP) $(NODE_STAMP)
 
@@ -85,6 +85,10 @@ bench-rebalance: $(STAMP)
 # The Spark backfill against one live consumer on the same history (docs/performance.md, Backfill).
 bench-backfill: $(STAMP)
 	$(BIN)/python bench/backfill_bench.py
+
+# A cluster's costs so far: DDL through an mnode, a dnode's failure (docs/performance.md §12).
+bench-cluster: $(STAMP)
+	$(BIN)/python bench/cluster_bench.py
 
 # What a replicated write would cost: 3 replicas on loopback (docs/replication.md §13).
 bench-replication: $(STAMP)

@@ -127,7 +127,6 @@ def test_the_replica_survives_a_restart_without_applying_twice(cluster: Cluster)
     wait_for(lambda: _synced(cluster), "the new table on the dnode")
     after = {v: _events(again, v) for v in _placement(cluster)}
     assert sum(len(e) for e in after.values()) == sum(len(e) for e in before.values()) + 1
-    assert not (again.data / "intent.json").exists()
 
 
 def test_the_mnode_still_refuses_rows_and_changes_nothing(cluster: Cluster) -> None:
