@@ -2,8 +2,9 @@
 
 On the mnode, every catalog commit also appends its change (table `changes`, in the same
 transaction), as JSON: `objects` ([kind, key, body or null], rows as the objects table
-holds them), `settings`, and what the dnodes do besides: `entries` (vgroup -> the DDL
-events for its WAL), `forget` ([database, topic, group or null] whose offsets go). Its
+holds them), `settings`, and what the dnodes do besides: `events` (the DDL events, each
+once), `entries` (vgroup -> the indexes of the events its WAL gets, in order), `forget`
+([database, topic, group or null] whose offsets go). Its
 dnodes apply the changes in order (`apply`), each once, so every dnode's catalog and
 WALs follow the mnode's (docs/cluster.md, "The catalog on the dnodes").
 

@@ -84,6 +84,8 @@ def drop_dnode(state: State, session: Session, stmt: st.DropDnode) -> Result:
         )
     del state.catalog.dnodes[dnode.id]
     state.commit([("dnode", "", str(dnode.id))])
+    if state.registry is not None:  # statements no longer wait for it
+        state.registry.forget(dnode.id)
     return Result()
 
 

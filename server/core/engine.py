@@ -31,7 +31,7 @@ from sqltopic.server.core import (
     users,
     writes,
 )
-from sqltopic.server.core.placement import placed_on
+from sqltopic.server.core.placement import HeartbeatView, heartbeat_view, placed_on
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
 from sqltopic.server.core.state import Role, State
@@ -44,7 +44,6 @@ from sqltopic.server.vnode.share_window import Run
 from sqltopic.server.vnode.vnode import Vnode, close_all, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
-from sqltopic.sql.change_log import Change
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import Catalog, Database, User, no_topic
@@ -170,12 +169,18 @@ class Engine:
         """The vgroups a cluster's dnode is to host, with their databases."""
         return placed_on(self._state.catalog, dnode)
 
-    def catalog_changes(self, after: int, limit: int) -> tuple[int, list[Change]]:
-        """A cluster's mnode: its last logged catalog change, and up to `limit` changes
-        after `after`, for a dnode to apply in order."""
+    def heartbeat_view(
+        self, endpoint: str, after: int, limit: int, max_bytes: int
+    ) -> HeartbeatView:
+        """A cluster's mnode: what a dnode's heartbeat is answered from, read at one
+        moment (server/core/placement.py)."""
         with self._state.lock.shared():
-            log = self._state.store.log
-            return log.last(), log.after(after, limit)
+            return heartbeat_view(self._state, endpoint, after, limit, max_bytes)
+
+    def last_change(self) -> int:
+        """A cluster's mnode: its last logged catalog change."""
+        with self._state.lock.shared():
+            return self._state.store.log.last()
 
     def trim_changes(self, applied_by_all: int) -> int:
         """A cluster's mnode: drop the logged changes every admitted dnode applied."""
@@ -237,17 +242,18 @@ class Engine:
         catalog returns once the ready dnodes applied the change (or after
         `DNODE_APPLY_WAIT_S`): what it created is then there for writes to a dnode."""
         session = session or self.session
-        registry = self._state.registry
-        before = registry.last_change if registry is not None else 0
+        state = self._state
+        state.logged.seq = 0
         try:
             result = self._dispatch(stmt, session)
         except SqlError as err:
             raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
-        if registry is not None and registry.last_change > before and not self.lock.no_wait:
-            behind = registry.wait_applied(registry.last_change, DNODE_APPLY_WAIT_S)
+        seq = state.logged.seq  # the last change this statement logged, on this thread
+        if state.registry is not None and seq and not self.lock.no_wait:
+            behind = state.registry.wait_applied(seq, DNODE_APPLY_WAIT_S)
             if behind:
                 log.warning("dnodes %s have not applied catalog change %d yet (they will "
-                            "before they serve it)", behind, registry.last_change)  # fmt: skip
+                            "before they serve it)", behind, seq)  # fmt: skip
         return result
 
     def _dispatch(self, stmt: st.Statement, session: Session) -> Result:

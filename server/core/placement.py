@@ -10,10 +10,12 @@ and new databases fill the emptiest. Offline dnodes get none; vgroups never move
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from sqltopic.errors import VgroupUnavailable
 from sqltopic.server.core.state import State
-from sqltopic.sql.model import Catalog, Database
+from sqltopic.sql.change_log import Change
+from sqltopic.sql.model import Catalog, Database, Dnode
 
 
 def place(state: State, name: str, count: int) -> tuple[int, ...]:
@@ -41,6 +43,7 @@ def hosted(catalog: Catalog) -> list[tuple[Database, int, int]]:
     return [
         (db, vgroup, dnode)
         for db in catalog.databases.values()
+        if db.placement  # a database of an all-in-one server's directory: local
         for vgroup, dnode in zip(db.vgroups, db.placement, strict=True)
     ]
 
@@ -50,3 +53,36 @@ def placed_on(catalog: Catalog, dnode: int) -> list[tuple[Database, int]]:
     return sorted(
         ((db, vgroup) for db, vgroup, on in hosted(catalog) if on == dnode), key=lambda p: p[1]
     )
+
+
+@dataclass(frozen=True)
+class HeartbeatView:
+    """What a dnode's heartbeat is answered from, read at one moment (under the engine's
+    lock): the placement is never older than the changes it comes with."""
+
+    dnode: Dnode | None  # the admitted dnode at the heartbeat's endpoint
+    admitted: tuple[int, ...]  # every admitted dnode's id
+    placed: list[tuple[Database, int]]  # what the dnode is to host
+    last: int  # the mnode's last change
+    changes: list[Change]  # the next changes for the dnode
+
+
+def heartbeat_view(
+    state: State, endpoint: str, after: int, limit: int, max_bytes: int
+) -> HeartbeatView:
+    """The view for a heartbeat from `endpoint` that applied changes up to `after`: at
+    most `limit` changes and `max_bytes` of them (at least one)."""
+    catalog = state.catalog
+    dnode = next((d for d in catalog.dnodes.values() if d.endpoint == endpoint), None)
+    log = state.store.log
+    changes: list[Change] = []
+    size = 0
+    for seq, body in log.after(after, limit):
+        size += len(body)
+        if changes and size > max_bytes:
+            break
+        changes.append((seq, body))
+    return HeartbeatView(
+        dnode, tuple(catalog.dnodes), placed_on(catalog, dnode.id) if dnode else [],
+        log.last(), changes,
+    )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ class State:
     since_us: int = 0  # when this server opened its data directory
     # the mnode's dnodes' liveness (their heartbeats); None unless role is mnode
     registry: DnodeRegistry | None = None
+    # .seq: the last change the statement running on this thread logged (mnode)
+    logged: threading.local = field(default_factory=threading.local)
 
     def now_us(self) -> int:
         return self.clock()
@@ -175,8 +178,10 @@ class State:
         return remote
 
     def _changed(self, seq: int | None) -> None:
-        """A change logged for the dnodes: their held heartbeats take it at once."""
+        """A change logged for the dnodes: their held heartbeats take it at once, and
+        the statement that logged it waits for them (`logged`, per thread)."""
         if seq is not None and self.registry is not None:
+            self.logged.seq = seq
             self.registry.changed(seq)
 
     def _logged(self, log: dict[str, Any]) -> dict[str, Any] | None:
@@ -189,9 +194,7 @@ class State:
         keys: list[Key] = list(extra or [])
         for e in events:
             keys += apply(self.catalog, e)
-        # the entries' bytes as they are: every dnode's WAL holds the same events
-        entries = {str(v): [bytes(e.body).decode() for e in batch] for v, batch in remote.items()}
-        log = self._logged({"entries": entries})
+        log = self._logged(_logged_events(remote))
         try:
             self._changed(self.store.commit(self.catalog, dict.fromkeys(keys), applied, log=log))
         except BaseException:
@@ -205,3 +208,15 @@ class State:
 
     def _reload(self) -> None:
         self.catalog, _ = self.store.load()
+
+
+def _logged_events(remote: dict[int, list[WalEntry]]) -> dict[str, Any]:
+    """The DDL events of a change for its log, each distinct one once (a super table's
+    event goes to every vgroup of its database: once, not once per vgroup): `events`,
+    the bodies as they are (every dnode's WAL holds the same bytes), and `entries`,
+    vgroup -> the indexes of its events in order."""
+    bodies: dict[bytes, int] = {}
+    entries: dict[str, list[int]] = {}
+    for vgroup, batch in remote.items():
+        entries[str(vgroup)] = [bodies.setdefault(bytes(e.body), len(bodies)) for e in batch]
+    return {"events": [body.decode() for body in bodies], "entries": entries}

@@ -45,7 +45,7 @@ class CatalogReplica:
             if seq <= self.applied:
                 continue
             change: dict[str, Any] = json.loads(body)
-            versions = self._append(change.get("entries") or {})
+            versions = self._append(_entries(change))
             for db, topic, group in change.get("forget") or ():
                 self._forget(str(db), str(topic), None if group is None else str(group))
             self._log.apply(seq, body, versions)
@@ -94,3 +94,9 @@ def _ends_with(vnode: Vnode, batch: list[WalEntry]) -> int | None:
     if [bytes(r.body) for r in records] == [bytes(e.body) for e in batch]:
         return wal.last_version
     return None
+
+
+def _entries(change: dict[str, Any]) -> dict[str, list[str]]:
+    """vgroup -> the bodies of its events, in order (the log keeps each event once)."""
+    events: list[str] = change.get("events") or []
+    return {v: [events[i] for i in idxs] for v, idxs in (change.get("entries") or {}).items()}

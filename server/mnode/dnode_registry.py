@@ -30,6 +30,7 @@ class _Seen:
     since_us: int  # when it last became ready
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     change: int = 0  # the last catalog change it applied
+    sent_ms: int = 0  # the send time of its latest heartbeat taken
 
 
 class DnodeRegistry:
@@ -48,9 +49,19 @@ class DnodeRegistry:
         self._watchers: list[Callable[[], None]] = []
         self.last_change = 0
 
-    def beat(self, dnode: int, versions: Mapping[int, tuple[int, int]], change: int = 0) -> None:
+    def fresh(self, dnode: int, sent_ms: int) -> bool:
+        """Whether a heartbeat sent at `sent_ms` is not older than the latest taken
+        from `dnode`: an older one is a replay (or another process at its endpoint)."""
+        with self._lock:
+            seen = self._seen.get(dnode)
+            return seen is None or sent_ms >= seen.sent_ms
+
+    def beat(
+        self, dnode: int, versions: Mapping[int, tuple[int, int]], change: int = 0,
+        sent_ms: int = 0,
+    ) -> None:  # fmt: skip
         """Dnode `dnode` is alive, hosting vgroups with these (first, last) versions,
-        having applied catalog changes up to `change`."""
+        having applied catalog changes up to `change` (its heartbeat sent at `sent_ms`)."""
         now = self._monotonic()
         with self._lock:
             seen = self._seen.get(dnode)
@@ -59,6 +70,7 @@ class DnodeRegistry:
             seen.last_beat = now
             seen.versions = dict(versions)
             seen.change = change
+            seen.sent_ms = max(seen.sent_ms, sent_ms)
             self._applied.notify_all()
 
     def changed(self, seq: int) -> None:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from sqltopic.errors import ConfigError, NotFoundError, excerpt
+from sqltopic.errors import AuthenticationFailed, ConfigError, NotFoundError, excerpt
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify
 from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.placement import HeartbeatView
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.rpc.rpc import Context, unary
+from sqltopic.sql.change_log import MAX_CHANGES_KEPT
 from sqltopic.sql.model import Dnode
 
 # A dnode's heartbeat period (TDengine's statusInterval: one second). The mnode holds a
@@ -28,6 +31,14 @@ MAX_HOSTED_VGROUPS = 100_000
 # Catalog changes per answer: a dnode far behind catches up over several heartbeats,
 # and an answer stays far below gRPC's 4 MiB (a change is a few KB at most).
 MAX_CHANGES_PER_BEAT = 256
+# ... and at most this many bytes of them (at least one change): far under gRPC's 64 MiB.
+MAX_ANSWER_BYTES = 8 << 20
+# Threads for the heartbeats' catalog reads: a few dnodes beat at once.
+CLUSTER_WORKERS = 4
+# DNS names have at most 253 characters; a port and brackets fit in the rest.
+MAX_ENDPOINT_CHARS = 300
+# An HMAC-SHA256.
+PROOF_BYTES = 32
 # Trim the change log once every admitted dnode applied this many more: one DELETE per
 # hundred changes, not one per heartbeat.
 TRIM_EVERY = 100
@@ -42,45 +53,61 @@ class ClusterService(pb_grpc.ClusterServicer):
         self._waiters: list[asyncio.Future[None]] = []
         self._watching = False
         self._trimmed = 0  # changes up to here are trimmed from the log
+        # the catalog reads of heartbeats, apart from the engine's workers: statements
+        # that wait for the dnodes hold those, and must not starve the heartbeats
+        self._executor = ThreadPoolExecutor(CLUSTER_WORKERS, thread_name_prefix="sqltopic-cluster")
+        registry.changed(engine.last_change())  # held heartbeats of dnodes behind go on
 
     @unary
     async def DnodeHeartbeat(
         self, request: pb.DnodeHeartbeatRequest, context: Context
     ) -> pb.DnodeHeartbeatResponse:
-        verify(
-            self._secret, request.proof, int(time.time() * 1000), request.sent_ms,
-            *heartbeat_fields(request),
-        )  # fmt: skip
-        dnode = self._admitted(request)
-        if len(request.vgroups) > MAX_HOSTED_VGROUPS:
-            raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
-        versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
-        self._registry.beat(dnode.id, versions, request.catalog_change)
-        await self._trim()
-        await self._hold(request.catalog_change)
-        placed = [
-            pb.PlacedVgroup(
-                database=db.name, vgroup=vgroup, precision=db.precision, wal_options=db.wal
+        _check_sizes(request)  # before the proof: its cost grows with the request
+        now_ms = int(time.time() * 1000)
+        verify(self._secret, request.proof, now_ms, request.sent_ms, *heartbeat_fields(request))
+        endpoint, after = request.endpoint.lower(), request.catalog_change
+        view = await self._view(endpoint, after)
+        dnode = self._admitted(request, view)
+        if not self._registry.fresh(dnode.id, request.sent_ms):
+            raise AuthenticationFailed(
+                f"dnode {endpoint}: a heartbeat older than one already taken (a replay, or "
+                "a second process at the same endpoint)"
             )
-            for db, vgroup in self._engine.placed_on(dnode.id)
-        ]
-        last, changes = await asyncio.to_thread(
-            self._engine.catalog_changes, request.catalog_change, MAX_CHANGES_PER_BEAT
-        )
+        versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
+        self._registry.beat(dnode.id, versions, after, request.sent_ms)
+        await self._trim(view)
+        await self._hold(after)
+        view = await self._view(endpoint, after)  # as it is now, after the hold
+        dnode = self._admitted(request, view)
         answer = pb.DnodeHeartbeatResponse(
             dnode_id=dnode.id, cluster_id=self._cluster_id,
-            heartbeat_interval_ms=0, placed=placed,  # held already: beat again at once
-            catalog_change=last,
-            changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in changes],
+            heartbeat_interval_ms=0,  # held already: beat again at once
+            placed=[
+                pb.PlacedVgroup(
+                    database=db.name, vgroup=vgroup, precision=db.precision, wal_options=db.wal
+                )
+                for db, vgroup in view.placed
+            ],
+            catalog_change=view.last,
+            changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in view.changes],
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
 
-    async def _trim(self) -> None:
-        """Drop the logged changes every admitted dnode applied."""
-        floor = self._registry.applied_by_all(self._engine.catalog.dnodes)
-        if floor is not None and floor >= self._trimmed + TRIM_EVERY:
-            await asyncio.to_thread(self._engine.trim_changes, floor)
+    async def _view(self, endpoint: str, after: int) -> HeartbeatView:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._engine.heartbeat_view, endpoint, after,
+            MAX_CHANGES_PER_BEAT, MAX_ANSWER_BYTES,
+        )  # fmt: skip
+
+    async def _trim(self, view: HeartbeatView) -> None:
+        """Drop the logged changes every admitted dnode applied, and any beyond the most
+        the log keeps however far behind an offline dnode is."""
+        floor = max(self._registry.applied_by_all(view.admitted) or 0, view.last - MAX_CHANGES_KEPT)
+        if floor >= self._trimmed + TRIM_EVERY:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._engine.trim_changes, floor)
             self._trimmed = floor
 
     async def _hold(self, applied: int) -> None:
@@ -97,10 +124,14 @@ class ClusterService(pb_grpc.ClusterServicer):
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        if self._registry.last_change > applied:  # logged while registering
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter, HOLD_S)
+        try:
+            if self._registry.last_change > applied:  # logged while registering
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, HOLD_S)
+        finally:
+            with contextlib.suppress(ValueError):  # woken: no longer there
+                self._waiters.remove(waiter)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -108,15 +139,17 @@ class ClusterService(pb_grpc.ClusterServicer):
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _admitted(self, request: pb.DnodeHeartbeatRequest) -> Dnode:
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _admitted(self, request: pb.DnodeHeartbeatRequest, view: HeartbeatView) -> Dnode:
         endpoint = request.endpoint.lower()
-        found = [d for d in self._engine.catalog.dnodes.values() if d.endpoint == endpoint]
-        if not found:
+        dnode = view.dnode
+        if dnode is None:
             raise NotFoundError(
                 f"dnode {excerpt(request.endpoint)} is not admitted: as root on the mnode, "
                 f"run CREATE DNODE {excerpt(request.endpoint)}"
             )
-        dnode = found[0]
         if request.cluster_id and request.cluster_id != self._cluster_id:
             raise ConfigError(
                 f"dnode {endpoint}: its data directory belongs to cluster "
@@ -128,7 +161,25 @@ class ClusterService(pb_grpc.ClusterServicer):
                 f"dnode {endpoint}: its data directory is dnode {request.dnode_id}'s, but "
                 f"{endpoint} is dnode {dnode.id}; start it with its own data directory"
             )
+        if request.catalog_change > view.last:
+            raise ConfigError(
+                f"dnode {endpoint} applied catalog change {request.catalog_change}, but this "
+                f"mnode's catalog ends at change {view.last}: was the mnode restored from an "
+                "older backup? Restore the mnode's latest catalog.sqlite"
+            )
         return dnode
+
+
+def _check_sizes(request: pb.DnodeHeartbeatRequest) -> None:
+    """ConfigError for a heartbeat larger than any dnode sends."""
+    if len(request.vgroups) > MAX_HOSTED_VGROUPS:
+        raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
+    if len(request.endpoint) > MAX_ENDPOINT_CHARS or len(request.cluster_id) > MAX_ENDPOINT_CHARS:
+        raise ConfigError(
+            f"a heartbeat's endpoint and cluster id have at most {MAX_ENDPOINT_CHARS} characters"
+        )
+    if len(request.proof) > PROOF_BYTES:
+        raise ConfigError(f"a heartbeat's proof has {PROOF_BYTES} bytes")
 
 
 def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | bytes, ...]:

@@ -17,8 +17,10 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
+from sqltopic.errors import ConfigError, InvalidValueError
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.resources import raise_open_files_limit
+from sqltopic.server.core.dnodes import check_endpoint
 from sqltopic.server.dnode.catalog_replica import CatalogReplica
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
@@ -32,6 +34,8 @@ from sqltopic.wal.fsutil import DirectoryLock
 
 log = logging.getLogger("sqltopic.dnode")
 
+# Hosts that mean every address of the machine: not an endpoint to advertise.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
 # A data directory is its owner's alone (server/core/engine.py's rule).
 DATA_DIR_MODE = 0o700
 # Long enough for a heartbeat in flight to end, short enough that a stop does not hang.
@@ -56,6 +60,7 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
     text off loopback, WalLockedError when another process holds the directory."""
     secret = check_secret(config.cluster_secret)
     check_plaintext(config.host, config.tls, config.allow_plaintext)
+    _check_advertise(config)
     config.data.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
     lock = DirectoryLock(config.data, "data directory")
     try:
@@ -89,6 +94,20 @@ def _channel(config: DnodeConfig) -> Callable[[str], aio.Channel]:
         certificate_chain=tls.cert_chain if tls is not None else None,
     )
     return lambda target: aio.secure_channel(target, credentials)
+
+
+def _check_advertise(config: DnodeConfig) -> None:
+    """ConfigError for an --advertise no one could dial, or none where one is needed."""
+    if config.advertise is not None:
+        try:
+            check_endpoint(config.advertise)
+        except InvalidValueError as exc:
+            raise ConfigError(f"--advertise: {exc.message}") from None
+    elif config.host in WILDCARD_HOSTS:
+        raise ConfigError(
+            f"--host {config.host} listens on every address, which no one can dial: give "
+            "--advertise HOST:PORT, the endpoint the mnode and clients reach this dnode at"
+        )
 
 
 async def _serve(

@@ -128,8 +128,10 @@ async def _serve(
     )
     add_service(server, vnodes, "Vnode")
     services = SERVICES
+    cluster: ClusterService | None = None
     if registry is not None and secret is not None:
-        add_service(server, ClusterService(engine, registry, secret), "Cluster")
+        cluster = ClusterService(engine, registry, secret)
+        add_service(server, cluster, "Cluster")
         services = (*SERVICES, CLUSTER_SERVICE)
     health = add_health(server, services)
     enable_reflection(server, (*services, HEALTH_SERVICE), stopping)
@@ -145,5 +147,7 @@ async def _serve(
     await health.shut_down()  # open Watch streams end now, not at the grace's end
     await server.stop(SHUTDOWN_GRACE_S)
     await vnodes.flush()
+    if cluster is not None:
+        cluster.close()
     await timer
     coordinator.persist(progress=True)

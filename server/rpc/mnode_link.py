@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,12 +75,19 @@ class MnodeLink:
         async with self._channel(self._mnode) as channel:
             stub = pb_grpc.ClusterStub(channel)
             while not stopping.is_set():
-                answer = await self._beat(stub)
-                # the mnode paces an answered heartbeat (it held it); after a failure,
-                # wait a heartbeat period before trying again
-                wait_ms = (
-                    DNODE_HEARTBEAT_INTERVAL_MS if answer is None else answer.heartbeat_interval_ms
-                )
+                try:
+                    answer = await self._beat(stub)
+                except Exception as exc:  # a disk full, a damaged file: keep beating
+                    problem = f"{type(exc).__name__}: {exc}"
+                    if problem != self.state.problem:  # its traceback once, not each second
+                        log.exception("the heartbeat failed")
+                    self._trouble(problem)
+                    answer = None
+                # the mnode paces a heartbeat it answered (it held it); after a failure,
+                # here or in applying the answer, wait a heartbeat period before the next
+                wait_ms = DNODE_HEARTBEAT_INTERVAL_MS
+                if answer is not None and self.state.problem is None:
+                    wait_ms = answer.heartbeat_interval_ms
                 if wait_ms > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stopping.wait(), wait_ms / 1000)
@@ -120,7 +128,7 @@ class MnodeLink:
         changes = [(c.seq, c.body) for c in answer.changes]
         try:
             await asyncio.to_thread(self._replica.apply, changes)
-        except (Error, OSError, ValueError, KeyError) as exc:
+        except (Error, OSError, ValueError, KeyError, sqlite3.Error) as exc:
             self._trouble(f"cannot apply catalog change {self._replica.applied + 1}: {exc}")
         self.state.caught_up = self._replica.applied >= answer.catalog_change
         return answer

@@ -104,6 +104,11 @@ def test_a_dnode_of_another_cluster_is_refused(
     [
         ([], "a cluster needs a secret"),
         (["--cluster-secret", "short"], "the cluster secret has 5 characters"),
+        (["--cluster-secret", "s" * 20, "--advertise", "h1"], "--advertise: dnode endpoint 'h1'"),
+        (
+            ["--cluster-secret", "s" * 20, "--host", "0.0.0.0", "--allow-plaintext"],
+            "give --advertise HOST:PORT",
+        ),
     ],
 )
 def test_a_dnode_without_a_usable_secret_does_not_start(
@@ -124,9 +129,10 @@ def test_a_dnode_without_a_usable_secret_does_not_start(
 
 
 def _beat(endpoint: str, *, secret: str = SECRET, sent_ms: int | None = None,
-          vgroups: int = 0, dnode_id: int = 0) -> pb.DnodeHeartbeatRequest:  # fmt: skip
+          vgroups: int = 0, dnode_id: int = 0,
+          catalog_change: int = 0) -> pb.DnodeHeartbeatRequest:  # fmt: skip
     request = pb.DnodeHeartbeatRequest(
-        endpoint=endpoint, dnode_id=dnode_id,
+        endpoint=endpoint, dnode_id=dnode_id, catalog_change=catalog_change,
         sent_ms=int(time.time() * 1000) if sent_ms is None else sent_ms,
         vgroups=[pb.HostedVgroup(vgroup=v, first_version=1) for v in range(vgroups)],
     )  # fmt: skip
@@ -157,8 +163,22 @@ def test_hostile_heartbeats_are_refused_and_change_nothing(cluster: Cluster) -> 
             assert caught.value.code() == code, caught.value.details()
             assert words in (caught.value.details() or "")
         assert cluster.dnode_rows()[endpoint][2] == "offline"
-        # the same proof, re-sent as it was, is good within the window: a heartbeat
-        # proves the sender knew the secret when it was made, and says only what it said
-        answer = stub.DnodeHeartbeat(_beat(endpoint), timeout=30)
-        assert answer.dnode_id == 1
+        beat = _beat(endpoint)
+        assert stub.DnodeHeartbeat(beat, timeout=30).dnode_id == 1
+        # the same heartbeat re-sent is taken (it says only what it said); an older one
+        # is a replay
+        assert stub.DnodeHeartbeat(beat, timeout=30).dnode_id == 1
+        older = _beat(endpoint, sent_ms=beat.sent_ms - 1000)
+        with pytest.raises(grpc.RpcError, match="older than one already taken"):
+            stub.DnodeHeartbeat(older, timeout=30)
+        ahead = _beat(endpoint, catalog_change=10**9)
+        with pytest.raises(grpc.RpcError, match="restored from an older backup"):
+            stub.DnodeHeartbeat(ahead, timeout=30)
+        for huge in (
+            pb.DnodeHeartbeatRequest(endpoint="h" * 1000, proof=b"x" * 32),
+            pb.DnodeHeartbeatRequest(endpoint=endpoint, proof=b"x" * 64),
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.DnodeHeartbeat(huge, timeout=30)
+            assert caught.value.code() == invalid
     assert cluster.dnode_rows()[endpoint][2] == "ready"

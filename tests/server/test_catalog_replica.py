@@ -46,6 +46,12 @@ def host(tmp_path: Path, mnode: Engine) -> Iterator[VnodeHost]:
     host.close()
 
 
+def _changes(mnode: Engine, after: int, limit: int) -> tuple[int, list[tuple[int, str]]]:
+    """The mnode's last change and the next ones for dnode 1, as its heartbeat gets them."""
+    view = mnode.heartbeat_view("h1:1", after, limit, 1 << 30)
+    return view.last, view.changes
+
+
 def _meta(host: VnodeHost) -> dict[int, list[bytes]]:
     return {
         vgroup: [
@@ -61,10 +67,10 @@ def _meta(host: VnodeHost) -> dict[int, list[bytes]]:
 def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
     tmp_path: Path, mnode: Engine, host: VnodeHost
 ) -> None:
-    last, changes = mnode.catalog_changes(0, 1000)
+    last, changes = _changes(mnode, 0, 1000)
     assert [seq for seq, _ in changes] == list(range(1, last + 1))
-    assert mnode.catalog_changes(last, 1000) == (last, [])
-    assert len(mnode.catalog_changes(0, 2)[1]) == 2
+    assert _changes(mnode, last, 1000) == (last, [])
+    assert len(_changes(mnode, 0, 2)[1]) == 2
     replica = CatalogReplica(tmp_path / "d", host)
     assert replica.apply(changes) == last
     assert replica.applied == last
@@ -74,8 +80,13 @@ def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
     # the WALs hold the events the mnode logged, byte for byte, in order
     logged: dict[int, list[bytes]] = {}
     for _seq, body in changes:
-        for v, bodies in json.loads(body).get("entries", {}).items():
-            logged.setdefault(int(v), []).extend(b.encode() for b in bodies)
+        change = json.loads(body)
+        for v, indexes in change.get("entries", {}).items():
+            logged.setdefault(int(v), []).extend(change["events"][i].encode() for i in indexes)
+    # a super table's event is logged once for both its vgroups
+    stable = next(json.loads(b) for _, b in changes if '"type": "create"' in b or "meters" in b)
+    assert len(stable["events"]) == 1
+    assert len(stable["entries"]) == 2
     assert _meta(host) == logged
     assert replica.apply(changes) == 0  # applied already: nothing again
     replica.close()
@@ -88,7 +99,7 @@ def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
 def test_a_crash_between_the_wal_and_the_catalog_appends_nothing_twice(
     tmp_path: Path, mnode: Engine, host: VnodeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, changes = mnode.catalog_changes(0, 1000)
+    _, changes = _changes(mnode, 0, 1000)
     replica = CatalogReplica(tmp_path / "d", host)
     stable = next(i for i, (_s, b) in enumerate(changes) if "meters" in b and "entries" in b)
     replica.apply(changes[:stable])
@@ -115,12 +126,26 @@ def test_a_dropped_topic_s_offsets_are_forgotten(
     tmp_path: Path, mnode: Engine, host: VnodeHost
 ) -> None:
     replica = CatalogReplica(tmp_path / "d", host)
-    replica.apply(mnode.catalog_changes(0, 1000)[1])
+    replica.apply(_changes(mnode, 0, 1000)[1])
     vnode = host.vnodes()[1]
     vnode.offsets.commit([("t", "g", 5)], now_us=1)
     assert vnode.offsets.get("t", "g") == 5
     mnode.execute("DROP TOPIC t")
-    replica.apply(mnode.catalog_changes(replica.applied, 1000)[1])
+    replica.apply(_changes(mnode, replica.applied, 1000)[1])
     assert vnode.offsets.get("t", "g") is None
     assert "t" not in replica.catalog.topics
     replica.close()
+
+
+def test_an_answer_carries_at_most_its_bytes_of_changes_but_always_one(mnode: Engine) -> None:
+    _, changes = _changes(mnode, 0, 1000)
+    sizes = [len(body) for _, body in changes]
+    view = mnode.heartbeat_view("h1:1", 0, 1000, sizes[0] + sizes[1])
+    assert [seq for seq, _ in view.changes] == [1, 2]
+    view = mnode.heartbeat_view("h1:1", 0, 1000, 1)  # smaller than any: one all the same
+    assert [seq for seq, _ in view.changes] == [1]
+    assert view.dnode is not None
+    assert view.admitted == (1,)
+    assert [v for _, v in view.placed] == [1, 2]
+    unknown = mnode.heartbeat_view("h9:9", 0, 1000, 1)
+    assert (unknown.dnode, unknown.placed) == (None, [])

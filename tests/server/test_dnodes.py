@@ -250,12 +250,46 @@ def test_waiting_for_the_dnodes_to_apply_a_change(clock: Clock) -> None:
 
 
 def test_a_waiting_statement_wakes_at_the_dnode_s_report() -> None:
-    registry = DnodeRegistry(lambda: CLOCK_US)
+    # a long liveness timeout: only the report's notification can end the wait in time
+    registry = DnodeRegistry(lambda: CLOCK_US, timeout_s=3600.0)
     registry.beat(1, {}, 0)
     registry.changed(1)
     result: list[list[int]] = []
-    waiter = threading.Thread(target=lambda: result.append(registry.wait_applied(1, 60.0)))
+    waiter = threading.Thread(target=lambda: result.append(registry.wait_applied(1, 600.0)))
     waiter.start()
     registry.beat(1, {}, 1)
     waiter.join(timeout=60)
+    assert not waiter.is_alive()
     assert result == [[]]
+
+
+def test_only_a_statement_that_changed_the_catalog_waits_for_the_dnodes(
+    mnode: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = mnode.state.registry
+    assert registry is not None
+    waits: list[int] = []
+
+    def wait_applied(seq: int, timeout_s: float) -> list[int]:
+        waits.append(seq)
+        return []
+
+    monkeypatch.setattr(registry, "wait_applied", wait_applied)
+    mnode.execute("CREATE DNODE 'h1:6031'")
+    last = mnode.last_change()
+    assert waits == [last]
+    registry.beat(1, {}, 0)  # behind: a statement that changed nothing must not wait
+    mnode.execute("SHOW DNODES; SHOW VGROUPS")
+    assert waits == [last]
+    mnode.execute("DROP DNODE 1")
+    assert waits == [last, last + 1]
+    assert registry.status(1) == ("offline", 0)  # forgotten with its drop
+
+
+def test_a_replayed_heartbeat_is_not_fresh() -> None:
+    registry = DnodeRegistry(lambda: CLOCK_US)
+    assert registry.fresh(1, 100)
+    registry.beat(1, {}, 0, sent_ms=100)
+    assert registry.fresh(1, 100)  # the same one again: it says nothing new
+    assert registry.fresh(1, 101)
+    assert not registry.fresh(1, 99)

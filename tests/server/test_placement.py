@@ -143,3 +143,16 @@ def test_a_reopened_mnode_opens_no_vnode_of_a_dnode(tmp_path: Path) -> None:
         assert again.state.vnodes == {}
         assert again.placed_on(1) != []
     assert not (tmp_path / "vnode").exists() or not any((tmp_path / "vnode").iterdir())
+
+
+def test_an_mnode_on_an_all_in_one_directory_keeps_its_local_databases(tmp_path: Path) -> None:
+    with Engine(tmp_path, background=False) as server:
+        server.execute("CREATE DATABASE old VGROUPS 2")
+    registry = DnodeRegistry(lambda: 0)
+    with Engine(tmp_path, background=False, role="mnode", registry=registry) as mnode:
+        assert sorted(mnode.state.vnodes) == [1, 2]  # still its own to open
+        mnode.execute("CREATE DNODE 'h1:1'")
+        registry.beat(1, {}, CAUGHT_UP)
+        mnode.execute("CREATE DATABASE new VGROUPS 1")
+        assert [v for _, v in mnode.placed_on(1)] == [3]
+        assert mnode.heartbeat_view("h1:1", 0, 10, 1 << 20).placed == mnode.placed_on(1)

@@ -2156,8 +2156,9 @@ class CatalogChange(_message.Message):
     """Its place in the mnode's order, from 1."""
     body: _builtins.str
     """The change as JSON: `objects` ([kind, key, body or null]), `settings`, and what the
-    dnode does besides: `entries` (vgroup -> DDL events to append to its WAL), `forget`
-    ([database, topic, group or null] whose offsets go).
+    dnode does besides: `events` (DDL events, each once), `entries` (vgroup -> the
+    indexes of the events to append to its WAL, in order), `forget` ([database, topic,
+    group or null] whose offsets go).
     """
     def __init__(
         self,
