@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from sqltopic.errors import ConfigError
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.vnode.vnode import Vnode
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
@@ -45,6 +46,11 @@ class CatalogReplica:
             if seq <= self.applied:
                 continue
             change: dict[str, Any] = json.loads(body)
+            if seq != self.applied + 1 and not change.get("snapshot"):
+                raise ConfigError(
+                    f"the mnode sent catalog change {seq} after {self.applied}: changes "
+                    "between are missing (its log was damaged or replaced?)"
+                )
             versions = self._append(_entries(change))
             for db, topic, group in change.get("forget") or ():
                 self._forget(str(db), str(topic), None if group is None else str(group))

@@ -89,8 +89,7 @@ class VnodeHost:
         with self._lock:
             if wanted == self._placed:
                 return
-            for vgroup in sorted(self._placed.keys() - wanted.keys()):
-                self._drop(vgroup)
+            gone = sorted(self._placed.keys() - wanted.keys())
             for vgroup, p in sorted(wanted.items()):
                 before = self._placed.get(vgroup)
                 if before is None:
@@ -98,10 +97,12 @@ class VnodeHost:
                 elif before.wal != p.wal:
                     self._vnodes[vgroup].wal.set_options(wal_options(p.wal))
                 self._placed[vgroup] = p
-            atomic_write(
-                self._data / PLACED_FILE,
-                json.dumps([asdict(p) for p in self._placed.values()]).encode(),
-            )
+            # kept before the drops: a crash then leaves a directory no one opens, never
+            # a placement naming a vgroup whose directory is gone
+            kept = [asdict(p) for v, p in self._placed.items() if v not in gone]
+            atomic_write(self._data / PLACED_FILE, json.dumps(kept).encode())
+            for vgroup in gone:
+                self._drop(vgroup)
 
     def _open(self, placed: Placed) -> dict[int, Vnode]:
         db = placed.as_database()

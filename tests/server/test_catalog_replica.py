@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sqltopic.errors import ConfigError
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.catalog_replica import CatalogReplica
 from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
@@ -149,3 +150,14 @@ def test_an_answer_carries_at_most_its_bytes_of_changes_but_always_one(mnode: En
     assert [v for _, v in view.placed] == [1, 2]
     unknown = mnode.heartbeat_view("h9:9", 0, 1000, 1)
     assert (unknown.dnode, unknown.placed) == (None, [])
+
+
+def test_a_gap_in_the_changes_is_refused(tmp_path: Path, mnode: Engine, host: VnodeHost) -> None:
+    _, changes = _changes(mnode, 0, 1000)
+    replica = CatalogReplica(tmp_path / "d", host)
+    with pytest.raises(ConfigError, match="changes between are missing"):
+        replica.apply(changes[1:])
+    assert replica.applied == 0
+    replica.apply(changes)
+    assert replica.applied == len(changes)
+    replica.close()
