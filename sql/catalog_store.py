@@ -317,7 +317,7 @@ def _load_user(c: Catalog, r: dict[str, Any]) -> None:
 
 
 def _load_dnode(c: Catalog, r: dict[str, Any]) -> None:
-    dnode = Dnode(int(r["id"]), str(r["endpoint"]), int(r["create_us"]))
+    dnode = Dnode(int(r["id"]), str(r["endpoint"]), int(r["create_us"]), str(r.get("instance", "")))
     c.dnodes[dnode.id] = dnode
 
 

@@ -200,6 +200,9 @@ class Dnode:
     id: int
     endpoint: str  # host:port
     create_us: int
+    # the data directory it joined with (made there at its first start); "" until it
+    # joined: a blank directory at its endpoint later is another instance, not it
+    instance: str = ""
 
 
 @dataclass(slots=True)

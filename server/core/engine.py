@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,16 @@ class Engine:
         moment (server/core/placement.py)."""
         with self._state.lock.shared():
             return heartbeat_view(self._state, endpoint, after, limit, max_bytes)
+
+    def dnode_joined(self, dnode_id: int, instance: str) -> None:
+        """A cluster's mnode: tie dnode `dnode_id` to the data directory it first joined
+        with (a catalog change), unless it is tied already."""
+        with self._state.lock.exclusive():
+            dnode = self._state.catalog.dnodes.get(dnode_id)
+            if dnode is None or dnode.instance:
+                return
+            self._state.catalog.dnodes[dnode_id] = replace(dnode, instance=instance)
+            self._state.commit([("dnode", "", str(dnode_id))])
 
     def last_change(self) -> int:
         """A cluster's mnode: its last logged catalog change."""

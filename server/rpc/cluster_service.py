@@ -68,6 +68,10 @@ class ClusterService(pb_grpc.ClusterServicer):
         endpoint, after = request.endpoint.lower(), request.catalog_change
         view = await self._view(endpoint, after)
         dnode = self._admitted(request, view)
+        if not dnode.instance:  # its first heartbeat: tie it to this data directory
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._engine.dnode_joined, dnode.id, request.instance
+            )
         if not self._registry.fresh(dnode.id, request.sent_ms):
             raise AuthenticationFailed(
                 f"dnode {endpoint}: a heartbeat older than one already taken (a replay, or "
@@ -161,6 +165,13 @@ class ClusterService(pb_grpc.ClusterServicer):
                 f"dnode {endpoint}: its data directory is dnode {request.dnode_id}'s, but "
                 f"{endpoint} is dnode {dnode.id}; start it with its own data directory"
             )
+        if dnode.instance and request.instance != dnode.instance:
+            raise ConfigError(
+                f"dnode {dnode.id} ({endpoint}) joined with another data directory (instance "
+                f"{dnode.instance}); this one is {excerpt(request.instance)}, an empty or "
+                "another disk: restore its data directory, or drop its databases, DROP "
+                f"DNODE {dnode.id} and CREATE DNODE it anew"
+            )
         if request.catalog_change > view.last:
             raise ConfigError(
                 f"dnode {endpoint} applied catalog change {request.catalog_change}, but this "
@@ -174,7 +185,10 @@ def _check_sizes(request: pb.DnodeHeartbeatRequest) -> None:
     """ConfigError for a heartbeat larger than any dnode sends."""
     if len(request.vgroups) > MAX_HOSTED_VGROUPS:
         raise ConfigError(f"a heartbeat reports at most {MAX_HOSTED_VGROUPS} vgroups")
-    if len(request.endpoint) > MAX_ENDPOINT_CHARS or len(request.cluster_id) > MAX_ENDPOINT_CHARS:
+    if not request.instance:
+        raise ConfigError("a heartbeat names the dnode's data directory (`instance`)")
+    longest = max(len(request.endpoint), len(request.cluster_id), len(request.instance))
+    if longest > MAX_ENDPOINT_CHARS:
         raise ConfigError(
             f"a heartbeat's endpoint and cluster id have at most {MAX_ENDPOINT_CHARS} characters"
         )
@@ -189,7 +203,7 @@ def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | byt
     )
     return (
         "dnode-heartbeat", request.endpoint, request.dnode_id, request.cluster_id, hosted,
-        request.catalog_change,
+        request.catalog_change, request.instance,
     )  # fmt: skip
 
 

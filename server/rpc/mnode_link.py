@@ -26,7 +26,12 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify_answer
 from sqltopic.server.dnode.catalog_replica import CatalogReplica
-from sqltopic.server.dnode.identity import DnodeIdentity, load_identity, save_identity
+from sqltopic.server.dnode.identity import (
+    DnodeIdentity,
+    instance_of,
+    load_identity,
+    save_identity,
+)
 from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
 from sqltopic.server.rpc.cluster_service import (
     DNODE_HEARTBEAT_INTERVAL_MS,
@@ -61,6 +66,7 @@ class MnodeLink:
         self._data = data
         self._host = host
         self._replica = replica
+        self._instance = instance_of(data)
         self._channel = channel
         self.state = LinkState(identity=load_identity(data))
         identity = self.state.identity
@@ -98,6 +104,7 @@ class MnodeLink:
             endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
             cluster_id=identity.cluster_id if identity else "",
             sent_ms=int(time.time() * 1000), catalog_change=self._replica.applied,
+            instance=self._instance,
             vgroups=[
                 pb.HostedVgroup(vgroup=v, first_version=first, last_version=last)
                 for v, first, last in self._host.versions()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from tests.cluster.support import SECRET, Cluster
 from tests.live_server import free_port
 
 pytestmark = pytest.mark.cluster
+
+INSTANCE = "instance-of-the-tests"
 
 
 def test_admitted_dnodes_become_ready_and_keep_their_identity(cluster: Cluster) -> None:
@@ -132,7 +135,7 @@ def _beat(endpoint: str, *, secret: str = SECRET, sent_ms: int | None = None,
           vgroups: int = 0, dnode_id: int = 0,
           catalog_change: int = 0) -> pb.DnodeHeartbeatRequest:  # fmt: skip
     request = pb.DnodeHeartbeatRequest(
-        endpoint=endpoint, dnode_id=dnode_id, catalog_change=catalog_change,
+        endpoint=endpoint, dnode_id=dnode_id, catalog_change=catalog_change, instance=INSTANCE,
         sent_ms=int(time.time() * 1000) if sent_ms is None else sent_ms,
         vgroups=[pb.HostedVgroup(vgroup=v, first_version=1) for v in range(vgroups)],
     )  # fmt: skip
@@ -150,7 +153,11 @@ def test_hostile_heartbeats_are_refused_and_change_nothing(cluster: Cluster) -> 
     cases = [
         (_beat(endpoint, secret="wrong-secret-wrong-secret"), unauthenticated, "does not match"),
         (_beat(endpoint, sent_ms=stale), unauthenticated, "clocks in sync"),
-        (pb.DnodeHeartbeatRequest(endpoint=endpoint, proof=b"x" * 32), unauthenticated, "match"),
+        (
+            pb.DnodeHeartbeatRequest(endpoint=endpoint, instance=INSTANCE, proof=b"x" * 32),
+            unauthenticated,
+            "match",
+        ),
         (_beat("127.0.0.1:1"), grpc.StatusCode.NOT_FOUND, "is not admitted"),
         (_beat(endpoint, dnode_id=7), invalid, "start it with its own data directory"),
         (_beat(endpoint, vgroups=MAX_HOSTED_VGROUPS + 1), invalid, "at most"),
@@ -175,10 +182,26 @@ def test_hostile_heartbeats_are_refused_and_change_nothing(cluster: Cluster) -> 
         with pytest.raises(grpc.RpcError, match="restored from an older backup"):
             stub.DnodeHeartbeat(ahead, timeout=30)
         for huge in (
-            pb.DnodeHeartbeatRequest(endpoint="h" * 1000, proof=b"x" * 32),
-            pb.DnodeHeartbeatRequest(endpoint=endpoint, proof=b"x" * 64),
+            pb.DnodeHeartbeatRequest(endpoint="h" * 1000, instance=INSTANCE, proof=b"x" * 32),
+            pb.DnodeHeartbeatRequest(endpoint=endpoint, instance=INSTANCE, proof=b"x" * 64),
+            pb.DnodeHeartbeatRequest(endpoint=endpoint, proof=b"x" * 32),  # no instance
         ):
             with pytest.raises(grpc.RpcError) as caught:
                 stub.DnodeHeartbeat(huge, timeout=30)
             assert caught.value.code() == invalid
     assert cluster.dnode_rows()[endpoint][2] == "ready"
+
+
+def test_a_blank_data_directory_at_a_dnode_s_endpoint_is_refused(cluster: Cluster) -> None:
+    """A dnode is tied to the data directory it joined with: an empty one at its
+    endpoint later (a new disk) would host its vgroups empty, and is refused."""
+    dnode = cluster.add_dnode()
+    cluster.wait_status(dnode, "ready")
+    cluster.sql("CREATE DATABASE db VGROUPS 1")
+    dnode.kill()
+    cluster.wait_status(dnode, "offline")
+    shutil.rmtree(dnode.data)
+    again = cluster.restart(dnode)
+    cluster.wait_stderr(again, "joined with another data directory")
+    assert cluster.status(again) == "offline"
+    assert not (again.data / "vnode").exists()

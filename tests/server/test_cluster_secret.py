@@ -20,6 +20,7 @@ from sqltopic.server.common.cluster_secret import (
 from sqltopic.server.dnode.identity import (
     IDENTITY_FILE,
     DnodeIdentity,
+    instance_of,
     load_identity,
     save_identity,
 )
@@ -90,3 +91,12 @@ def test_a_damaged_identity_is_reported(tmp_path: Path, text: str) -> None:
     (tmp_path / IDENTITY_FILE).write_text(text)
     with pytest.raises(DataFileDamaged, match="identity file is damaged"):
         load_identity(tmp_path)
+
+
+def test_a_data_directory_keeps_its_instance_id(tmp_path: Path) -> None:
+    first = instance_of(tmp_path)
+    assert len(first) == 32
+    assert instance_of(tmp_path) == first
+    other = tmp_path / "other"
+    other.mkdir()
+    assert instance_of(other) != first

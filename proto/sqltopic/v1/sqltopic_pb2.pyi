@@ -2018,6 +2018,7 @@ class DnodeHeartbeatRequest(_message.Message):
     PROOF_FIELD_NUMBER: _builtins.int
     VGROUPS_FIELD_NUMBER: _builtins.int
     CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The endpoint the dnode serves at (`host:port`, its --advertise), as admitted."""
     dnode_id: _builtins.int
@@ -2034,6 +2035,10 @@ class DnodeHeartbeatRequest(_message.Message):
     """
     catalog_change: _builtins.int
     """The last catalog change the dnode applied (0: none)."""
+    instance: _builtins.str
+    """The id of the dnode's data directory, made at its first start: the mnode ties the
+    dnode to it at its first heartbeat and refuses any other (a blank disk).
+    """
     @_builtins.property
     def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedVgroup]:
         """The vgroups the dnode hosts, with their versions."""
@@ -2048,10 +2053,11 @@ class DnodeHeartbeatRequest(_message.Message):
         proof: _builtins.bytes = ...,
         vgroups: _abc.Iterable[Global___HostedVgroup] | None = ...,
         catalog_change: _builtins.int = ...,
+        instance: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "instance", b"instance", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
