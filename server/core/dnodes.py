@@ -24,6 +24,7 @@ from sqltopic.errors import (
     excerpt,
 )
 from sqltopic.server.common.result import Result, Session
+from sqltopic.server.core.placement import loads, placed_on
 from sqltopic.server.core.privileges import Rights
 from sqltopic.server.core.state import LOCAL_DNODE, State
 from sqltopic.server.mnode.access import superuser
@@ -75,7 +76,7 @@ def drop_dnode(state: State, session: Session, stmt: st.DropDnode) -> Result:
             )
         raise NotFoundError(f"dnode {excerpt(str(stmt.dnode))} does not exist (SHOW DNODES)")
     dnode = _find(state, stmt.dnode)
-    hosted = _hosted(state, dnode.id)
+    hosted = placed_on(state.catalog, dnode.id)
     if hosted:
         names = ", ".join(sorted({db.name for db, _ in hosted}))
         raise SchemaInUseError(
@@ -95,10 +96,10 @@ def show_dnodes(state: State, session: Session, stmt: st.Show) -> Result:
         row = (LOCAL_DNODE, state.endpoint, "ready", count, state.since_us)
         return Result.of_rows(DNODES, [row])
     rows = []
+    load = loads(state.catalog)
     for dnode in sorted(state.catalog.dnodes.values(), key=lambda d: d.id):
         status, since = _liveness(state, dnode.id)
-        hosted = len(_hosted(state, dnode.id))
-        rows.append((dnode.id, dnode.endpoint, status, hosted, since or dnode.create_us))
+        rows.append((dnode.id, dnode.endpoint, status, load[dnode.id], since or dnode.create_us))
     return Result.of_rows(DNODES, rows)
 
 
@@ -168,15 +169,6 @@ def _find(state: State, ref: int | str) -> Dnode:
         if ref in (dnode.id, dnode.endpoint):
             return dnode
     raise NotFoundError(f"dnode {excerpt(str(ref))} does not exist (SHOW DNODES lists them)")
-
-
-def _hosted(state: State, dnode_id: int) -> list[tuple[Database, int]]:
-    return [
-        (db, vgroup)
-        for db in state.catalog.databases.values()
-        for vgroup in db.vgroups
-        if db.dnode_of(vgroup) == dnode_id
-    ]
 
 
 def _require_superuser(state: State, session: Session, what: str) -> None:

@@ -29,7 +29,7 @@ def place(state: State, name: str, count: int) -> tuple[int, ...]:
             "`sqltopic dnode --mnode ...` and admit it (CREATE DNODE 'host:port'), then "
             "check SHOW DNODES"
         )
-    load = Counter(dnode for _db, _vgroup, dnode in hosted(state.catalog))
+    load = loads(state.catalog)
     placed = []
     for _ in range(count):
         dnode = min(ready, key=lambda d: (load[d], d))
@@ -46,6 +46,11 @@ def hosted(catalog: Catalog) -> list[tuple[Database, int, int]]:
         if db.placement  # a database of an all-in-one server's directory: local
         for vgroup, dnode in zip(db.vgroups, db.placement, strict=True)
     ]
+
+
+def loads(catalog: Catalog) -> Counter[int]:
+    """How many vgroups each dnode hosts."""
+    return Counter(dnode for _db, _vgroup, dnode in hosted(catalog))
 
 
 def placed_on(catalog: Catalog, dnode: int) -> list[tuple[Database, int]]:

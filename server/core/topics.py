@@ -128,8 +128,6 @@ def _forget_offsets(state: State, db: str, topic: str, group: str | None) -> Non
     for vgroup in database.vgroups if database is not None else ():
         if database is not None and database.dnode_of(vgroup) is not None:
             continue  # its dnode forgets them as it applies the change logged below
-        vnode = state.vnode(vgroup)
-        vnode.shares.forget(topic, group)  # first: no save of theirs lands after the next
-        vnode.offsets.forget(topic, group)
+        state.vnode(vgroup).forget(topic, group)
     if database is not None and database.placement:
         state.commit([], log={"forget": [[db, topic, group]]})

@@ -81,8 +81,7 @@ class CatalogReplica:
     def _forget(self, db: str, topic: str, group: str | None) -> None:
         for vnode in self._host.vnodes().values():
             if vnode.db == db:
-                vnode.shares.forget(topic, group)
-                vnode.offsets.forget(topic, group)
+                vnode.forget(topic, group)
 
     def close(self) -> None:
         self._store.close()

@@ -190,7 +190,8 @@ def _check_sizes(request: pb.DnodeHeartbeatRequest) -> None:
     longest = max(len(request.endpoint), len(request.cluster_id), len(request.instance))
     if longest > MAX_ENDPOINT_CHARS:
         raise ConfigError(
-            f"a heartbeat's endpoint and cluster id have at most {MAX_ENDPOINT_CHARS} characters"
+            f"a heartbeat's endpoint, cluster id and instance have at most "
+            f"{MAX_ENDPOINT_CHARS} characters"
         )
     if len(request.proof) > PROOF_BYTES:
         raise ConfigError(f"a heartbeat's proof has {PROOF_BYTES} bytes")

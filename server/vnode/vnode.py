@@ -96,6 +96,12 @@ class Vnode:
     def reader(self) -> WalReader:
         return self.wal.reader()
 
+    def forget(self, topic: str, group: str | None = None) -> None:
+        """Forget a dropped topic's (or group's) offsets and shared windows, the windows
+        first: no save of theirs lands after the offsets are gone."""
+        self.shares.forget(topic, group)
+        self.offsets.forget(topic, group)
+
     def close(self) -> None:
         try:
             self.wal.close()
