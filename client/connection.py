@@ -1,6 +1,7 @@
 """The Python client of a sqltopic server: `connect()` logs in and returns a
 `Connection` that runs SQL (`execute`, `query`) and fast Arrow writes (`write`), over
-plain text or TLS (tls.py).
+plain text or TLS (tls.py). On a cluster, writes go straight to the dnodes that host
+their rows (routing.py): the connection logs in to each with the same credentials.
 
 It speaks only the public protocol (`proto/sqltopic/v1/sqltopic.proto`); a server error
 comes back as the very `sqltopic.Error` subclass the server raised, and a failed TLS
@@ -9,6 +10,7 @@ handshake as a `TlsHandshakeError` that says what to check.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from sqltopic.client.routing import HERE, ROUTE_ATTEMPTS, Routes, database_of
 from sqltopic.client.rows import table_rows
 from sqltopic.client.tls import (
     PLAIN,
@@ -27,7 +30,7 @@ from sqltopic.client.tls import (
     load_transport,
     tls_files,
 )
-from sqltopic.errors import Error, ServerUnavailable
+from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -37,6 +40,8 @@ DEFAULT_ADDRESS = "127.0.0.1:6030"
 CLIENT_NAME = "sqltopic-python"
 # Generous for a large query or write, but a dead server still fails the call eventually.
 DEFAULT_TIMEOUT_S = 300.0
+# A logout is a courtesy (the token dies with the process anyway): never wait long.
+LOGOUT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,23 @@ class Result:
         return self.table
 
 
+@dataclass
+class _Dnode:
+    """A dnode this connection writes to, logged in with its credentials."""
+
+    channel: grpc.Channel
+    sql: pb_grpc.SqlStub
+    metadata: tuple[tuple[str, str], ...]
+
+
+class _Unreachable(Exception):
+    """A dnode did not answer: the write may or may not have reached it, so it is not
+    sent again (the error says so)."""
+
+    def __init__(self, error: Error) -> None:
+        self.error = error
+
+
 class Connection:
     """A logged-in session on a server. Not thread-safe: use one per thread."""
 
@@ -70,7 +92,10 @@ class Connection:
         channel: grpc.Channel,
         timeout: float,
         transport: Transport = PLAIN,
+        login: tuple[str, str] | None = None,
     ) -> None:
+        """`login`: the user and password, for the dnodes of a cluster (writes to
+        them); without it every call goes to `address`."""
         self.address = address
         self._transport = transport
         self._channel = channel
@@ -79,6 +104,10 @@ class Connection:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._timeout = timeout
         self._closed = False
+        self._login = login
+        self._database: str | None = None  # the session's, as the last statement left it
+        self._routes: Routes | None = None
+        self._dnodes: dict[str, _Dnode] = {}
 
     def execute(self, sql: str) -> Result:
         """Run one or more statements; the last one's result."""
@@ -90,6 +119,7 @@ class Connection:
             else:
                 frames = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
                 header, parts = _read_result(frames)
+        self._database = header.database or None
         return Result(from_ipc(parts), header.affected_rows, header.database or None)
 
     def query(self, sql: str) -> pa.Table:
@@ -98,19 +128,124 @@ class Connection:
 
     def write(self, target: str, data: pa.Table, database: str | None = None) -> int:
         """Append Arrow rows to `[db.]table`, or to `[db.]stable` with a `tbname` column
-        (and tag columns). Returns rows written, after the server's WAL append."""
-        frames = _write_frames(target, database, chunks(to_ipc(data), MAX_CHUNK_BYTES))
-        with _translated(self._transport):
-            answer = self._sql.Write(frames, metadata=self._metadata, timeout=self._timeout)
-        return int(answer.rows)
+        (and tag columns). Returns rows written, after the server's WAL append.
+
+        On a cluster the rows go to the dnodes hosting their vgroups, each part atomic
+        on its vgroup (as a write over several vgroups of one server is); a dnode that
+        says the routes are stale gets its part again after they are read anew."""
+        db = database_of(target, database or self._database)
+        routes = self._current_routes()
+        if not routes.routed or db is None:
+            return self._write_at(HERE, target, data, database)
+        written, pending = 0, [data]
+        for attempt in range(ROUTE_ATTEMPTS):
+            if attempt:
+                routes = self._read_routes()
+            failed: list[pa.Table] = []
+            stale: VgroupUnavailable | None = None
+            for table in pending:
+                # a database the routes do not know: the mnode says why
+                for endpoint, part in (routes.split(db, target, table) or {HERE: table}).items():
+                    try:
+                        written += self._write_at(endpoint, target, part, db)
+                    except VgroupUnavailable as exc:
+                        failed.append(part)
+                        stale = exc
+                    except _Unreachable as exc:
+                        raise exc.error from None
+            if stale is None:
+                return written
+            pending = failed
+        assert stale is not None
+        raise stale
+
+    def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
+        """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
+        dnode first, and again once if it restarted meanwhile (its sessions are gone)."""
+        for again in (False, True):
+            stub: pb_grpc.SqlStub = self._sql
+            metadata: tuple[tuple[str, str], ...] = self._metadata
+            if endpoint != HERE:
+                dnode = self._dnode(endpoint)
+                stub, metadata = dnode.sql, dnode.metadata
+            frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+            try:
+                answer = stub.Write(frames, metadata=metadata, timeout=self._timeout)
+                return int(answer.rows)
+            except grpc.RpcError as exc:
+                error = _error_of(exc, self._transport)
+            if endpoint == HERE:
+                raise error
+            self._forget_dnode(endpoint)
+            if isinstance(error, AuthenticationFailed) and not again:
+                continue  # nothing was written: log in anew and send it again
+            if type(error) is ServerUnavailable:
+                raise _Unreachable(_unreachable(endpoint, error))
+            raise error
+        raise AssertionError("unreachable")
+
+    def _dnode(self, endpoint: str) -> _Dnode:
+        found = self._dnodes.get(endpoint)
+        if found is not None:
+            return found
+        if self._login is None:
+            raise ServerUnavailable(
+                f"this connection has no credentials to log in to the dnode at {endpoint}: "
+                "connect with sqltopic.connect()"
+            )
+        channel = self._transport.channel(endpoint, MESSAGE_OPTIONS)
+        user, password = self._login
+        try:
+            login = pb_grpc.SessionStub(channel).Login(
+                pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            channel.close()
+            error = _error_of(exc, self._transport)
+            if type(error) is ServerUnavailable:
+                raise _Unreachable(_unreachable(endpoint, error)) from None
+            raise error from None
+        bearer = (("authorization", f"Bearer {login.token}"),)
+        dnode = _Dnode(channel, pb_grpc.SqlStub(channel), bearer)
+        self._dnodes[endpoint] = dnode
+        return dnode
+
+    def _forget_dnode(self, endpoint: str) -> None:
+        dnode = self._dnodes.pop(endpoint, None)
+        if dnode is not None:
+            dnode.channel.close()
+
+    def _current_routes(self) -> Routes:
+        return self._routes if self._routes is not None else self._read_routes()
+
+    def _read_routes(self) -> Routes:
+        """The routes as the server now gives them (none from a server without them)."""
+        stub = pb_grpc.MnodeStub(self._channel)
+        try:
+            answer = stub.Routes(pb.RoutesRequest(), metadata=self._metadata, timeout=self._timeout)
+            self._routes = Routes.of(answer)
+        except grpc.RpcError as exc:
+            if not unimplemented(exc):
+                raise _error_of(exc, self._transport) from None
+            self._routes = Routes()
+        return self._routes
 
     def close(self) -> None:
         """Log out and close the channel; later calls fail."""
         if self._closed:
             return
         self._closed = True
+        for endpoint, dnode in list(self._dnodes.items()):
+            with contextlib.suppress(grpc.RpcError):  # gone: the token died with it
+                pb_grpc.SessionStub(dnode.channel).Logout(
+                    pb.LogoutRequest(), metadata=dnode.metadata, timeout=LOGOUT_TIMEOUT_S
+                )
+            self._forget_dnode(endpoint)
         try:
-            self._session.Logout(pb.LogoutRequest(), metadata=self._metadata, timeout=5.0)
+            self._session.Logout(
+                pb.LogoutRequest(), metadata=self._metadata, timeout=LOGOUT_TIMEOUT_S
+            )
         except grpc.RpcError:
             pass  # the server may be gone; the token dies with it
         finally:
@@ -164,7 +299,7 @@ def connect_with(
                 pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME),
                 timeout=timeout,
             )
-        conn = Connection(address, login.token, channel, timeout, transport)
+        conn = Connection(address, login.token, channel, timeout, transport, (user, password))
         if database is not None:
             conn.execute(f"USE {database}")
     except BaseException:
@@ -218,6 +353,14 @@ def unimplemented(exc: grpc.RpcError) -> bool:
     # every RpcError a call raises is also that call's grpc.Call (its status)
     code = getattr(exc, "code", None)
     return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def _unreachable(endpoint: str, error: Error) -> VgroupUnavailable:
+    return VgroupUnavailable(
+        f"the dnode at {endpoint}, which hosts rows of this write, does not answer "
+        f"({error}); the other dnodes' parts were written. Retry those rows once "
+        "it is back (SHOW DNODES on the mnode)"
+    )
 
 
 def _error_of(exc: grpc.RpcError, transport: Transport) -> Error:

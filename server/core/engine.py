@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import NotFoundError, SqlError, UnsupportedStatement
+from sqltopic.errors import NotFoundError, ServerUnavailable, SqlError, UnsupportedStatement
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
 from sqltopic.server.common.rwlock import RWLock
@@ -32,9 +32,16 @@ from sqltopic.server.core import (
     users,
     writes,
 )
-from sqltopic.server.core.placement import HeartbeatView, heartbeat_view, placed_on
+from sqltopic.server.core.placement import (
+    HeartbeatView,
+    Routes,
+    heartbeat_view,
+    placed_on,
+    routes,
+)
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
+from sqltopic.server.core.replica import Replica
 from sqltopic.server.core.state import Role, State
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
 from sqltopic.server.core.tracked_reader import TrackedBlock, read_rows, read_tracked
@@ -45,6 +52,7 @@ from sqltopic.server.vnode.share_window import Run
 from sqltopic.server.vnode.vnode import Vnode, close_all, open_vnodes
 from sqltopic.sql import statements as st
 from sqltopic.sql.catalog_store import CATALOG_FILE, CatalogStore
+from sqltopic.sql.change_log import Change
 from sqltopic.sql.events import apply
 from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import Catalog, Database, User, no_topic
@@ -63,6 +71,10 @@ DNODE_APPLY_WAIT_S = 5.0
 # Builds the engine's consumer coordinator (the mnode's) from its topic -> vgroups
 # lookup; the engine owns what it builds and closes its store with it.
 CoordinatorFactory = Callable[[Callable[[str], list[int]]], Coordinator]
+# A dnode's request to its mnode to create the missing child tables a write through a
+# super table names (its tbname and tag columns), as the session's user: the catalog
+# change that made them, to wait for.
+TableMaker = Callable[[Session, str, pa.Table], int]
 # A new data directory is its owner's alone: it holds password hashes and every row.
 DATA_DIR_MODE = 0o700
 
@@ -103,23 +115,34 @@ class Engine:
         self, data_dir: str | os.PathLike[str], *, clock: Clock = wall_clock_us,
         background: bool = True, limits: Limits | None = None,
         coordination: CoordinatorFactory | None = None, role: Role = "all-in-one",
-        registry: DnodeRegistry | None = None,
+        registry: DnodeRegistry | None = None, hosted: dict[int, Vnode] | None = None,
+        make_tables: TableMaker | None = None,
     ) -> None:  # fmt: skip
-        """`role` mnode needs the `registry` of its dnodes' heartbeats (SHOW DNODES)."""
+        """`role` mnode needs the `registry` of its dnodes' heartbeats (SHOW DNODES); a
+        dnode's engine serves the vnodes its process opened (`hosted`, a dict the
+        process changes under `lock` as the placement changes) and holds the data
+        directory's lock already; its writes that create child tables ask the mnode
+        through `make_tables`."""
         if (role == "mnode") != (registry is not None):
             raise ValueError("an mnode engine, and only one, takes the dnodes' registry")
+        if (role == "dnode") != (hosted is not None and make_tables is not None):
+            raise ValueError("a dnode engine, and only one, takes its hosted vnodes and maker")
         path = Path(data_dir)
         path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
-        self._lock = DirectoryLock(path, "data directory")
+        self._lock = None if role == "dnode" else DirectoryLock(path, "data directory")
         # every vnode's WAL background work, on a few threads however many vgroups
         scheduler = Scheduler() if background else None
         try:
-            self._state = _open_state(path, clock, scheduler, limits or Limits())
+            self._state = _open_state(path, clock, scheduler, limits or Limits(), hosted)
         except BaseException:
             if scheduler is not None:
                 scheduler.close()
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
             raise
+        self._replica = Replica(self._state) if role == "dnode" else None
+        self._state.serving = role != "dnode"
+        self._make_tables = make_tables
         self.session = Session()
         self._state.role = role
         self._state.registry = registry
@@ -178,6 +201,11 @@ class Engine:
         with self._state.lock.shared():
             return heartbeat_view(self._state, endpoint, after, limit, max_bytes)
 
+    def routes(self, user: str) -> Routes:
+        """Where the vgroups `user` may see are served (server/core/placement.py)."""
+        with self._state.lock.shared():
+            return routes(self._state, user)
+
     def dnode_joined(self, dnode_id: int, instance: str) -> None:
         """A cluster's mnode: tie dnode `dnode_id` to the data directory it first joined
         with (a catalog change), unless it is tied already."""
@@ -197,6 +225,31 @@ class Engine:
         """A cluster's mnode: drop the logged changes every admitted dnode applied."""
         with self._state.lock.exclusive():
             return self._state.store.log.trim(applied_by_all)
+
+    def apply_changes(self, changes: list[Change]) -> int:
+        """A dnode: apply its mnode's catalog changes after the last one applied, in
+        order (server/core/replica.py); how many were."""
+        return self._dnode_replica().apply(changes)
+
+    @property
+    def applied_change(self) -> int:
+        """A dnode: the last catalog change of its mnode applied here."""
+        return self._dnode_replica().applied
+
+    def _dnode_replica(self) -> Replica:
+        if self._replica is None:
+            raise TypeError("only a dnode's engine follows an mnode's catalog")
+        return self._replica
+
+    @property
+    def serving(self) -> bool:
+        """False for a dnode until it caught up with its mnode's catalog once: until
+        then its vgroups answer VgroupUnavailable."""
+        return self._state.serving
+
+    def serve(self) -> None:
+        """A dnode caught up with its mnode's catalog: serve its vgroups."""
+        self._state.serving = True
 
     def listening(self, endpoint: str) -> None:
         """The address clients reach this server at, once bound (SHOW DNODES)."""
@@ -259,20 +312,47 @@ class Engine:
             result = self._dispatch(stmt, session)
         except SqlError as err:
             raise err.at(stmt.sql, stmt.pos.line, stmt.pos.column) from None
-        seq = state.logged.seq  # the last change this statement logged, on this thread
-        if state.registry is not None and seq and not self.lock.no_wait:
-            behind = state.registry.wait_applied(seq, DNODE_APPLY_WAIT_S)
+        self._wait_dnodes(state.logged.seq)  # the last change it logged, on this thread
+        return result
+
+    def _wait_dnodes(self, seq: int) -> None:
+        registry = self._state.registry
+        if registry is not None and seq and not self.lock.no_wait:
+            behind = registry.wait_applied(seq, DNODE_APPLY_WAIT_S)
             if behind:
                 log.warning("dnodes %s have not applied catalog change %d yet (they will "
                             "before they serve it)", behind, seq)  # fmt: skip
-        return result
+
+    def create_children(self, session: Session, target: str, table: pa.Table) -> int:
+        """A cluster's mnode: create the missing child tables a dnode's write through
+        super table `target` names (`table`: its tbname and tag columns), as `session`'s
+        user; the catalog change the dnode waits for (the last one when nothing was
+        missing any more), once the ready dnodes applied it."""
+        state = self._state
+        state.logged.seq = 0
+        writes.create_children(state, session, target, table)
+        seq = state.logged.seq or self.last_change()
+        self._wait_dnodes(seq)
+        return seq
 
     def _dispatch(self, stmt: st.Statement, session: Session) -> Result:
         state = self._state
         if isinstance(stmt, Insert):
-            return writes.insert(state, session, stmt)
+            try:
+                return writes.insert(state, session, stmt)
+            except writes.TablesToCreate:
+                raise UnsupportedStatement(
+                    "this INSERT creates child tables, which the cluster's mnode keeps: "
+                    "run it on the mnode, or create the tables there first"
+                ) from None
         handler = _DDL.get(type(stmt))
         if handler is not None:
+            if state.role == "dnode":
+                raise UnsupportedStatement(
+                    f"{type(stmt).__name__} changes the catalog, which the cluster's mnode "
+                    "keeps: run it on the mnode (a dnode serves writes and reads of its "
+                    "vgroups)"
+                )
             with state.lock.exclusive():
                 return handler(state, session, stmt)
         handler = _READS.get(type(stmt))
@@ -292,7 +372,24 @@ class Engine:
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         if not validated:
             arrow_check.check_table(table)
-        return writes.write_arrow(self._state, session or self.session, target, table)
+        session = session or self.session
+        try:
+            return writes.write_arrow(self._state, session, target, table)
+        except writes.TablesToCreate:
+            if self._make_tables is None or self._replica is None:
+                raise
+        # A dnode: the mnode creates the missing child tables (a catalog change like
+        # any DDL); once that change is applied here, the write finds them.
+        with self._state.lock.shared():
+            naming = writes.naming_columns(self._state, session, target, table)
+        seq = self._make_tables(session, target, naming)
+        if not self._replica.wait(seq, DNODE_APPLY_WAIT_S):
+            raise ServerUnavailable(
+                f"the mnode created the child tables of this write (catalog change {seq}) "
+                f"but this dnode has not applied the change within {DNODE_APPLY_WAIT_S:g} s; "
+                "retry the write"
+            )
+        return writes.write_arrow(self._state, session, target, table)
 
     def read_topic(
         self, topic: str, vgroup: int, from_version: int, max_rows: int,
@@ -342,8 +439,9 @@ class Engine:
                     if v not in state.unapplied
                 }
                 try:
-                    close_all(state.vnodes.values())
-                    state.store.commit(state.catalog, [], checked)
+                    if state.role != "dnode":  # a dnode's process closes what it opened
+                        close_all(state.vnodes.values())
+                        state.store.commit(state.catalog, [], checked)
                 finally:
                     state.store.close()
         finally:
@@ -351,7 +449,8 @@ class Engine:
                 state.coordinator.close_store()
             if state.scheduler is not None:
                 state.scheduler.close()
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> Engine:
         return self
@@ -360,11 +459,17 @@ class Engine:
         self.close()
 
 
-def _open_state(path: Path, clock: Clock, scheduler: Scheduler | None, limits: Limits) -> State:
+def _open_state(
+    path: Path, clock: Clock, scheduler: Scheduler | None, limits: Limits,
+    hosted: dict[int, Vnode] | None,
+) -> State:  # fmt: skip
     store = CatalogStore(path / CATALOG_FILE)
     vnodes: dict[int, Vnode] = {}
     try:
         catalog, applied = store.load()
+        if hosted is not None:  # a dnode: its replica appended every event it applied
+            return State(path, catalog, store, hosted, clock, scheduler, limits=limits,
+                         role="dnode")  # fmt: skip
         vnodes = open_vnodes(path, catalog.databases.values(), clock=clock, scheduler=scheduler)
         state = State(path, catalog, store, vnodes, clock, scheduler, limits=limits)
         _replay(state, applied)

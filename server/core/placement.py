@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqltopic.errors import VgroupUnavailable
 from sqltopic.server.core.state import State
+from sqltopic.server.mnode import access
 from sqltopic.sql.change_log import Change
 from sqltopic.sql.model import Catalog, Database, Dnode
 
@@ -91,3 +92,35 @@ def heartbeat_view(
         dnode, tuple(catalog.dnodes), placed_on(catalog, dnode.id) if dnode else [],
         log.last(), changes,
     )  # fmt: skip
+
+
+# One vgroup's route: (vgroup, dnode id, the dnode's endpoint; "" for the mnode itself).
+VgroupRoute = tuple[int, int, str]
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where the vgroups a user may see are served (Mnode.Routes)."""
+
+    epoch: int  # the mnode's last catalog change: placement changes are catalog changes
+    routed: bool  # False: this server serves every vgroup itself
+    databases: list[tuple[str, list[VgroupRoute]]]
+
+
+def routes(state: State, user: str) -> Routes:
+    """The routes of every database `user` may see, in name order, each database's
+    vgroups in hash order; the caller holds the lock shared."""
+    if state.role != "mnode":
+        return Routes(0, False, [])
+    catalog = state.catalog
+    out: list[tuple[str, list[VgroupRoute]]] = []
+    for name in sorted(catalog.databases):
+        db = catalog.databases[name]
+        if not access.visible(catalog, user, db):
+            continue
+        placement = db.placement or (0,) * len(db.vgroups)  # 0: served by the mnode
+        out.append((name, [
+            (vgroup, dnode, catalog.dnodes[dnode].endpoint if dnode in catalog.dnodes else "")
+            for vgroup, dnode in zip(db.vgroups, placement, strict=True)
+        ]))  # fmt: skip
+    return Routes(state.store.log.last(), True, out)

@@ -72,6 +72,8 @@ class State:
     since_us: int = 0  # when this server opened its data directory
     # the mnode's dnodes' liveness (their heartbeats); None unless role is mnode
     registry: DnodeRegistry | None = None
+    # False on a dnode until it caught up with its mnode's catalog (it serves nothing)
+    serving: bool = True
     # .seq: the last change the statement running on this thread logged (mnode)
     logged: threading.local = field(default_factory=threading.local)
 
@@ -90,6 +92,13 @@ class State:
     def vnode(self, vgroup: int) -> Vnode:
         """The local vnode of `vgroup`; VgroupUnavailable for one a dnode hosts."""
         vnode = self.vnodes.get(vgroup)
+        if self.role == "dnode" and not self.serving:
+            raise VgroupUnavailable(
+                f"vgroup {vgroup}: the dnode at {self.endpoint} is catching up with its "
+                "mnode's catalog (it was down, or the mnode is not reachable): retry soon"
+            )
+        if vnode is None and self.role == "dnode":
+            raise not_hosted(vgroup, self.endpoint)
         if vnode is None:
             raise VgroupUnavailable(
                 f"vgroup {vgroup} is hosted by a dnode (SHOW VGROUPS): a cluster's mnode "
@@ -162,6 +171,10 @@ class State:
     def _remote_entries(self, entries: dict[int, list[WalEntry]]) -> dict[int, list[WalEntry]]:
         """On a cluster's mnode, the DDL entries of the vgroups dnodes host (logged for
         them); VgroupUnavailable, before anything is written, for rows to such a vgroup."""
+        if self.role == "dnode":
+            for vgroup in entries:
+                self.vnode(vgroup)  # every one hosted here, before anything is written
+            return {}
         if self.role != "mnode":
             return {}
         remote: dict[int, list[WalEntry]] = {}
@@ -208,6 +221,15 @@ class State:
 
     def _reload(self) -> None:
         self.catalog, _ = self.store.load()
+
+
+def not_hosted(vgroup: int, endpoint: str) -> VgroupUnavailable:
+    """A request reached a dnode that does not host its vgroup: the client's routes are
+    stale (the vgroup moved, or its database was dropped and made again)."""
+    return VgroupUnavailable(
+        f"vgroup {vgroup} is not hosted by the dnode at {endpoint}: the routes used are "
+        "stale; ask the mnode for them again (Mnode.Routes) and retry"
+    )
 
 
 def _logged_events(remote: dict[int, list[WalEntry]]) -> dict[str, Any]:

@@ -59,6 +59,11 @@ class _NeedsExclusive(Exception):
     """Planning under the shared lock found a table to create: plan again, alone."""
 
 
+class TablesToCreate(Exception):
+    """A dnode's write names child tables that do not exist yet: its mnode creates them
+    (server/core/engine.py), since the catalog is the mnode's."""
+
+
 @dataclass(frozen=True)
 class _Piece:
     """Rows a write appends to one vgroup: one table's (`owner`), or runs of rows of
@@ -213,7 +218,8 @@ def _run(state: State, user: str, build: Any) -> int:
             state.write_entries(plan.entries)
             return int(plan.rows)
     except _NeedsExclusive:
-        pass
+        if state.role == "dnode":
+            raise TablesToCreate from None
     with state.lock.exclusive():
         plan = build(Plan(Rights(state, user), exclusive=True)).finish()
         state.write_entries(plan.entries)
@@ -571,6 +577,44 @@ def write_arrow(
         return plan
 
     return _run(state, session.user, build)
+
+
+def naming_columns(state: State, session: Session, target: str, table: pa.Table) -> pa.Table:
+    """A dnode: the columns of a write through super table `target` that say which child
+    tables it names and their tags (`tbname` and the tag columns), for its mnode to
+    create the missing ones (`create_children`)."""
+    return _naming(_stable_of(state, session, target), table)
+
+
+def _naming(stb: SuperTable, table: pa.Table) -> pa.Table:
+    wanted = {TBNAME} | {t.name for t in stb.tags}
+    return table.select([n for n in table.column_names if n.lower() in wanted])
+
+
+def create_children(state: State, session: Session, target: str, table: pa.Table) -> None:
+    """A cluster's mnode: create the child tables of super table `target` that a dnode's
+    write names (`table`: its tbname and tag columns; others are ignored) and the
+    catalog lacks, from their first row's tags, with the rights checks the write itself
+    would make; the tables that exist already are left as they are."""
+    with state.lock.exclusive():
+        stb = _stable_of(state, session, target)
+        db = state.catalog.database(stb.db)
+        fields = {t.name: t for t in stb.tags} | {TBNAME: Column(TBNAME, TBNAME_TYPE)}
+        rows = _check_arrow(_naming(stb, table), fields, stb.name, db, TBNAME)
+        if TBNAME not in rows.column_names:
+            raise SqlError(f"writing through super table {stb.name} needs a tbname column")
+        if rows.column(TBNAME).null_count:
+            raise InvalidValueError(f"tbname may not be NULL when writing to {stb.name}")
+        encoded = pc.dictionary_encode(_lower(rows.column(TBNAME).combine_chunks()))
+        plan = Plan(Rights(state, session.user), exclusive=True)
+        _children(state, plan, db, stb, rows, encoded.dictionary, encoded.indices, state.now_us())
+        state.write_entries(plan.entries)
+
+
+def _stable_of(state: State, session: Session, target: str) -> SuperTable:
+    db_name, _, name = target.rpartition(".")
+    db = state.db_of(session, TableRef(db_name.lower() or None, name.lower()))
+    return state.catalog.stable(db.name, name.lower())
 
 
 def _stable_fields(stb: SuperTable) -> dict[str, Column]:

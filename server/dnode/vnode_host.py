@@ -6,6 +6,7 @@ restarted dnode opens its vgroups before its first heartbeat.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sqltopic.errors import ConfigError, DataFileDamaged, Error
+from sqltopic.server.common.rwlock import RWLock
 from sqltopic.server.vnode.vnode import (
     WAL_OPTION_FIELDS,
     Vnode,
@@ -82,11 +84,21 @@ class VnodeHost:
             clock=clock, scheduler=scheduler,
         )  # fmt: skip
 
-    def follow(self, placed: Iterable[Placed]) -> None:
+    @property
+    def live(self) -> dict[int, Vnode]:
+        """The open vnodes by vgroup: the very dict `follow` changes (under the lock it
+        is given), for the dnode's engine to serve."""
+        return self._vnodes
+
+    def follow(self, placed: Iterable[Placed], lock: RWLock | None = None) -> None:
         """Host exactly `placed`: open (create) the new vgroups, apply changed WAL
-        options, close and delete the vgroups no longer placed here."""
+        options, close and delete the vgroups no longer placed here; holding `lock`
+        (the dnode engine's) alone while the vnodes change."""
         wanted = {p.vgroup: p for p in placed}
         with self._lock:
+            if wanted == self._placed:
+                return
+        with lock.exclusive() if lock is not None else contextlib.nullcontext(), self._lock:
             if wanted == self._placed:
                 return
             gone = sorted(self._placed.keys() - wanted.keys())
@@ -135,7 +147,8 @@ class VnodeHost:
 
     def close(self) -> None:
         with self._lock:
-            vnodes, self._vnodes = list(self._vnodes.values()), {}
+            vnodes = list(self._vnodes.values())
+            self._vnodes.clear()
         close_all(vnodes)
 
 

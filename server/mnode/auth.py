@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqltopic.errors import AuthenticationFailed
+from sqltopic.errors import AuthenticationFailed, ServerUnavailable
 from sqltopic.server.common.result import Session
 from sqltopic.server.mnode.passwords import (
     dummy_check,
@@ -59,11 +59,15 @@ class Sessions:
     """The open sessions, by token. Thread-safe."""
 
     def __init__(
-        self, root_password: str, users: UserLookup = _no_users,
+        self, root_password: str | None, users: UserLookup = _no_users,
         throttle: LoginThrottle | None = None, max_per_user: int = DEFAULT_MAX_SESSIONS,
     ) -> None:  # fmt: skip
-        self._root_salt = new_salt()
-        self._root_hash = hash_password(root_password, self._root_salt)
+        # a dnode's sessions learn root's from the mnode (`set_root`); until then root
+        # cannot log in there
+        self._root_salt = new_salt() if root_password is not None else ""
+        self._root_hash = (
+            hash_password(root_password, self._root_salt) if root_password is not None else ""
+        )
         self._users = users
         self._throttle = throttle or LoginThrottle()
         self._max_per_user = max_per_user
@@ -99,6 +103,11 @@ class Sessions:
         """The salt the login is bound to; AuthenticationFailed on a wrong password.
         The message never says which of user and password was wrong."""
         if name == ROOT_USER:
+            if not self._root_hash:
+                raise ServerUnavailable(
+                    "this dnode has not heard from its mnode yet, which holds root's "
+                    "password: retry in a moment"
+                )
             if verify_password(password, self._root_salt, self._root_hash):
                 return ""
             raise AuthenticationFailed("wrong user or password")
@@ -108,6 +117,20 @@ class Sessions:
         elif verify_password(password, record.salt, record.password_hash):
             return record.salt
         raise AuthenticationFailed("wrong user or password")
+
+    def root_record(self) -> tuple[str, str]:
+        """The salt and hash of root's password (an mnode sends them to its dnodes)."""
+        return self._root_salt, self._root_hash
+
+    def set_root(self, salt: str, hashed: str) -> None:
+        """A dnode: root's password as its mnode holds it. A change (the mnode restarted
+        with another --root-password) ends root's sessions here, as there."""
+        if (salt, hashed) == (self._root_salt, self._root_hash):
+            return
+        self._root_salt, self._root_hash = salt, hashed
+        with self._lock:
+            for token in list(self._by_user.get(ROOT_USER, ())):
+                self._end(token)
 
     def session(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Session:
         """The session the call's `authorization: Bearer <token>` names."""

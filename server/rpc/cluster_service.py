@@ -1,11 +1,12 @@
 """`Cluster`, the mnode's service for its dnodes: their heartbeats, checked against the
 cluster secret and the dnodes CREATE DNODE admitted, recorded in the dnodes' registry
-(SHOW DNODES, SHOW VGROUPS)."""
+(SHOW DNODES, SHOW VGROUPS); and the child tables their writes need (CreateTables)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,6 +14,8 @@ from sqltopic.errors import AuthenticationFailed, ConfigError, NotFoundError, ex
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify
+from sqltopic.server.common.result import Session
+from sqltopic.server.core import arrow_check
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.placement import HeartbeatView
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
@@ -39,14 +42,20 @@ CLUSTER_WORKERS = 4
 MAX_ENDPOINT_CHARS = 300
 # An HMAC-SHA256.
 PROOF_BYTES = 32
+# A user, database or `db.stable` name with room to spare (names have at most 192).
+MAX_NAME_CHARS = 400
 # Trim the change log once every admitted dnode applied this many more: one DELETE per
 # hundred changes, not one per heartbeat.
 TRIM_EVERY = 100
 
 
 class ClusterService(pb_grpc.ClusterServicer):
-    def __init__(self, engine: Engine, registry: DnodeRegistry, secret: str) -> None:
+    def __init__(
+        self, engine: Engine, registry: DnodeRegistry, secret: str, root: tuple[str, str]
+    ) -> None:
+        """`root`: the salt and hash of root's password, for the dnodes' logins."""
         self._engine = engine
+        self._root = root
         self._registry = registry
         self._secret = secret
         self._cluster_id = engine.cluster_id()
@@ -94,9 +103,26 @@ class ClusterService(pb_grpc.ClusterServicer):
             ],
             catalog_change=view.last,
             changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in view.changes],
+            root_salt=self._root[0], root_hash=self._root[1],
         )  # fmt: skip
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
+
+    @unary
+    async def CreateTables(
+        self, request: pb.CreateTablesRequest, context: Context
+    ) -> pb.CreateTablesResponse:
+        _check_create_sizes(request, self._engine.limits.max_write_bytes)
+        now_ms = int(time.time() * 1000)
+        verify(self._secret, request.proof, now_ms, request.sent_ms,
+               *create_tables_fields(request))  # fmt: skip
+        if request.dnode_id not in self._engine.catalog.dnodes:
+            raise NotFoundError(f"dnode {request.dnode_id} is not admitted (SHOW DNODES)")
+        table = arrow_check.decode(request.arrow, self._engine.limits.max_write_bytes)
+        session = Session(user=request.user.lower(), db=request.database.lower() or None)
+        # on a worker: it takes the catalog's lock alone and waits for the dnodes
+        seq = await asyncio.to_thread(self._engine.create_children, session, request.target, table)
+        return pb.CreateTablesResponse(catalog_change=seq)
 
     async def _view(self, endpoint: str, after: int) -> HeartbeatView:
         loop = asyncio.get_running_loop()
@@ -197,6 +223,24 @@ def _check_sizes(request: pb.DnodeHeartbeatRequest) -> None:
         raise ConfigError(f"a heartbeat's proof has {PROOF_BYTES} bytes")
 
 
+def _check_create_sizes(request: pb.CreateTablesRequest, max_bytes: int) -> None:
+    """ConfigError for a request larger than any dnode sends."""
+    if max(len(request.user), len(request.database), len(request.target)) > MAX_NAME_CHARS:
+        raise ConfigError(f"CreateTables' names have at most {MAX_NAME_CHARS} characters")
+    if len(request.arrow) > max_bytes:
+        raise ConfigError(f"CreateTables' Arrow data has at most {max_bytes} bytes")
+    if len(request.proof) > PROOF_BYTES:
+        raise ConfigError(f"a request's proof has {PROOF_BYTES} bytes")
+
+
+def create_tables_fields(request: pb.CreateTablesRequest) -> tuple[str | int | bytes, ...]:
+    """What a CreateTables request's proof covers after its send time (both sides)."""
+    return (
+        "create-tables", request.dnode_id, request.user, request.database, request.target,
+        hashlib.sha256(request.arrow).digest(),
+    )  # fmt: skip
+
+
 def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | bytes, ...]:
     """What a heartbeat's proof covers after its send time (both sides build it here)."""
     hosted = b"".join(
@@ -221,4 +265,5 @@ def answer_fields(
     return (
         "dnode-heartbeat-answer", answer.dnode_id, answer.cluster_id,
         answer.heartbeat_interval_ms, request_proof, placed, answer.catalog_change, changes,
+        answer.root_salt, answer.root_hash,
     )  # fmt: skip

@@ -1,9 +1,11 @@
 """`sqltopic dnode`: a vnode host of a cluster. It takes its data directory, serves
-gRPC (health and reflection; the vgroups' services once placed), and beats to its mnode
-every second (server/rpc/mnode_link.py) until SIGTERM or SIGINT.
+gRPC (Session and Sql for its vgroups' writes, health and reflection), and beats to its
+mnode every second (server/rpc/mnode_link.py) until SIGTERM or SIGINT.
 
 A dnode hosts vgroups only once root admitted its endpoint on the mnode (CREATE DNODE)
-and its heartbeats prove the cluster secret; until then it serves nothing but its health.
+and its heartbeats prove the cluster secret; it serves them once it caught up with the
+mnode's catalog. Its engine (server/core/engine.py, role dnode) runs over its copy of
+the catalog and the vnodes placed here; users log in with the passwords the mnode holds.
 """
 
 from __future__ import annotations
@@ -11,23 +13,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc import aio
 
 from sqltopic.errors import ConfigError, InvalidValueError
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.common.cluster_secret import check_secret
+from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.resources import raise_open_files_limit
 from sqltopic.server.core.dnodes import check_endpoint
-from sqltopic.server.dnode.catalog_replica import CatalogReplica
+from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.vnode_host import VnodeHost
+from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
+from sqltopic.server.rpc.mnode_calls import MnodeCalls, sync_channel
 from sqltopic.server.rpc.mnode_link import MnodeLink
 from sqltopic.server.rpc.reflection import enable_reflection
+from sqltopic.server.rpc.rpc import add_service
+from sqltopic.server.rpc.slots import Slots
+from sqltopic.server.rpc.sql_service import SessionService, SqlService
 from sqltopic.server.rpc.tls import ServerTls, check_plaintext
 from sqltopic.wal import Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
@@ -38,8 +47,11 @@ log = logging.getLogger("sqltopic.dnode")
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
 # A data directory is its owner's alone (server/core/engine.py's rule).
 DATA_DIR_MODE = 0o700
-# Long enough for a heartbeat in flight to end, short enough that a stop does not hang.
+# Long enough for a heartbeat or a write in flight to end, short enough that a stop
+# does not hang.
 SHUTDOWN_GRACE_S = 5.0
+# The services a dnode hosts, by full name (for health and reflection).
+SERVICES = tuple(pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql"))
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class DnodeConfig:
     tls: ServerTls | None = None
     allow_plaintext: bool = False
     mnode_tls_ca: bytes | None = None  # speak TLS to the mnode, trusting this CA (PEM)
+    limits: Limits = field(default_factory=Limits)
 
 
 def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
@@ -68,13 +81,22 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
         scheduler = Scheduler()  # the WALs' background work (fsync period, retention)
         try:
             host = VnodeHost(config.data, scheduler=scheduler)
+            tls = config.tls
+            calls = MnodeCalls(config.mnode, secret, config.data, sync_channel(
+                config.mnode_tls_ca, tls.private_key if tls else None,
+                tls.cert_chain if tls else None,
+            ))  # fmt: skip
             try:
-                replica = CatalogReplica(config.data, host)
+                engine = Engine(
+                    config.data, background=False, limits=config.limits, role="dnode",
+                    hosted=host.live, make_tables=calls.create_tables,
+                )  # fmt: skip
                 try:
-                    asyncio.run(_serve(config, secret, ready, host, replica))
+                    asyncio.run(_serve(config, secret, ready, host, engine))
                 finally:
-                    replica.close()
+                    engine.close()
             finally:
+                calls.close()
                 host.close()
         finally:
             scheduler.close()
@@ -112,17 +134,22 @@ def _check_advertise(config: DnodeConfig) -> None:
 
 async def _serve(
     config: DnodeConfig, secret: str, ready: Callable[[str], None], host: VnodeHost,
-    replica: CatalogReplica,
+    engine: Engine,
 ) -> None:  # fmt: skip
     server = aio.server(options=SERVER_OPTIONS)
     stopping = asyncio.Event()
-    health = add_health(server, ())
-    enable_reflection(server, (HEALTH_SERVICE,), stopping)
+    sessions = Sessions(None, engine.users(), max_per_user=config.limits.max_sessions_per_user)
+    add_service(server, SessionService(sessions), "Session")
+    add_service(server, SqlService(engine, sessions, Slots(config.limits)), "Sql")
+    health = add_health(server, SERVICES)
+    enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
     port = bind(server, config.host, config.port, config.tls)
     endpoint = config.advertise or f"{config.host}:{port}"
+    engine.listening(endpoint.lower())
     link = MnodeLink(
-        config.mnode, secret, endpoint.lower(), config.data, host, replica, _channel(config)
-    )
+        config.mnode, secret, endpoint.lower(), config.data, host, engine, _channel(config),
+        on_root=sessions.set_root,
+    )  # fmt: skip
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))

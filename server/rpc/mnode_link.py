@@ -25,7 +25,7 @@ from sqltopic.errors import AuthenticationFailed, ConfigError, Error
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import prove, verify_answer
-from sqltopic.server.dnode.catalog_replica import CatalogReplica
+from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.identity import (
     DnodeIdentity,
     instance_of,
@@ -58,14 +58,17 @@ class LinkState:
 class MnodeLink:
     def __init__(
         self, mnode: str, secret: str, endpoint: str, data: Path, host: VnodeHost,
-        replica: CatalogReplica, channel: Callable[[str], aio.Channel] = aio.insecure_channel,
+        engine: Engine, channel: Callable[[str], aio.Channel] = aio.insecure_channel,
+        on_root: Callable[[str, str], None] = lambda salt, hashed: None,
     ) -> None:  # fmt: skip
+        """`on_root`: root's password salt and hash, from every answer (the logins)."""
         self._mnode = mnode
+        self._on_root = on_root
         self._secret = secret
         self._endpoint = endpoint
         self._data = data
         self._host = host
-        self._replica = replica
+        self._engine = engine
         self._instance = instance_of(data)
         self._channel = channel
         self.state = LinkState(identity=load_identity(data))
@@ -103,7 +106,7 @@ class MnodeLink:
         request = pb.DnodeHeartbeatRequest(
             endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
             cluster_id=identity.cluster_id if identity else "",
-            sent_ms=int(time.time() * 1000), catalog_change=self._replica.applied,
+            sent_ms=int(time.time() * 1000), catalog_change=self._engine.applied_change,
             instance=self._instance,
             vgroups=[
                 pb.HostedVgroup(vgroup=v, first_version=first, last_version=last)
@@ -123,21 +126,28 @@ class MnodeLink:
             self._trouble(str(exc))
             return None
         self._joined(answer)
+        self._on_root(answer.root_salt, answer.root_hash)
         try:
             placed = [
                 Placed.of(p.database, p.vgroup, p.precision, dict(p.wal_options))
                 for p in answer.placed
             ]
-            await asyncio.to_thread(self._host.follow, placed)
+            await asyncio.to_thread(self._host.follow, placed, self._engine.lock)
         except (Error, OSError) as exc:
             self._trouble(f"cannot host the vgroups placed here: {exc}")
             return answer
         changes = [(c.seq, c.body) for c in answer.changes]
         try:
-            await asyncio.to_thread(self._replica.apply, changes)
+            await asyncio.to_thread(self._engine.apply_changes, changes)
         except (Error, OSError, ValueError, KeyError, sqlite3.Error) as exc:
-            self._trouble(f"cannot apply catalog change {self._replica.applied + 1}: {exc}")
-        self.state.caught_up = self._replica.applied >= answer.catalog_change
+            applied = self._engine.applied_change
+            self._trouble(f"cannot apply catalog change {applied + 1}: {exc}")
+        self.state.caught_up = self._engine.applied_change >= answer.catalog_change
+        if self.state.caught_up and not self._engine.serving:
+            self._engine.serve()
+            log.info(
+                "caught up with the mnode's catalog (change %d): serving", answer.catalog_change
+            )
         return answer
 
     def _joined(self, answer: pb.DnodeHeartbeatResponse) -> None:

@@ -246,6 +246,20 @@ class MnodeService(pb_grpc.MnodeServicer):
             epoch=view.epoch, assignments=assignments, status=STATUS[view.status]
         )
 
+    @unary
+    async def Routes(self, request: pb.RoutesRequest, context: Context) -> pb.RoutesResponse:
+        session = self._sessions.session(context.invocation_metadata())
+        routes = await asyncio.to_thread(self._engine.routes, session.user)
+        return pb.RoutesResponse(
+            epoch=routes.epoch, routed=routes.routed,
+            databases=[
+                pb.DatabaseRoutes(database=db, vgroups=[
+                    pb.VgroupRoute(vgroup=v, dnode=d, endpoint=e) for v, d, e in vgroups
+                ])
+                for db, vgroups in routes.databases
+            ],
+        )  # fmt: skip
+
     def _assignments(self, view: AssignmentView) -> list[pb.Assignment]:
         out = []
         for topic, vgroup, granted in view.vgroups:

@@ -34,6 +34,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Heartbeat": (False, False),
         "Heartbeats": (False, False),
         "GetAssignment": (False, False),
+        "Routes": (False, False),
         "Unsubscribe": (False, False),
         "CloseConsumer": (False, False),
         "Close": (False, False),  # CloseConsumer's deprecated first name, still served
@@ -47,7 +48,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Committed": (False, False),
         "OffsetRange": (False, False),
     },
-    "Cluster": {"DnodeHeartbeat": (False, False)},
+    "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},
 }
 
 

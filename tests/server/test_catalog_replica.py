@@ -1,6 +1,7 @@
-"""A dnode's copy of the mnode's catalog (server/dnode/catalog_replica.py): the changes an
-mnode engine logs (sql/catalog_store.py), applied in order to a dnode's catalog and
-WALs, once each even across a crash between the WAL and the catalog."""
+"""A dnode's copy of the mnode's catalog (server/core/replica.py): the changes an mnode
+engine logs (sql/catalog_store.py), applied in order to a dnode engine's catalog (in
+memory and on disk) and WALs, once each even across a crash between the WAL and the
+catalog."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from sqltopic.errors import ConfigError
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.dnode.catalog_replica import CatalogReplica
 from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.wal import EntryType
@@ -47,6 +47,14 @@ def host(tmp_path: Path, mnode: Engine) -> Iterator[VnodeHost]:
     host.close()
 
 
+def _dnode(tmp_path: Path, host: VnodeHost) -> Engine:
+    def no_tables(*args: object) -> int:
+        raise AssertionError("this test's writes create no tables")
+
+    return Engine(tmp_path / "d", background=False, role="dnode", hosted=host.live,
+                  make_tables=no_tables)  # fmt: skip
+
+
 def _changes(mnode: Engine, after: int, limit: int) -> tuple[int, list[tuple[int, str]]]:
     """The mnode's last change and the next ones for dnode 1, as its heartbeat gets them."""
     view = mnode.heartbeat_view("h1:1", after, limit, 1 << 30)
@@ -72,10 +80,10 @@ def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
     assert [seq for seq, _ in changes] == list(range(1, last + 1))
     assert _changes(mnode, last, 1000) == (last, [])
     assert len(_changes(mnode, 0, 2)[1]) == 2
-    replica = CatalogReplica(tmp_path / "d", host)
-    assert replica.apply(changes) == last
-    assert replica.applied == last
-    assert set(replica.catalog.tables) == set(mnode.catalog.tables)
+    replica = _dnode(tmp_path, host)
+    assert replica.apply_changes(changes) == last
+    assert replica.applied_change == last
+    assert replica.catalog == mnode.catalog  # in memory, change by change
     assert set(replica.catalog.stables) == {("power", "meters")}
     assert set(replica.catalog.topics) == {"t"}
     # the WALs hold the events the mnode logged, byte for byte, in order
@@ -89,11 +97,11 @@ def test_changes_are_logged_in_order_and_applied_as_on_the_mnode(
     assert len(stable["events"]) == 1
     assert len(stable["entries"]) == 2
     assert _meta(host) == logged
-    assert replica.apply(changes) == 0  # applied already: nothing again
+    assert replica.apply_changes(changes) == 0  # applied already: nothing again
     replica.close()
-    again = CatalogReplica(tmp_path / "d", host)
-    assert again.applied == last
-    assert set(again.catalog.tables) == set(mnode.catalog.tables)
+    again = _dnode(tmp_path, host)
+    assert again.applied_change == last
+    assert again.catalog == mnode.catalog  # read from its disk
     again.close()
 
 
@@ -101,22 +109,22 @@ def test_a_crash_between_the_wal_and_the_catalog_appends_nothing_twice(
     tmp_path: Path, mnode: Engine, host: VnodeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, changes = _changes(mnode, 0, 1000)
-    replica = CatalogReplica(tmp_path / "d", host)
+    replica = _dnode(tmp_path, host)
     stable = next(i for i, (_s, b) in enumerate(changes) if "meters" in b and "entries" in b)
-    replica.apply(changes[:stable])
+    replica.apply_changes(changes[:stable])
 
     def crash(*args: object) -> None:
         raise OSError("the process died here")
 
-    monkeypatch.setattr(replica._log, "apply", crash)
+    monkeypatch.setattr(replica._dnode_replica()._log, "apply", crash)
     with pytest.raises(OSError, match="died"):
-        replica.apply(changes)
+        replica.apply_changes(changes)
     appended = _meta(host)
     assert all(len(bodies) == 1 for bodies in appended.values())  # the stable's event
     monkeypatch.undo()
     replica.close()
-    again = CatalogReplica(tmp_path / "d", host)  # the restarted dnode
-    again.apply(changes)
+    again = _dnode(tmp_path, host)  # the restarted dnode
+    again.apply_changes(changes)
     meta = _meta(host)
     assert [b for bodies in meta.values() for b in bodies].count(appended[1][0]) == 2  # 2 vgroups
     assert all(bodies.count(bodies[0]) == 1 for bodies in meta.values())
@@ -126,13 +134,13 @@ def test_a_crash_between_the_wal_and_the_catalog_appends_nothing_twice(
 def test_a_dropped_topic_s_offsets_are_forgotten(
     tmp_path: Path, mnode: Engine, host: VnodeHost
 ) -> None:
-    replica = CatalogReplica(tmp_path / "d", host)
-    replica.apply(_changes(mnode, 0, 1000)[1])
+    replica = _dnode(tmp_path, host)
+    replica.apply_changes(_changes(mnode, 0, 1000)[1])
     vnode = host.vnodes()[1]
     vnode.offsets.commit([("t", "g", 5)], now_us=1)
     assert vnode.offsets.get("t", "g") == 5
     mnode.execute("DROP TOPIC t")
-    replica.apply(_changes(mnode, replica.applied, 1000)[1])
+    replica.apply_changes(_changes(mnode, replica.applied_change, 1000)[1])
     assert vnode.offsets.get("t", "g") is None
     assert "t" not in replica.catalog.topics
     replica.close()
@@ -154,10 +162,10 @@ def test_an_answer_carries_at_most_its_bytes_of_changes_but_always_one(mnode: En
 
 def test_a_gap_in_the_changes_is_refused(tmp_path: Path, mnode: Engine, host: VnodeHost) -> None:
     _, changes = _changes(mnode, 0, 1000)
-    replica = CatalogReplica(tmp_path / "d", host)
+    replica = _dnode(tmp_path, host)
     with pytest.raises(ConfigError, match="changes between are missing"):
-        replica.apply(changes[1:])
-    assert replica.applied == 0
-    replica.apply(changes)
-    assert replica.applied == len(changes)
+        replica.apply_changes(changes[1:])
+    assert replica.applied_change == 0
+    replica.apply_changes(changes)
+    assert replica.applied_change == len(changes)
     replica.close()

@@ -522,6 +522,116 @@ class TopicVgroupOffset(_message.Message):
 Global___TopicVgroupOffset: _TypeAlias = TopicVgroupOffset  # noqa: Y015
 
 @_typing.final
+class RoutesRequest(_message.Message):
+    """Asks for the vgroups' routes; no fields yet."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoutesRequest: _TypeAlias = RoutesRequest  # noqa: Y015
+
+@_typing.final
+class RoutesResponse(_message.Message):
+    """Where the vgroups are served."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    ROUTED_FIELD_NUMBER: _builtins.int
+    DATABASES_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """Rises whenever the routes may have changed (the mnode's last catalog change)."""
+    routed: _builtins.bool
+    """False: this server serves every vgroup itself (all-in-one); the lists are empty."""
+    @_builtins.property
+    def databases(self) -> _containers.RepeatedCompositeFieldContainer[Global___DatabaseRoutes]:
+        """Every database the caller may see, with its vgroups in hash order."""
+
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        routed: _builtins.bool = ...,
+        databases: _abc.Iterable[Global___DatabaseRoutes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["databases", b"databases", "epoch", b"epoch", "routed", b"routed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoutesResponse: _TypeAlias = RoutesResponse  # noqa: Y015
+
+@_typing.final
+class DatabaseRoutes(_message.Message):
+    """A database's vgroups: vgroup i of n owns the table hashes [i * 2^32 / n,
+    (i + 1) * 2^32 / n), the hash being XXH32 (seed 0) of the UTF-8 bytes of
+    `<database>.<table>`, both lower-case (docs/sql.md, "Placement").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATABASE_FIELD_NUMBER: _builtins.int
+    VGROUPS_FIELD_NUMBER: _builtins.int
+    database: _builtins.str
+    """Database name."""
+    @_builtins.property
+    def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___VgroupRoute]:
+        """Its vgroups, in hash order."""
+
+    def __init__(
+        self,
+        *,
+        database: _builtins.str = ...,
+        vgroups: _abc.Iterable[Global___VgroupRoute] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database", b"database", "vgroups", b"vgroups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DatabaseRoutes: _TypeAlias = DatabaseRoutes  # noqa: Y015
+
+@_typing.final
+class VgroupRoute(_message.Message):
+    """One vgroup and the dnode that serves it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VGROUP_FIELD_NUMBER: _builtins.int
+    DNODE_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    vgroup: _builtins.int
+    """Vgroup id."""
+    dnode: _builtins.int
+    """The id of the dnode that hosts it."""
+    endpoint: _builtins.str
+    """`host:port` of that dnode: its Session, Sql.Write and Vnode services."""
+    def __init__(
+        self,
+        *,
+        vgroup: _builtins.int = ...,
+        dnode: _builtins.int = ...,
+        endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dnode", b"dnode", "endpoint", b"endpoint", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VgroupRoute: _TypeAlias = VgroupRoute  # noqa: Y015
+
+@_typing.final
 class SubscribeRequest(_message.Message):
     """Joining (or changing the topics of) a consumer. The fields mirror the consumer
     config keys of docs/client.md; clients validate them and the server checks them again.
@@ -2006,6 +2116,76 @@ class OffsetRangeResponse(_message.Message):
 Global___OffsetRangeResponse: _TypeAlias = OffsetRangeResponse  # noqa: Y015
 
 @_typing.final
+class CreateTablesRequest(_message.Message):
+    """The child tables a dnode's write needs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DNODE_ID_FIELD_NUMBER: _builtins.int
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    DATABASE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    ARROW_FIELD_NUMBER: _builtins.int
+    dnode_id: _builtins.int
+    """The asking dnode's id."""
+    sent_ms: _builtins.int
+    """When the dnode sent it, in ms since the epoch (the proof's freshness)."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the request's other fields."""
+    user: _builtins.str
+    """The user whose session wrote (checked by the dnode's login)."""
+    database: _builtins.str
+    """The session's current database ("" none), for a target without one."""
+    target: _builtins.str
+    """The super table written through: `[db.]stable`."""
+    arrow: _builtins.bytes
+    """An Arrow IPC stream of the write's `tbname` and tag columns."""
+    def __init__(
+        self,
+        *,
+        dnode_id: _builtins.int = ...,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        user: _builtins.str = ...,
+        database: _builtins.str = ...,
+        target: _builtins.str = ...,
+        arrow: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrow", b"arrow", "database", b"database", "dnode_id", b"dnode_id", "proof", b"proof", "sent_ms", b"sent_ms", "target", b"target", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTablesRequest: _TypeAlias = CreateTablesRequest  # noqa: Y015
+
+@_typing.final
+class CreateTablesResponse(_message.Message):
+    """The tables exist."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
+    catalog_change: _builtins.int
+    """The catalog change that created them (the last change when none was missing):
+    the dnode writes once it applied it.
+    """
+    def __init__(
+        self,
+        *,
+        catalog_change: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTablesResponse: _TypeAlias = CreateTablesResponse  # noqa: Y015
+
+@_typing.final
 class DnodeHeartbeatRequest(_message.Message):
     """A dnode's heartbeat."""
 
@@ -2106,6 +2286,8 @@ class DnodeHeartbeatResponse(_message.Message):
     PLACED_FIELD_NUMBER: _builtins.int
     CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
+    ROOT_SALT_FIELD_NUMBER: _builtins.int
+    ROOT_HASH_FIELD_NUMBER: _builtins.int
     dnode_id: _builtins.int
     """The dnode's id."""
     cluster_id: _builtins.str
@@ -2118,6 +2300,12 @@ class DnodeHeartbeatResponse(_message.Message):
     """
     catalog_change: _builtins.int
     """The mnode's last catalog change: the dnode is caught up once it applied it."""
+    root_salt: _builtins.str
+    """The salt of root's password, for the dnode's logins (root's password is the
+    mnode's --root-password; other users' hashes come with the catalog).
+    """
+    root_hash: _builtins.str
+    """The salted hash of root's password (`scrypt$N$r$p$<hex>`)."""
     @_builtins.property
     def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedVgroup]:
         """Every vgroup the dnode is to host, as the catalog places them now: the dnode opens
@@ -2141,10 +2329,12 @@ class DnodeHeartbeatResponse(_message.Message):
         placed: _abc.Iterable[Global___PlacedVgroup] | None = ...,
         catalog_change: _builtins.int = ...,
         changes: _abc.Iterable[Global___CatalogChange] | None = ...,
+        root_salt: _builtins.str = ...,
+        root_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "changes", b"changes", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "changes", b"changes", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof", "root_hash", b"root_hash", "root_salt", b"root_salt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

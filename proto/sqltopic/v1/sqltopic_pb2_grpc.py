@@ -380,6 +380,11 @@ class MnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.FromString,
                 _registered_method=True)
+        self.Routes = channel.unary_unary(
+                '/sqltopic.v1.Mnode/Routes',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesResponse.FromString,
+                _registered_method=True)
 
 
 class MnodeServicer:
@@ -457,6 +462,17 @@ class MnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Routes(self, request, context):
+        """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
+        "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
+        not a cluster's mnode answers `routed` false: send everything to it. A request to a
+        dnode that no longer hosts the vgroup fails UNAVAILABLE (VgroupUnavailable): ask
+        again and retry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MnodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -494,6 +510,11 @@ def add_MnodeServicer_to_server(servicer, server):
                     servicer.Close,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.SerializeToString,
+            ),
+            'Routes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Routes,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -690,6 +711,33 @@ class Mnode:
             '/sqltopic.v1.Mnode/Close',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Routes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Mnode/Routes',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1096,6 +1144,11 @@ class ClusterStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.CreateTables = channel.unary_unary(
+                '/sqltopic.v1.Cluster/CreateTables',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -1117,6 +1170,16 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTables(self, request, context):
+        """A dnode asks for the child tables a write through a super table names and the
+        catalog lacks, on behalf of the write's user (whose rights decide, as on the mnode
+        itself). Answers once the ready dnodes applied the change that created them.
+        UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1124,6 +1187,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.DnodeHeartbeat,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.SerializeToString,
+            ),
+            'CreateTables': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTables,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1157,6 +1225,33 @@ class Cluster:
             '/sqltopic.v1.Cluster/DnodeHeartbeat',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.DnodeHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Cluster/CreateTables',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CreateTablesResponse.FromString,
             options,
             channel_credentials,
             insecure,

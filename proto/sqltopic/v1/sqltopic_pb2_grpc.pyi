@@ -290,6 +290,13 @@ class MnodeStub:
         generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
         channel) hide a method named Close.
         """
+    Routes: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.RoutesRequest, _sqltopic_pb2.RoutesResponse]
+    """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
+    "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
+    not a cluster's mnode answers `routed` false: send everything to it. A request to a
+    dnode that no longer hosts the vgroup fails UNAVAILABLE (VgroupUnavailable): ask
+    again and retry.
+    """
 
 @_typing.type_check_only
 class MnodeAsyncStub(MnodeStub):
@@ -342,6 +349,13 @@ class MnodeAsyncStub(MnodeStub):
         generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
         channel) hide a method named Close.
         """
+    Routes: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.RoutesRequest, _sqltopic_pb2.RoutesResponse]  # type: ignore[assignment]
+    """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
+    "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
+    not a cluster's mnode answers `routed` false: send everything to it. A request to a
+    dnode that no longer hosts the vgroup fails UNAVAILABLE (VgroupUnavailable): ask
+    again and retry.
+    """
 
 class MnodeServicer(metaclass=_abc_1.ABCMeta):
     """Consumer membership. The mnode tracks consumers by heartbeat and computes each
@@ -431,6 +445,19 @@ class MnodeServicer(metaclass=_abc_1.ABCMeta):
         """CloseConsumer under its first name, still served for existing clients. Deprecated:
         generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
         channel) hide a method named Close.
+        """
+
+    @_abc_1.abstractmethod
+    def Routes(
+        self,
+        request: _sqltopic_pb2.RoutesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.RoutesResponse, _abc.Awaitable[_sqltopic_pb2.RoutesResponse]]:
+        """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
+        "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
+        not a cluster's mnode answers `routed` false: send everything to it. A request to a
+        dnode that no longer hosts the vgroup fails UNAVAILABLE (VgroupUnavailable): ask
+        again and retry.
         """
 
 def add_MnodeServicer_to_server(servicer: MnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
@@ -647,6 +674,12 @@ class ClusterStub:
     endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
     cluster or whose id is not its endpoint's.
     """
+    CreateTables: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.CreateTablesRequest, _sqltopic_pb2.CreateTablesResponse]
+    """A dnode asks for the child tables a write through a super table names and the
+    catalog lacks, on behalf of the write's user (whose rights decide, as on the mnode
+    itself). Answers once the ready dnodes applied the change that created them.
+    UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof.
+    """
 
 @_typing.type_check_only
 class ClusterAsyncStub(ClusterStub):
@@ -664,6 +697,12 @@ class ClusterAsyncStub(ClusterStub):
     (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
     endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
     cluster or whose id is not its endpoint's.
+    """
+    CreateTables: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.CreateTablesRequest, _sqltopic_pb2.CreateTablesResponse]  # type: ignore[assignment]
+    """A dnode asks for the child tables a write through a super table names and the
+    catalog lacks, on behalf of the write's user (whose rights decide, as on the mnode
+    itself). Answers once the ready dnodes applied the change that created them.
+    UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof.
     """
 
 class ClusterServicer(metaclass=_abc_1.ABCMeta):
@@ -685,6 +724,18 @@ class ClusterServicer(metaclass=_abc_1.ABCMeta):
         (AuthenticationFailed) for a wrong or stale proof, NOT_FOUND (NotFoundError) for an
         endpoint not admitted, INVALID_ARGUMENT (ConfigError) for a dnode of another
         cluster or whose id is not its endpoint's.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateTables(
+        self,
+        request: _sqltopic_pb2.CreateTablesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.CreateTablesResponse, _abc.Awaitable[_sqltopic_pb2.CreateTablesResponse]]:
+        """A dnode asks for the child tables a write through a super table names and the
+        catalog lacks, on behalf of the write's user (whose rights decide, as on the mnode
+        itself). Answers once the ready dnodes applied the change that created them.
+        UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof.
         """
 
 def add_ClusterServicer_to_server(servicer: ClusterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,96 @@
+"""Where a write goes on a cluster: the routes the mnode gives (`Mnode.Routes`: each
+database's vgroups in hash order and the dnode serving each), a table's vgroup by the
+documented hash (docs/sql.md, "Placement"), and a write's rows split by the dnode that
+hosts them. I/O-free: the sync and aio connections share it (docs/protocol.md,
+"Routing").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+
+# The hash space a database's vgroups split into equal ranges.
+HASH_SPACE = 1 << 32
+# The endpoint of vgroups the mnode serves itself (and of everything on a server that
+# is no cluster's mnode).
+HERE = ""
+# The column of a write through a super table that names each row's child table.
+TBNAME = "tbname"
+# A write is sent again at most this often after a dnode said its routes were stale
+# (the routes are read again before each): one move of a vgroup, and one spare.
+ROUTE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The routes as one answer gave them."""
+
+    epoch: int = 0
+    routed: bool = False  # False: send everything to the server connected to
+    # database -> the endpoint of each of its vgroups, in hash order
+    databases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, answer: pb.RoutesResponse) -> Routes:
+        return cls(
+            answer.epoch,
+            answer.routed,
+            {d.database: tuple(v.endpoint for v in d.vgroups) for d in answer.databases},
+        )
+
+    def split(self, database: str, target: str, data: pa.Table) -> dict[str, pa.Table] | None:
+        """The rows of a write to `target` (a table, or a super table with a `tbname`
+        column) of `database`, by the endpoint hosting them; None when the routes do
+        not know the database (made since they were read: read them again)."""
+        if not self.routed:
+            return {HERE: data}
+        endpoints = self.databases.get(database)
+        if endpoints is None:
+            return None
+        names = _tbname(data)
+        if names is None:  # one table: all rows in its vgroup
+            return {endpoints[_slot(database, target.rpartition(".")[2], endpoints)]: data}
+        encoded = pc.dictionary_encode(names)
+        slots = [_slot(database, n, endpoints) for n in encoded.dictionary.to_pylist()]
+        distinct = sorted({endpoints[s] for s in slots})
+        if len(distinct) == 1:  # the common case on few dnodes: no copy
+            return {distinct[0]: data}
+        number = {endpoint: i for i, endpoint in enumerate(distinct)}
+        per_name = pa.array([number[endpoints[s]] for s in slots], pa.int32())
+        per_row = pc.take(per_name, encoded.indices)
+        return {e: data.filter(pc.equal(per_row, i)) for e, i in number.items()}
+
+
+def database_of(target: str, database: str | None) -> str | None:
+    """The database a write to `[db.]target` goes to, lower-case (names are
+    case-insensitive); None when neither names one."""
+    qualifier = target.rpartition(".")[0]
+    name = qualifier or database
+    return name.lower() if name else None
+
+
+def _slot(database: str, table: str, endpoints: tuple[str, ...]) -> int:
+    digest = xxhash.xxh32_intdigest(f"{database}.{table.lower()}".encode())
+    return digest * len(endpoints) // HASH_SPACE
+
+
+def _tbname(data: pa.Table) -> pa.Array | None:
+    """The write's table names, lower-case, when it is a write through a super table
+    (None otherwise). Names the server would refuse (NULL, not text) go as they are:
+    the dnode that gets them says what is wrong."""
+    found = [i for i, name in enumerate(data.column_names) if name.lower() == TBNAME]
+    if not found:
+        return None
+    column = data.column(found[0])
+    if column.null_count or not pa.types.is_string(column.type):
+        try:
+            column = column.cast(pa.string()).fill_null("")
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return pa.nulls(len(data), pa.string()).fill_null("")
+    return pc.utf8_lower(column.combine_chunks())

@@ -1,0 +1,84 @@
+"""Routing a write on a cluster (client/routing.py): each table's vgroup by the documented
+hash, the same as the server's, and a write's rows split by the endpoint hosting them."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.client.routing import HERE, Routes, database_of
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.core.routing import vgroup_for
+from sqltopic.sql.model import Database
+
+VGROUPS = (11, 12, 13, 14)
+ENDPOINTS = ("a:1", "b:1", "a:1", "c:1")  # vgroup 11 and 13 on one dnode
+ROUTES = Routes(7, True, {"power": ENDPOINTS})
+DB = Database("power", VGROUPS, "ms", {}, 0)
+
+
+def _endpoint(table: str) -> str:
+    return ENDPOINTS[VGROUPS.index(vgroup_for(DB, table))]
+
+
+@pytest.mark.parametrize(
+    ("target", "database", "expected"),
+    [
+        ("power.meters", None, "power"),
+        ("meters", "power", "power"),
+        ("POWER.meters", "other", "power"),
+        ("meters", "Power", "power"),
+        ("meters", None, None),
+    ],
+)
+def test_the_database_of_a_write(target: str, database: str | None, expected: str | None) -> None:
+    assert database_of(target, database) == expected
+
+
+def test_a_table_s_rows_go_to_its_vgroup_s_dnode_as_the_server_places_it() -> None:
+    for name in [f"d{i}" for i in range(50)] + ["Upper", "ünï"]:
+        data = pa.table({"ts": [1], "v": [2]})
+        assert ROUTES.split("power", f"power.{name}", data) == {_endpoint(name.lower()): data}
+
+
+def test_a_write_through_a_super_table_is_split_by_dnode_keeping_row_order() -> None:
+    names = [f"d{i % 40}" for i in range(200)]
+    data = pa.table({"TBNAME": [n.upper() for n in names], "v": list(range(200))})
+    parts = ROUTES.split("power", "meters", data)
+    assert parts is not None
+    assert sum(p.num_rows for p in parts.values()) == 200
+    for endpoint, part in parts.items():
+        rows = part.column("v").to_pylist()
+        assert rows == sorted(rows)  # the write's order within each part
+        assert {_endpoint(names[v]) for v in rows} == {endpoint}
+    assert set(parts) == {_endpoint(n) for n in names}
+
+
+def test_a_write_all_for_one_dnode_is_sent_whole() -> None:
+    one = next(n for n in (f"d{i}" for i in range(100)) if _endpoint(n) == "c:1")
+    data = pa.table({"tbname": [one] * 3, "v": [1, 2, 3]})
+    parts = ROUTES.split("power", "meters", data)
+    assert parts == {"c:1": data}
+    assert parts["c:1"] is data
+
+
+def test_names_the_server_would_refuse_still_go_to_a_dnode_that_says_why() -> None:
+    for column in (pa.array(["d1", None]), pa.array([1, 2])):
+        data = pa.table({"tbname": column, "v": [1, 2]})
+        parts = ROUTES.split("power", "meters", data)
+        assert parts is not None
+        assert sum(p.num_rows for p in parts.values()) == 2
+
+
+def test_unknown_databases_and_servers_without_routes() -> None:
+    data = pa.table({"v": [1]})
+    assert ROUTES.split("other", "t", data) is None  # read the routes again
+    assert Routes().split("power", "t", data) == {HERE: data}  # not a cluster: send here
+    vgroups = [
+        pb.VgroupRoute(vgroup=v, dnode=1, endpoint=e)
+        for v, e in zip(VGROUPS, ENDPOINTS, strict=True)
+    ]
+    answer = pb.RoutesResponse(
+        epoch=3, routed=True, databases=[pb.DatabaseRoutes(database="power", vgroups=vgroups)]
+    )
+    assert Routes.of(answer) == ROUTES.__class__(3, True, {"power": ENDPOINTS})
