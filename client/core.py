@@ -110,6 +110,12 @@ class ConsumerCore(Membership):
             busy = held.ticket is not None or held.ready is not None or key in self.paused
             if busy or held.retry_at > now or held.topic in self.topic_errors:
                 continue
+            if held.endpoint and held.endpoint not in self.tokens:
+                try:  # a cluster's dnode: its own session first
+                    yield from self.login_at(held.endpoint)
+                except TRANSIENT:
+                    held.retry_at = now + REBALANCE_RETRY_S  # the dnode is away
+                    continue
             held.ticket, held.retry_at = next(self._tickets), 0.0
             self._in_flight[held.ticket] = key
             timeout = self.config.fetch_max_wait_ms / 1000 + POLL_DEADLINE_MARGIN_S
@@ -119,7 +125,7 @@ class ConsumerCore(Membership):
             request = self._poll_request(held, acks)
             yield Fetch(
                 held.ticket, held.topic, held.database, held.vgroup, held.endpoint,
-                request, self.metadata, timeout,
+                request, self.metadata_at(held.endpoint), timeout,
             )  # fmt: skip
 
     def _wait_s(self, deadline: float | None) -> float | None:
@@ -161,7 +167,11 @@ class ConsumerCore(Membership):
             held.retry_at = self.clock() + REBALANCE_RETRY_S
             return
         if isinstance(error, AuthenticationFailed):
-            self.need_login = True  # the session died (server restart): log in again
+            # the session died (its node restarted): log in there again
+            if held.endpoint:
+                self.tokens.pop(held.endpoint, None)
+            else:
+                self.need_login = True
             return
         if isinstance(error, TopicNotFound):
             # it existed when we subscribed: what the heartbeat will report as dropped

@@ -72,8 +72,13 @@ class Membership(Rebalancing):
             yield from self._quietly("leaving the group", leave)
         self.closed = True
         yield from self._drop(list(self.held))
-        logout = Rpc("session", "Logout", pb.LogoutRequest(), "", self.metadata, LOGOUT_TIMEOUT_S)
-        yield from self._quietly("logging out", one(logout))
+        for endpoint in [*self.tokens, ""]:  # the dnodes' sessions, then the mnode's
+            logout = Rpc(
+                "session", "Logout", pb.LogoutRequest(), endpoint, self.metadata_at(endpoint),
+                LOGOUT_TIMEOUT_S,
+            )  # fmt: skip
+            yield from self._quietly("logging out", one(logout))
+        self.tokens.clear()
         self.raise_callback_error()
 
     def heartbeat(self) -> Flow[None]:

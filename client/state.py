@@ -127,6 +127,9 @@ class CoreState:
         self.config = config
         self.clock = clock
         self.token = ""
+        # the sessions on a cluster's dnodes, by endpoint: each node keeps its own
+        # (docs/protocol.md, "Routing on a cluster")
+        self.tokens: dict[str, str] = {}
         self.consumer_id = 0
         # the group polled and committed as: the server's answer to Subscribe (a
         # broadcast consumer's own lane, `group:client`)
@@ -163,14 +166,34 @@ class CoreState:
     def metadata(self) -> Metadata:
         return (("authorization", f"Bearer {self.token}"),)
 
+    def metadata_at(self, endpoint: str) -> Metadata:
+        """The call metadata for `endpoint` ("": the server subscribed to); empty
+        before `login_at` it."""
+        if not endpoint:
+            return self.metadata
+        token = self.tokens.get(endpoint)
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
     def login(self) -> Flow[None]:
         """A new session; its token goes with every later call."""
-        request = pb.LoginRequest(
-            user=self.config.user, password=self.config.password, client_name=CLIENT_NAME
-        )
-        answer: pb.LoginResponse = yield Rpc("session", "Login", request)
+        answer: pb.LoginResponse = yield Rpc("session", "Login", self._login_request())
         self.token = answer.token
         self.need_login = False
+
+    def login_at(self, endpoint: str) -> Flow[None]:
+        """A session on a cluster's dnode (once: `tokens` keeps it until it fails)."""
+        if not endpoint:
+            if self.need_login or not self.token:
+                yield from self.login()
+            return
+        if endpoint in self.tokens:
+            return
+        answer: pb.LoginResponse = yield Rpc("session", "Login", self._login_request(), endpoint)
+        self.tokens[endpoint] = answer.token
+
+    def _login_request(self) -> pb.LoginRequest:
+        c = self.config
+        return pb.LoginRequest(user=c.user, password=c.password, client_name=CLIENT_NAME)
 
     def check_open(self) -> None:
         if self.closed:
@@ -264,14 +287,23 @@ class CoreState:
         endpoint: str = "",
         timeout: float | None = None,
     ) -> Flow[Any]:
-        """One call with our token (deadline `timeout` s, else RPC_TIMEOUT_S); a dead
-        session (server restart) logs in once more."""
-        call = Rpc(service, method, request, endpoint, self.metadata, timeout or RPC_TIMEOUT_S)
+        """One call with our token there (deadline `timeout` s, else RPC_TIMEOUT_S); a
+        dead session (its node restarted) logs in once more."""
+        if endpoint:
+            yield from self.login_at(endpoint)
+        call = Rpc(
+            service, method, request, endpoint, self.metadata_at(endpoint),
+            timeout or RPC_TIMEOUT_S,
+        )  # fmt: skip
         try:
             return (yield call)
         except AuthenticationFailed:
-            yield from self.login()
-            return (yield replace(call, metadata=self.metadata))
+            if endpoint:
+                self.tokens.pop(endpoint, None)
+                yield from self.login_at(endpoint)
+            else:
+                yield from self.login()
+            return (yield replace(call, metadata=self.metadata_at(endpoint)))
 
     def _retrying(self, call: Callable[[], Flow[R]]) -> Flow[R]:
         """`call()`, again after a short pause while a vnode answers RebalanceInProgress."""

@@ -38,6 +38,7 @@ from sqltopic.server.core.placement import (
     heartbeat_view,
     placed_on,
     routes,
+    vgroup_source,
 )
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
@@ -205,6 +206,12 @@ class Engine:
         """Where the vgroups `user` may see are served (server/core/placement.py)."""
         with self._state.lock.shared():
             return routes(self._state, user)
+
+    def vgroup_source(self, vgroup: int) -> tuple[str, int, int]:
+        """Where `vgroup` is served ("" here, else its dnode's endpoint) and its first
+        retained and next versions (a dnode's as its last heartbeat reported them)."""
+        with self._state.lock.shared():
+            return vgroup_source(self._state, vgroup)
 
     def dnode_joined(self, dnode_id: int, instance: str) -> None:
         """A cluster's mnode: tie dnode `dnode_id` to the data directory it first joined

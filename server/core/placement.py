@@ -124,3 +124,20 @@ def routes(state: State, user: str) -> Routes:
             for vgroup, dnode in zip(db.vgroups, placement, strict=True)
         ]))  # fmt: skip
     return Routes(state.store.log.last(), True, out)
+
+
+def vgroup_source(state: State, vgroup: int) -> tuple[str, int, int]:
+    """(endpoint, first retained version, next version) of `vgroup`: "" and its WAL's
+    when served here, else its dnode's endpoint and what its last heartbeat reported
+    (1, 1 before any); the caller holds the lock shared."""
+    local = state.vnodes.get(vgroup)
+    if local is not None:
+        return "", local.wal.first_version, local.wal.next_version
+    for _db, placed, dnode in hosted(state.catalog):
+        if placed != vgroup:
+            continue
+        found = state.catalog.dnodes.get(dnode)
+        seen = state.registry.versions(dnode, vgroup) if state.registry is not None else None
+        first, last = seen if seen is not None else (1, 0)
+        return (found.endpoint if found is not None else ""), first, last + 1
+    raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")

@@ -13,13 +13,21 @@ state is saved in the data directory (`coordinator_store`), so a restart keeps g
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sqltopic.errors import ConfigError, ConsumerFenced, GroupConflict, NotFoundError
+from sqltopic.errors import (
+    ConfigError,
+    ConsumerFenced,
+    GroupConflict,
+    NotFoundError,
+    RebalanceInProgress,
+    UnsupportedStatement,
+)
 from sqltopic.server.common.group_names import (
     DEFAULT_GROUP_TYPE,
     GroupType,
@@ -170,6 +178,9 @@ class Coordinator:
     rows_before: dict[SubKey, int] = field(default_factory=dict)
     # where the state is kept across restarts; None: in memory only
     store: CoordinatorStore | None = None
+    # a dnode's copy of its mnode's assignments (`follow`): it fences polls and commits
+    # but decides nothing, and a consumer it does not know yet is told to retry
+    follower: bool = False
     _next_id: int = 1
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
@@ -534,6 +545,50 @@ class Coordinator:
         with self._lock:
             return self.members.get(consumer_id)
 
+    @property
+    def version(self) -> int:
+        """Raised by every change of members or assignments (a dnode's copy compares)."""
+        return self._version
+
+    def fences(self, vgroups: Collection[int]) -> str:
+        """What fences the polls and commits of `vgroups` on a dnode, as JSON: their
+        owners in every group and the members those name, with the shared groups'
+        members reading them (docs/cluster.md, "Consumers on a cluster")."""
+        with self._lock:
+            owners = [
+                [t, g, v, o.consumer, o.epoch, o.revoking, o.revoked_at]
+                for (t, g), by_vgroup in self.owners.items()
+                for v, o in by_vgroup.items()
+                if v in vgroups
+            ]
+            ids = {o.consumer for by in self.owners.values() for v, o in by.items() if v in vgroups}
+            ids |= {
+                m.id
+                for m in self.members.values()
+                if shares(m.mode) and any(v in vgroups for _t, v in m.assignment)
+            }
+            members = [_member_doc(self.members[i]) for i in sorted(ids) if i in self.members]
+        return json.dumps({"members": members, "owners": owners})
+
+    def follow(self, fences: str) -> None:
+        """A dnode: take the mnode's `fences` as the members and owners, and tell the
+        listeners (held polls whose consumer moved on answer)."""
+        doc = json.loads(fences)
+        now = self.clock()
+        with self._lock:
+            self.members.clear()
+            self._in_group.clear()
+            self.owners.clear()
+            for raw in doc["members"]:
+                self._add_member(_member_of(raw, now))
+            for topic, group, vgroup, consumer, epoch, revoking, revoked_at in doc["owners"]:
+                owner = Owner(consumer, epoch, revoking=revoking, since=now, revoked_at=revoked_at)
+                self.owners.setdefault((topic, group), {})[vgroup] = owner
+            self._revoking_cache = None
+            self._version += 1
+        for listener in self.listeners:
+            listener()
+
     def epoch_of(self, consumer_id: int) -> int:
         """The consumer's current epoch (0 once it is no member): a poll answers with it,
         so a consumer whose assignment moved past the poll's learns it at once, not at
@@ -592,6 +647,12 @@ class Coordinator:
         anyone can subscribe again (a removed client rejoins by itself at once); the ids
         removed. `check` may refuse (raise) for any of them first: then nothing changes.
         A failing `then` leaves the members removed."""
+        if self.follower:
+            raise UnsupportedStatement(
+                "a commit that evicts a group's consumers changes the group, which the "
+                "cluster's mnode keeps: on a cluster, stop the group's consumers (or DROP "
+                "CONSUMER GROUP on the mnode) and commit without evict"
+            )
         with self._lock:
             wanted = set(topics)
             members = [m for m in self._in_group.get(group, {}).values() if wanted & set(m.topics)]
@@ -658,6 +719,11 @@ class Coordinator:
         with self._lock:
             owner = self.owners.get((topic, group), {}).get(vgroup)
             member = self.members.get(consumer_id)
+            if self.follower and (member is None or epoch > member.epoch):
+                raise RebalanceInProgress(
+                    f"consumer {consumer_id} at epoch {epoch}: this dnode has not learnt that "
+                    "epoch from the mnode yet (it does within a heartbeat); retry"
+                )
             if member is not None and member.group == group and shares(member.mode):
                 self._check_sharer(member, topic, vgroup, epoch, commit)
                 return
@@ -846,7 +912,11 @@ class Coordinator:
         """The holder committed the vgroup at `epoch`: if the vgroup is being revoked
         and the commit was sent knowing it (at the revoking epoch or later), that was
         its final commit and it lets go. An older commit (auto-commit racing the
-        revocation) is stored but lets nothing go, so the final commit is still taken."""
+        revocation) is stored but lets nothing go, so the final commit is still taken. A
+        dnode's copy decides nothing: the holder drops the vgroup from its next heartbeat
+        to the mnode, which lets it go there."""
+        if self.follower:
+            return
         with self._lock:
             owner = self.owners.get((topic, group), {}).get(vgroup)
             if owner is not None and owner.revoking and epoch >= owner.revoked_at:

@@ -18,6 +18,7 @@ from sqltopic.server.common.result import Session
 from sqltopic.server.core import arrow_check
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.placement import HeartbeatView
+from sqltopic.server.mnode.coordinator import Coordinator
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.rpc.rpc import Context, unary
 from sqltopic.sql.change_log import MAX_CHANGES_KEPT
@@ -51,10 +52,13 @@ TRIM_EVERY = 100
 
 class ClusterService(pb_grpc.ClusterServicer):
     def __init__(
-        self, engine: Engine, registry: DnodeRegistry, secret: str, root: tuple[str, str]
-    ) -> None:
-        """`root`: the salt and hash of root's password, for the dnodes' logins."""
+        self, engine: Engine, registry: DnodeRegistry, secret: str, root: tuple[str, str],
+        coordinator: Coordinator,
+    ) -> None:  # fmt: skip
+        """`root`: the salt and hash of root's password, for the dnodes' logins;
+        `coordinator`: the consumer groups, whose assignments fence the dnodes' polls."""
         self._engine = engine
+        self._coordinator = coordinator
         self._root = root
         self._registry = registry
         self._secret = secret
@@ -89,7 +93,7 @@ class ClusterService(pb_grpc.ClusterServicer):
         versions = {v.vgroup: (v.first_version, v.last_version) for v in request.vgroups}
         self._registry.beat(dnode.id, versions, after, request.sent_ms)
         await self._trim(view)
-        await self._hold(after)
+        await self._hold(after, request.fence_version)
         view = await self._view(endpoint, after)  # as it is now, after the hold
         dnode = self._admitted(request, view)
         answer = pb.DnodeHeartbeatResponse(
@@ -105,6 +109,9 @@ class ClusterService(pb_grpc.ClusterServicer):
             changes=[pb.CatalogChange(seq=seq, body=body) for seq, body in view.changes],
             root_salt=self._root[0], root_hash=self._root[1],
         )  # fmt: skip
+        answer.fence_version = self._coordinator.version  # read before the fences
+        if answer.fence_version != request.fence_version:
+            answer.fences = self._coordinator.fences({vgroup for _db, vgroup in view.placed})
         answer.proof = prove(self._secret, *answer_fields(answer, request.proof))
         return answer
 
@@ -140,8 +147,9 @@ class ClusterService(pb_grpc.ClusterServicer):
             await loop.run_in_executor(self._executor, self._engine.trim_changes, floor)
             self._trimmed = floor
 
-    async def _hold(self, applied: int) -> None:
-        """Until a catalog change after `applied` is logged, at most HOLD_S."""
+    async def _hold(self, applied: int, fence_version: int) -> None:
+        """Until a catalog change after `applied` is logged or the assignments differ
+        from the dnode's (`fence_version`), at most HOLD_S."""
         if not self._watching:  # on the loop, so that changes wake its futures
             loop = asyncio.get_running_loop()
 
@@ -149,13 +157,20 @@ class ClusterService(pb_grpc.ClusterServicer):
                 loop.call_soon_threadsafe(self._wake)
 
             self._registry.watch(watcher)
+            self._coordinator.listeners.append(watcher)
             self._watching = True
-        if self._registry.last_change > applied:
+
+        def news() -> bool:
+            return (
+                self._registry.last_change > applied or self._coordinator.version != fence_version
+            )
+
+        if news():
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            if self._registry.last_change > applied:  # logged while registering
+            if news():  # logged while registering
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter, HOLD_S)
@@ -248,7 +263,7 @@ def heartbeat_fields(request: pb.DnodeHeartbeatRequest) -> tuple[str | int | byt
     )
     return (
         "dnode-heartbeat", request.endpoint, request.dnode_id, request.cluster_id, hosted,
-        request.catalog_change, request.instance,
+        request.catalog_change, request.instance, request.fence_version,
     )  # fmt: skip
 
 
@@ -265,5 +280,6 @@ def answer_fields(
     return (
         "dnode-heartbeat-answer", answer.dnode_id, answer.cluster_id,
         answer.heartbeat_interval_ms, request_proof, placed, answer.catalog_change, changes,
-        answer.root_salt, answer.root_hash,
+        answer.root_salt, answer.root_hash, answer.fence_version,
+        hashlib.sha256(answer.fences.encode()).digest(),
     )  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from sqltopic.server.core.dnodes import check_endpoint
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.mnode.auth import Sessions
+from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.rpc.grpc_server import COMMIT_WORKERS, WORKERS
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
@@ -38,6 +41,7 @@ from sqltopic.server.rpc.rpc import add_service
 from sqltopic.server.rpc.slots import Slots
 from sqltopic.server.rpc.sql_service import SessionService, SqlService
 from sqltopic.server.rpc.tls import ServerTls, check_plaintext
+from sqltopic.server.rpc.vnode_service import Executors, VnodeService
 from sqltopic.wal import Scheduler
 from sqltopic.wal.fsutil import DirectoryLock
 
@@ -51,7 +55,9 @@ DATA_DIR_MODE = 0o700
 # does not hang.
 SHUTDOWN_GRACE_S = 5.0
 # The services a dnode hosts, by full name (for health and reflection).
-SERVICES = tuple(pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql"))
+SERVICES = tuple(
+    pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql", "Vnode")
+)
 
 
 @dataclass(frozen=True)
@@ -139,8 +145,15 @@ async def _serve(
     server = aio.server(options=SERVER_OPTIONS)
     stopping = asyncio.Event()
     sessions = Sessions(None, engine.users(), max_per_user=config.limits.max_sessions_per_user)
+    executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="sqltopic-worker")
+    asyncio.get_running_loop().set_default_executor(executor)
+    committer = ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="sqltopic-commit")
+    fences = Coordinator(lambda topic: engine.topic_vgroups(topic)[1], follower=True)
+    slots = Slots(config.limits)
     add_service(server, SessionService(sessions), "Session")
-    add_service(server, SqlService(engine, sessions, Slots(config.limits)), "Sql")
+    add_service(server, SqlService(engine, sessions, slots), "Sql")
+    vnodes = VnodeService(engine, sessions, fences, Executors(executor, committer), stopping, slots)
+    add_service(server, vnodes, "Vnode")
     health = add_health(server, SERVICES)
     enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
     port = bind(server, config.host, config.port, config.tls)
@@ -148,7 +161,7 @@ async def _serve(
     engine.listening(endpoint.lower())
     link = MnodeLink(
         config.mnode, secret, endpoint.lower(), config.data, host, engine, _channel(config),
-        on_root=sessions.set_root,
+        on_root=sessions.set_root, fences=fences,
     )  # fmt: skip
     await server.start()
     stop = stop_on_signals()
@@ -159,4 +172,5 @@ async def _serve(
     stopping.set()
     await health.shut_down()
     await server.stop(SHUTDOWN_GRACE_S)
+    await vnodes.flush()
     await beating

@@ -130,7 +130,7 @@ async def _serve(
     services = SERVICES
     cluster: ClusterService | None = None
     if registry is not None and secret is not None:
-        cluster = ClusterService(engine, registry, secret, sessions.root_record())
+        cluster = ClusterService(engine, registry, secret, sessions.root_record(), coordinator)
         add_service(server, cluster, "Cluster")
         services = (*SERVICES, CLUSTER_SERVICE)
     health = add_health(server, services)

@@ -33,6 +33,7 @@ from sqltopic.server.dnode.identity import (
     save_identity,
 )
 from sqltopic.server.dnode.vnode_host import Placed, VnodeHost
+from sqltopic.server.mnode.coordinator import Coordinator
 from sqltopic.server.rpc.cluster_service import (
     DNODE_HEARTBEAT_INTERVAL_MS,
     answer_fields,
@@ -60,10 +61,15 @@ class MnodeLink:
         self, mnode: str, secret: str, endpoint: str, data: Path, host: VnodeHost,
         engine: Engine, channel: Callable[[str], aio.Channel] = aio.insecure_channel,
         on_root: Callable[[str, str], None] = lambda salt, hashed: None,
+        fences: Coordinator | None = None,
     ) -> None:  # fmt: skip
-        """`on_root`: root's password salt and hash, from every answer (the logins)."""
+        """`on_root`: root's password salt and hash, from every answer (the logins);
+        `fences`: the dnode's copy of the consumer assignments (a follower coordinator),
+        kept as the answers give them."""
         self._mnode = mnode
         self._on_root = on_root
+        self._fences = fences
+        self._fence_version = 0
         self._secret = secret
         self._endpoint = endpoint
         self._data = data
@@ -107,7 +113,7 @@ class MnodeLink:
             endpoint=self._endpoint, dnode_id=identity.dnode_id if identity else 0,
             cluster_id=identity.cluster_id if identity else "",
             sent_ms=int(time.time() * 1000), catalog_change=self._engine.applied_change,
-            instance=self._instance,
+            instance=self._instance, fence_version=self._fence_version,
             vgroups=[
                 pb.HostedVgroup(vgroup=v, first_version=first, last_version=last)
                 for v, first, last in self._host.versions()
@@ -127,6 +133,12 @@ class MnodeLink:
             return None
         self._joined(answer)
         self._on_root(answer.root_salt, answer.root_hash)
+        if self._fences is not None and answer.fences:
+            try:
+                self._fences.follow(answer.fences)
+                self._fence_version = answer.fence_version
+            except (ValueError, KeyError, TypeError) as exc:
+                self._trouble(f"cannot read the consumer assignments: {type(exc).__name__}")
         try:
             placed = [
                 Placed.of(p.database, p.vgroup, p.precision, dict(p.wal_options))

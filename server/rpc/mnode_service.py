@@ -265,13 +265,13 @@ class MnodeService(pb_grpc.MnodeServicer):
         for topic, vgroup, granted in view.vgroups:
             try:
                 db, _ = self._engine.topic_vgroups(topic)
-                wal = self._engine.vnode_of(topic, vgroup).wal
+                endpoint, begin, end = self._engine.vgroup_source(vgroup)
             except TopicNotFound:
                 continue  # dropped since: the heartbeat reports it
             out.append(
                 pb.Assignment(
-                    topic=topic, database=db, vgroup=vgroup, endpoint="",
-                    begin=wal.first_version, end=wal.next_version, granted_epoch=granted,
+                    topic=topic, database=db, vgroup=vgroup, endpoint=endpoint,
+                    begin=begin, end=end, granted_epoch=granted,
                 )
             )  # fmt: skip
         return out

@@ -2199,6 +2199,7 @@ class DnodeHeartbeatRequest(_message.Message):
     VGROUPS_FIELD_NUMBER: _builtins.int
     CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
     INSTANCE_FIELD_NUMBER: _builtins.int
+    FENCE_VERSION_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The endpoint the dnode serves at (`host:port`, its --advertise), as admitted."""
     dnode_id: _builtins.int
@@ -2219,6 +2220,10 @@ class DnodeHeartbeatRequest(_message.Message):
     """The id of the dnode's data directory, made at its first start: the mnode ties the
     dnode to it at its first heartbeat and refuses any other (a blank disk).
     """
+    fence_version: _builtins.int
+    """The version of the consumer assignments the dnode holds (`fences` of an earlier
+    answer; 0: none).
+    """
     @_builtins.property
     def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedVgroup]:
         """The vgroups the dnode hosts, with their versions."""
@@ -2234,10 +2239,11 @@ class DnodeHeartbeatRequest(_message.Message):
         vgroups: _abc.Iterable[Global___HostedVgroup] | None = ...,
         catalog_change: _builtins.int = ...,
         instance: _builtins.str = ...,
+        fence_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "instance", b"instance", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "endpoint", b"endpoint", "fence_version", b"fence_version", "instance", b"instance", "proof", b"proof", "sent_ms", b"sent_ms", "vgroups", b"vgroups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2288,6 +2294,8 @@ class DnodeHeartbeatResponse(_message.Message):
     CHANGES_FIELD_NUMBER: _builtins.int
     ROOT_SALT_FIELD_NUMBER: _builtins.int
     ROOT_HASH_FIELD_NUMBER: _builtins.int
+    FENCE_VERSION_FIELD_NUMBER: _builtins.int
+    FENCES_FIELD_NUMBER: _builtins.int
     dnode_id: _builtins.int
     """The dnode's id."""
     cluster_id: _builtins.str
@@ -2306,6 +2314,16 @@ class DnodeHeartbeatResponse(_message.Message):
     """
     root_hash: _builtins.str
     """The salted hash of root's password (`scrypt$N$r$p$<hex>`)."""
+    fence_version: _builtins.int
+    """The version of the mnode's consumer assignments; `fences` is given when it differs
+    from the request's `fence_version`.
+    """
+    fences: _builtins.str
+    """JSON: the owners of the dnode's vgroups in every group ([topic, group, vgroup,
+    consumer, epoch, revoking, revoked_at]) and the members they name (`members`), which
+    fence its polls and commits (docs/cluster.md, "Consumers on a cluster"). Empty:
+    unchanged.
+    """
     @_builtins.property
     def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedVgroup]:
         """Every vgroup the dnode is to host, as the catalog places them now: the dnode opens
@@ -2331,10 +2349,12 @@ class DnodeHeartbeatResponse(_message.Message):
         changes: _abc.Iterable[Global___CatalogChange] | None = ...,
         root_salt: _builtins.str = ...,
         root_hash: _builtins.str = ...,
+        fence_version: _builtins.int = ...,
+        fences: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "changes", b"changes", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof", "root_hash", b"root_hash", "root_salt", b"root_salt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "changes", b"changes", "cluster_id", b"cluster_id", "dnode_id", b"dnode_id", "fence_version", b"fence_version", "fences", b"fences", "heartbeat_interval_ms", b"heartbeat_interval_ms", "placed", b"placed", "proof", b"proof", "root_hash", b"root_hash", "root_salt", b"root_salt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,151 @@
+"""Consumers on a cluster, as real processes: a group spanning three dnodes polls and
+commits at the dnodes hosting its vgroups (fenced by the assignments the mnode ships
+them), sync and asyncio alike; committed offsets hold across a consumer's restart and a
+dnode's SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sqltopic.aio import Consumer as AsyncConsumer
+from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import Message
+from sqltopic.server.core.routing import vgroup_for
+from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
+from tests.client.support import config
+from tests.cluster.support import Cluster
+
+pytestmark = pytest.mark.cluster
+
+SCHEMA = """
+CREATE DATABASE power VGROUPS 6;
+CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT);
+CREATE TOPIC high AS SELECT ts, v, tbname FROM power.meters WHERE v >= 100;
+"""
+# A condition that does not hold within this long never will.
+DEADLINE_S = 60.0
+DEVICES = [f"d{i}" for i in range(30)]
+
+
+@pytest.fixture
+def three(cluster: Cluster) -> Cluster:
+    for _ in range(3):
+        dnode = cluster.add_dnode()
+        cluster.wait_status(dnode, "ready")
+    cluster.sql(SCHEMA)
+    return cluster
+
+
+def _write(
+    cluster: Cluster, start: int, count: int, devices: list[str] = DEVICES
+) -> Counter[tuple[Any, ...]]:
+    """`count` rows per device from ts `start` (v = ts); the rows topic `high`
+    delivers (those with v >= 100)."""
+    rows = [(d, t) for t in range(start, start + count) for d in devices]
+    with cluster.connect() as conn:
+        ts = pa.array([t for _, t in rows], pa.timestamp("ms"))
+        conn.write("power.meters", pa.table({
+            "tbname": [d for d, _ in rows], "ts": ts, "v": [t for _, t in rows],
+            "loc": [1] * len(rows),
+        }))  # fmt: skip
+    return Counter((t, t, d) for d, t in rows if t >= 100)
+
+
+def _rows(messages: list[Message]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for message in messages:
+        for ts, v, name in message.rows():
+            out[(int(ts.timestamp() * 1000), v, name)] += 1
+    return out
+
+
+def _take(consumers: list[Consumer], want: Counter[tuple[Any, ...]]) -> list[Message]:
+    """Poll the consumers in turn until they received `want` between them."""
+    got: list[Message] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while _rows(got) != want:
+        assert time.monotonic() < deadline, f"{sum(_rows(got).values())} of {sum(want.values())}"
+        for consumer in consumers:
+            message = consumer.poll(0.2)
+            if message is not None:
+                got.append(message)
+    return got
+
+
+def test_a_group_spanning_dnodes_gets_every_row_once_and_commits_there(three: Cluster) -> None:
+    want = _write(three, 50, 100)  # rows 100..149 of each device
+    dnodes = {d.address for d in three.dnodes}
+    settings = config(three.mnode.address, "g1")
+    first, second = Consumer(settings), Consumer(settings)
+    try:
+        first.subscribe(["high"])
+        second.subscribe(["high"])
+        got = _take([first, second], want)
+        assert sum(m.row_count for m in got) == sum(want.values())  # each row once
+        parts = first.assignment() + second.assignment()
+        assert sorted(p.vgroup for p in parts) == [1, 2, 3, 4, 5, 6]
+        assert {m.vgroup for m in got} <= {p.vgroup for p in parts}
+        first.commit(asynchronous=False)
+        second.commit(asynchronous=False)
+    finally:
+        first.close()
+        second.close()
+    assert dnodes == {str(r[3]) for r in three.sql("SHOW power.VGROUPS")}
+    more = _write(three, 150, 10)
+    again = Consumer(settings)  # resumes from the offsets committed at the dnodes
+    try:
+        again.subscribe(["high"])
+        assert _rows(_take([again], more)) == more
+    finally:
+        again.close()
+
+
+def test_an_asyncio_consumer_reads_from_the_dnodes(three: Cluster) -> None:
+    want = _write(three, 90, 20)
+
+    async def run() -> Counter[tuple[Any, ...]]:
+        async with AsyncConsumer(config(three.mnode.address, "g2")) as consumer:
+            await consumer.subscribe(["high"])
+            got: list[Message] = []
+            deadline = time.monotonic() + DEADLINE_S
+            while _rows(got) != want:
+                assert time.monotonic() < deadline
+                message = await consumer.poll(0.2)
+                if message is not None:
+                    got.append(message)
+            return _rows(got)
+
+    assert asyncio.run(run()) == want
+
+
+def test_consumers_of_other_dnodes_go_on_while_one_is_killed(three: Cluster) -> None:
+    want = _write(three, 100, 5)
+    consumer = Consumer(config(three.mnode.address, "g3"))
+    try:
+        consumer.subscribe(["high"])
+        _take([consumer], want)
+        consumer.commit(asynchronous=False)
+        victim = three.dnodes[1]
+        victim.kill()
+        live = _devices_off(three, victim.address)
+        more = _write(three, 200, 5, live)
+        assert _rows(_take([consumer], more)) == more  # the other dnodes' rows arrive
+        back = three.restart(victim)
+        three.wait_status(back, "ready")
+        rest = _write(three, 300, 3)
+        assert _rows(_take([consumer], rest)) == rest  # and the restarted one's again
+    finally:
+        consumer.close()
+
+
+def _devices_off(cluster: Cluster, dead: str) -> list[str]:
+    """The devices whose vgroups live on dnodes other than the one at `dead`."""
+    placement = {int(str(r[1])): str(r[3]) for r in cluster.sql("SHOW power.VGROUPS")}
+    db = load_readonly(cluster.mnode.data / CATALOG_FILE)[0].databases["power"]
+    return [d for d in DEVICES if placement[vgroup_for(db, d)] != dead]
