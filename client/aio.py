@@ -16,23 +16,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import pyarrow as pa
 from grpc import aio
 
 import sqltopic.client.effects as fx
 from sqltopic.client import beats, streams
+from sqltopic.client.aio_connection import Connection, connect
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import (
-    CLIENT_NAME,
-    DEFAULT_ADDRESS,
-    DEFAULT_TIMEOUT_S,
-    Result,
     _error_of,
-    _read_result,
     _translated,
-    _write_frames,
     unimplemented,
-    writes_only,
 )
 from sqltopic.client.consumer import (
     ITERATION_POLL_S,
@@ -44,115 +37,13 @@ from sqltopic.client.consumer import (
 )
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition
-from sqltopic.client.state import LOGOUT_TIMEOUT_S
-from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
 from sqltopic.errors import Error, ServerUnavailable, TooLarge
-from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqltopic.consumer")
 T = TypeVar("T")
 
 __all__ = ["Connection", "Consumer", "connect"]
-
-
-class Connection:
-    """A logged-in session (as `sqltopic.Connection`), with coroutine methods."""
-
-    def __init__(
-        self,
-        address: str,
-        token: str,
-        channel: aio.Channel,
-        timeout: float,
-        transport: Transport = PLAIN,
-    ) -> None:
-        self.address = address
-        self._transport = transport
-        self._channel = channel
-        self._sql = pb_grpc.SqlStub(channel)
-        self._session = pb_grpc.SessionStub(channel)
-        self._metadata = (("authorization", f"Bearer {token}"),)
-        self._timeout = timeout
-        self._closed = False
-
-    async def execute(self, sql: str) -> Result:
-        """Run one or more statements; the last one's result."""
-        request = pb.ExecuteRequest(sql=sql)
-        with _translated(self._transport):
-            if writes_only(sql):
-                answer = await self._sql.Run(
-                    request, metadata=self._metadata, timeout=self._timeout
-                )
-                header, parts = _read_result([answer])
-            else:
-                call = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
-                header, parts = _read_result([frame async for frame in call])
-        return Result(from_ipc(parts), header.affected_rows, header.database or None)
-
-    async def query(self, sql: str) -> pa.Table:
-        """Run a query; its rows as an Arrow table."""
-        return (await self.execute(sql)).to_arrow()
-
-    async def write(self, target: str, data: pa.Table, database: str | None = None) -> int:
-        """Append Arrow rows to `[db.]table` or `[db.]stable` (see Connection.write)."""
-        frames = _write_frames(target, database, chunks(to_ipc(data), MAX_CHUNK_BYTES))
-        with _translated(self._transport):
-            answer = await self._sql.Write(frames, metadata=self._metadata, timeout=self._timeout)
-        return int(answer.rows)
-
-    async def close(self) -> None:
-        """Log out and close the channel; later calls fail."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await self._session.Logout(
-                pb.LogoutRequest(), metadata=self._metadata, timeout=LOGOUT_TIMEOUT_S
-            )
-        except aio.AioRpcError:
-            pass  # the server may be gone; the token dies with it
-        finally:
-            await self._channel.close()
-
-    async def __aenter__(self) -> Connection:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-async def connect(
-    address: str = DEFAULT_ADDRESS,
-    user: str = "root",
-    password: str = "taosdata",
-    database: str | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    tls: bool = False,
-    tls_ca: PathArg = None,
-    tls_cert: PathArg = None,
-    tls_key: PathArg = None,
-) -> Connection:
-    """Log in to the server at `address` (`host:port`); `database` is then in use. TLS
-    as `sqltopic.connect`: `tls_ca` or `tls=True`, and `tls_cert` + `tls_key` for mutual
-    TLS."""
-    transport = load_transport(tls_files(tls, tls_ca, tls_cert, tls_key))
-    channel = transport.aio_channel(address, MESSAGE_OPTIONS)
-    try:
-        request = pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME)
-        with _translated(transport):
-            login = await pb_grpc.SessionStub(channel).Login(request, timeout=timeout)
-        conn = Connection(address, login.token, channel, timeout, transport)
-        if database is not None:
-            await conn.execute(f"USE {database}")
-    except BaseException:
-        await channel.close()
-        raise
-    return conn
 
 
 class Consumer:

@@ -20,7 +20,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from sqltopic.client.routing import HERE, ROUTE_ATTEMPTS, Routes, database_of
+from sqltopic.client.routing import HERE, ReadRoutes, Routes, database_of, write_flow
 from sqltopic.client.rows import table_rows
 from sqltopic.client.tls import (
     PLAIN,
@@ -74,7 +74,7 @@ class _Dnode:
     metadata: tuple[tuple[str, str], ...]
 
 
-class _Unreachable(Exception):
+class Unreachable(Exception):
     """A dnode did not answer: the write may or may not have reached it, so it is not
     sent again (the error says so)."""
 
@@ -137,27 +137,23 @@ class Connection:
         routes = self._current_routes()
         if not routes.routed or db is None:
             return self._write_at(HERE, target, data, database)
-        written, pending = 0, [data]
-        for attempt in range(ROUTE_ATTEMPTS):
-            if attempt:
-                routes = self._read_routes()
-            failed: list[pa.Table] = []
-            stale: VgroupUnavailable | None = None
-            for table in pending:
-                # a database the routes do not know: the mnode says why
-                for endpoint, part in (routes.split(db, target, table) or {HERE: table}).items():
-                    try:
-                        written += self._write_at(endpoint, target, part, db)
-                    except VgroupUnavailable as exc:
-                        failed.append(part)
-                        stale = exc
-                    except _Unreachable as exc:
-                        raise exc.error from None
-            if stale is None:
-                return written
-            pending = failed
-        assert stale is not None
-        raise stale
+        flow = write_flow(routes, db, target, data)
+        try:
+            step = next(flow)
+            while True:
+                try:
+                    if isinstance(step, ReadRoutes):
+                        answer: Routes | int = self._read_routes()
+                    else:
+                        answer = self._write_at(step.endpoint, target, step.data, db)
+                except VgroupUnavailable as exc:
+                    step = flow.throw(exc)
+                    continue
+                step = flow.send(answer)
+        except StopIteration as done:
+            return int(done.value)
+        except Unreachable as exc:
+            raise exc.error from None
 
     def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
@@ -180,7 +176,7 @@ class Connection:
             if isinstance(error, AuthenticationFailed) and not again:
                 continue  # nothing was written: log in anew and send it again
             if type(error) is ServerUnavailable:
-                raise _Unreachable(_unreachable(endpoint, error))
+                raise Unreachable(unreachable(endpoint, error))
             raise error
         raise AssertionError("unreachable")
 
@@ -204,7 +200,7 @@ class Connection:
             channel.close()
             error = _error_of(exc, self._transport)
             if type(error) is ServerUnavailable:
-                raise _Unreachable(_unreachable(endpoint, error)) from None
+                raise Unreachable(unreachable(endpoint, error)) from None
             raise error from None
         bearer = (("authorization", f"Bearer {login.token}"),)
         dnode = _Dnode(channel, pb_grpc.SqlStub(channel), bearer)
@@ -355,7 +351,7 @@ def unimplemented(exc: grpc.RpcError) -> bool:
     return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def _unreachable(endpoint: str, error: Error) -> VgroupUnavailable:
+def unreachable(endpoint: str, error: Error) -> VgroupUnavailable:
     return VgroupUnavailable(
         f"the dnode at {endpoint}, which hosts rows of this write, does not answer "
         f"({error}); the other dnodes' parts were written. Retry those rows once "

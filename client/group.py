@@ -8,12 +8,12 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sqltopic.client.connection import LOGOUT_TIMEOUT_S
 from sqltopic.client.effects import Flow, Rpc, Wake
 from sqltopic.client.message import TopicPartition
 from sqltopic.client.rebalance import Rebalancing
 from sqltopic.client.state import (
     ASSIGNMENT_RECHECK_S,
-    LOGOUT_TIMEOUT_S,
     Held,
     one,
     topic_names,

@@ -7,12 +7,15 @@ hosts them. I/O-free: the sync and aio connections share it (docs/protocol.md,
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from sqltopic.errors import VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 # The hash space a database's vgroups split into equal ranges.
@@ -94,3 +97,48 @@ def _tbname(data: pa.Table) -> pa.Array | None:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return pa.nulls(len(data), pa.string()).fill_null("")
     return pc.utf8_lower(column.combine_chunks())
+
+
+@dataclass(frozen=True)
+class SendPart:
+    """Write `data` at `endpoint`; answered with the rows written, or VgroupUnavailable
+    thrown in when the dnode says the routes are stale (nothing written there)."""
+
+    endpoint: str
+    data: pa.Table
+
+
+@dataclass(frozen=True)
+class ReadRoutes:
+    """Read the routes again; answered with the new Routes."""
+
+
+WriteStep = SendPart | ReadRoutes
+
+
+def write_flow(
+    routes: Routes, database: str, target: str, data: pa.Table
+) -> Generator[WriteStep, Any, int]:
+    """A write on a cluster, I/O-free: each part to the endpoint hosting it; the parts
+    a dnode refused as stale sent again after the routes were read anew, at most
+    ROUTE_ATTEMPTS times in all; the rows written."""
+    written, pending = 0, [data]
+    stale: VgroupUnavailable | None = None
+    for attempt in range(ROUTE_ATTEMPTS):
+        if attempt:
+            routes = yield ReadRoutes()
+        failed: list[pa.Table] = []
+        stale = None
+        for table in pending:
+            # a database the routes do not know: the server connected to says why
+            for endpoint, part in (routes.split(database, target, table) or {HERE: table}).items():
+                try:
+                    written += yield SendPart(endpoint, part)
+                except VgroupUnavailable as exc:
+                    failed.append(part)
+                    stale = exc
+        if stale is None:
+            return written
+        pending = failed
+    assert stale is not None
+    raise stale

@@ -50,8 +50,6 @@ REBALANCE_ATTEMPTS = 10
 # While the mnode rebalances, ask for the assignment this often rather than wait for the
 # next heartbeat: a hand-over completes in ~0.1 s, and the calls stop once READY.
 ASSIGNMENT_RECHECK_S = 0.2
-# Logout at close is a courtesy: a server that does not answer soon is not waited for.
-LOGOUT_TIMEOUT_S = 5.0
 # Errors that pass: a vnode catching up, a server restarting or out of reach.
 TRANSIENT: tuple[type[Error], ...] = (RebalanceInProgress, ServerUnavailable, WalClosedError)
 RESETS = {

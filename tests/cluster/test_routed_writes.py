@@ -6,9 +6,12 @@ when it returns."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pyarrow as pa
 import pytest
 
+from sqltopic.aio import connect as aio_connect
 from sqltopic.client import Connection, connect
 from sqltopic.errors import NoPermission, VgroupUnavailable
 from sqltopic.server.core.routing import vgroup_for
@@ -150,3 +153,22 @@ def _try_write(conn: Connection, names: list[str]) -> bool:
         return conn.write("power.meters", _written(names, 700)) == len(names)
     except VgroupUnavailable:
         return False
+
+
+def test_an_asyncio_connection_routes_its_writes_the_same(three: Cluster) -> None:
+    names = [f"a{i}" for i in range(40)]
+
+    async def run() -> int:
+        async with await aio_connect(three.mnode.address) as conn:
+            await conn.execute("USE power")
+            return await conn.write("meters", _written(names, 10))
+
+    assert asyncio.run(run()) == 40
+    placement = _placement(three)
+    db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
+    by_vgroup: dict[int, list[tuple[str, int, int]]] = {}
+    for i, name in enumerate(names):
+        by_vgroup.setdefault(vgroup_for(db, name), []).append((name, 10 + i, 10 + i))
+    assert {v: _rows(placement[v], v) for v in placement} == {
+        v: sorted(by_vgroup.get(v, [])) for v in placement
+    }

@@ -1,0 +1,232 @@
+"""The asyncio `Connection` of `sqltopic.aio` (`await connect()`): SQL and Arrow writes
+as coroutines, routed on a cluster exactly as the sync Connection routes them
+(connection.py, routing.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import TracebackType
+
+import pyarrow as pa
+from grpc import aio
+
+from sqltopic.client.connection import (
+    CLIENT_NAME,
+    DEFAULT_ADDRESS,
+    DEFAULT_TIMEOUT_S,
+    LOGOUT_TIMEOUT_S,
+    Result,
+    Unreachable,
+    _error_of,
+    _read_result,
+    _translated,
+    _write_frames,
+    unimplemented,
+    unreachable,
+    writes_only,
+)
+from sqltopic.client.effects import Metadata
+from sqltopic.client.routing import HERE, ReadRoutes, Routes, database_of, write_flow
+from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
+from sqltopic.errors import AuthenticationFailed, ServerUnavailable, VgroupUnavailable
+from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+
+
+class Connection:
+    """A logged-in session (as `sqltopic.Connection`), with coroutine methods."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        channel: aio.Channel,
+        timeout: float,
+        transport: Transport = PLAIN,
+        login: tuple[str, str] | None = None,
+    ) -> None:
+        """`login`: the user and password, for the dnodes of a cluster (writes to
+        them); without it every call goes to `address`."""
+        self.address = address
+        self._login = login
+        self._database: str | None = None  # the session's, as the last statement left it
+        self._routes: Routes | None = None
+        self._dnodes: dict[str, tuple[aio.Channel, pb_grpc.SqlAsyncStub, Metadata]] = {}
+        self._transport = transport
+        self._channel = channel
+        self._sql = pb_grpc.SqlStub(channel)
+        self._session = pb_grpc.SessionStub(channel)
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = timeout
+        self._closed = False
+
+    async def execute(self, sql: str) -> Result:
+        """Run one or more statements; the last one's result."""
+        request = pb.ExecuteRequest(sql=sql)
+        with _translated(self._transport):
+            if writes_only(sql):
+                answer = await self._sql.Run(
+                    request, metadata=self._metadata, timeout=self._timeout
+                )
+                header, parts = _read_result([answer])
+            else:
+                call = self._sql.Execute(request, metadata=self._metadata, timeout=self._timeout)
+                header, parts = _read_result([frame async for frame in call])
+        self._database = header.database or None
+        return Result(from_ipc(parts), header.affected_rows, header.database or None)
+
+    async def query(self, sql: str) -> pa.Table:
+        """Run a query; its rows as an Arrow table."""
+        return (await self.execute(sql)).to_arrow()
+
+    async def write(self, target: str, data: pa.Table, database: str | None = None) -> int:
+        """Append Arrow rows to `[db.]table` or `[db.]stable` (see Connection.write: on a
+        cluster, straight to the dnodes hosting them)."""
+        db = database_of(target, database or self._database)
+        routes = self._routes if self._routes is not None else await self._read_routes()
+        if not routes.routed or db is None:
+            return await self._write_at(HERE, target, data, database)
+        flow = write_flow(routes, db, target, data)
+        try:
+            step = next(flow)
+            while True:
+                try:
+                    if isinstance(step, ReadRoutes):
+                        answer: Routes | int = await self._read_routes()
+                    else:
+                        answer = await self._write_at(step.endpoint, target, step.data, db)
+                except VgroupUnavailable as exc:
+                    step = flow.throw(exc)
+                    continue
+                step = flow.send(answer)
+        except StopIteration as done:
+            return int(done.value)
+        except Unreachable as exc:
+            raise exc.error from None
+
+    async def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
+        """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
+        dnode first, and again once if it restarted meanwhile (its sessions are gone)."""
+        for again in (False, True):
+            stub: pb_grpc.SqlAsyncStub = self._sql
+            metadata: Metadata = self._metadata
+            if endpoint != HERE:
+                _channel, stub, metadata = await self._dnode(endpoint)
+            frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+            try:
+                answer = await stub.Write(frames, metadata=metadata, timeout=self._timeout)
+                return int(answer.rows)
+            except aio.AioRpcError as exc:
+                error = _error_of(exc, self._transport)
+            if endpoint == HERE:
+                raise error
+            await self._forget_dnode(endpoint)
+            if isinstance(error, AuthenticationFailed) and not again:
+                continue  # nothing was written: log in anew and send it again
+            if type(error) is ServerUnavailable:
+                raise Unreachable(unreachable(endpoint, error))
+            raise error
+        raise AssertionError("unreachable")
+
+    async def _dnode(self, endpoint: str) -> tuple[aio.Channel, pb_grpc.SqlAsyncStub, Metadata]:
+        found = self._dnodes.get(endpoint)
+        if found is not None:
+            return found
+        if self._login is None:
+            raise ServerUnavailable(
+                f"this connection has no credentials to log in to the dnode at {endpoint}: "
+                "connect with sqltopic.aio.connect()"
+            )
+        channel = self._transport.aio_channel(endpoint, MESSAGE_OPTIONS)
+        user, password = self._login
+        request = pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME)
+        try:
+            login = await pb_grpc.SessionStub(channel).Login(request, timeout=self._timeout)
+        except aio.AioRpcError as exc:
+            await channel.close()
+            error = _error_of(exc, self._transport)
+            if type(error) is ServerUnavailable:
+                raise Unreachable(unreachable(endpoint, error)) from None
+            raise error from None
+        bearer = (("authorization", f"Bearer {login.token}"),)
+        found = self._dnodes[endpoint] = (channel, pb_grpc.SqlStub(channel), bearer)
+        return found
+
+    async def _forget_dnode(self, endpoint: str) -> None:
+        found = self._dnodes.pop(endpoint, None)
+        if found is not None:
+            await found[0].close()
+
+    async def _read_routes(self) -> Routes:
+        """The routes as the server now gives them (none from a server without them)."""
+        stub = pb_grpc.MnodeStub(self._channel)
+        try:
+            answer = await stub.Routes(
+                pb.RoutesRequest(), metadata=self._metadata, timeout=self._timeout
+            )
+            self._routes = Routes.of(answer)
+        except aio.AioRpcError as exc:
+            if not unimplemented(exc):
+                raise _error_of(exc, self._transport) from None
+            self._routes = Routes()
+        return self._routes
+
+    async def close(self) -> None:
+        """Log out and close the channel; later calls fail."""
+        if self._closed:
+            return
+        self._closed = True
+        for endpoint, (_channel, _stub, metadata) in list(self._dnodes.items()):
+            with contextlib.suppress(aio.AioRpcError):  # gone: the token died with it
+                await pb_grpc.SessionStub(_channel).Logout(
+                    pb.LogoutRequest(), metadata=metadata, timeout=LOGOUT_TIMEOUT_S
+                )
+            await self._forget_dnode(endpoint)
+        try:
+            await self._session.Logout(
+                pb.LogoutRequest(), metadata=self._metadata, timeout=LOGOUT_TIMEOUT_S
+            )
+        except aio.AioRpcError:
+            pass  # the server may be gone; the token dies with it
+        finally:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def connect(
+    address: str = DEFAULT_ADDRESS,
+    user: str = "root",
+    password: str = "taosdata",
+    database: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    tls: bool = False,
+    tls_ca: PathArg = None,
+    tls_cert: PathArg = None,
+    tls_key: PathArg = None,
+) -> Connection:
+    """Log in to the server at `address` (`host:port`); `database` is then in use. TLS
+    as `sqltopic.connect`: `tls_ca` or `tls=True`, and `tls_cert` + `tls_key` for mutual
+    TLS."""
+    transport = load_transport(tls_files(tls, tls_ca, tls_cert, tls_key))
+    channel = transport.aio_channel(address, MESSAGE_OPTIONS)
+    try:
+        request = pb.LoginRequest(user=user, password=password, client_name=CLIENT_NAME)
+        with _translated(transport):
+            login = await pb_grpc.SessionStub(channel).Login(request, timeout=timeout)
+        conn = Connection(address, login.token, channel, timeout, transport, (user, password))
+        if database is not None:
+            await conn.execute(f"USE {database}")
+    except BaseException:
+        await channel.close()
+        raise
+    return conn
