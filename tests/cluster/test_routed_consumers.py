@@ -149,3 +149,29 @@ def _devices_off(cluster: Cluster, dead: str) -> list[str]:
     placement = {int(str(r[1])): str(r[3]) for r in cluster.sql("SHOW power.VGROUPS")}
     db = load_readonly(cluster.mnode.data / CATALOG_FILE)[0].databases["power"]
     return [d for d in DEVICES if placement[vgroup_for(db, d)] != dead]
+
+
+def test_writes_and_polls_go_on_while_the_mnode_is_down(three: Cluster) -> None:
+    want = _write(three, 100, 5)  # the devices' tables exist from here on
+    consumer = Consumer(config(three.mnode.address, "g4"))
+    try:
+        consumer.subscribe(["high"])
+        _take([consumer], want)
+        with three.connect() as conn:  # a producer that wrote before: it has the routes
+            one = pa.table({"ts": pa.array([1], pa.timestamp("ms")), "v": [1]})
+            assert conn.write("power.d0", one) == 1
+            three.mnode.kill()
+            rows = [(d, t) for t in range(400, 403) for d in DEVICES]
+            ts = pa.array([t for _, t in rows], pa.timestamp("ms"))
+            written = conn.write("power.meters", pa.table({
+                "tbname": [d for d, _ in rows], "ts": ts, "v": [t for _, t in rows],
+            }))  # fmt: skip
+            assert written == len(rows)
+        more = Counter((t, t, d) for d, t in rows)
+        assert _rows(_take([consumer], more)) == more  # assignments made go on
+        back = three.restart_mnode()
+        three.mnode = back
+        for dnode in three.dnodes:
+            three.wait_status(dnode, "ready")
+    finally:
+        consumer.close()
