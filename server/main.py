@@ -60,6 +60,11 @@ def add_mnode_arguments(parser: argparse.ArgumentParser) -> None:
     """`sqltopic mnode`: the server's options and the cluster secret."""
     add_arguments(parser)
     _add_secret_argument(parser)
+    parser.add_argument(
+        "--dnode-tls-ca", metavar="PEM",
+        help="speak TLS to the dnodes (the rows of INSERTs run here), trusting certificates "
+        "this CA signed (PEM); the mnode's --tls-cert/--tls-key are its client certificate",
+    )  # fmt: skip
 
 
 def add_dnode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +142,8 @@ def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-
             data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
             limits=limits.Limits.of(args), tls=tls, allow_plaintext=args.allow_plaintext,
             role=role, cluster_secret=getattr(args, "cluster_secret", None),
+            dnode_tls_ca=read_pem("--dnode-tls-ca", args.dnode_tls_ca, "CA certificate")
+            if getattr(args, "dnode_tls_ca", None) else None,
         )  # fmt: skip
         name = "server" if role == "all-in-one" else "mnode"
         run(config, _ready(name, data, tls))

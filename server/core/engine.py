@@ -43,7 +43,7 @@ from sqltopic.server.core.placement import (
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
 from sqltopic.server.core.replica import Replica
-from sqltopic.server.core.state import Role, State
+from sqltopic.server.core.state import Forward, Role, State
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
 from sqltopic.server.core.tracked_reader import TrackedBlock, read_rows, read_tracked
 from sqltopic.server.core.users import check_subscribe, lookup, may_subscribe
@@ -59,7 +59,7 @@ from sqltopic.sql.insert import Insert
 from sqltopic.sql.model import Catalog, Database, User, no_topic
 from sqltopic.sql.parse import parse
 from sqltopic.sql.topic.params import topic_of
-from sqltopic.wal import EntryType, Scheduler
+from sqltopic.wal import EntryType, Scheduler, WalEntry
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
 
@@ -117,13 +117,14 @@ class Engine:
         background: bool = True, limits: Limits | None = None,
         coordination: CoordinatorFactory | None = None, role: Role = "all-in-one",
         registry: DnodeRegistry | None = None, hosted: dict[int, Vnode] | None = None,
-        make_tables: TableMaker | None = None,
+        make_tables: TableMaker | None = None, forward: Forward | None = None,
     ) -> None:  # fmt: skip
         """`role` mnode needs the `registry` of its dnodes' heartbeats (SHOW DNODES); a
         dnode's engine serves the vnodes its process opened (`hosted`, a dict the
         process changes under `lock` as the placement changes) and holds the data
         directory's lock already; its writes that create child tables ask the mnode
-        through `make_tables`."""
+        through `make_tables`. An mnode's INSERTs send the rows of vgroups on dnodes
+        through `forward`."""
         if (role == "mnode") != (registry is not None):
             raise ValueError("an mnode engine, and only one, takes the dnodes' registry")
         if (role == "dnode") != (hosted is not None and make_tables is not None):
@@ -143,6 +144,7 @@ class Engine:
             raise
         self._replica = Replica(self._state) if role == "dnode" else None
         self._state.serving = role != "dnode"
+        self._state.forward = forward
         self._make_tables = make_tables
         self.session = Session()
         self._state.role = role
@@ -237,6 +239,19 @@ class Engine:
         """A dnode: apply its mnode's catalog changes after the last one applied, in
         order (server/core/replica.py); how many were."""
         return self._dnode_replica().apply(changes)
+
+    def wait_change(self, seq: int, timeout_s: float) -> bool:
+        """A dnode: whether its mnode's catalog change `seq` is applied here within
+        `timeout_s`."""
+        return self._dnode_replica().wait(seq, timeout_s)
+
+    def append_rows(self, vgroup: int, bodies: list[bytes]) -> int:
+        """A dnode: append data entries its mnode built (an INSERT it ran) to `vgroup`'s
+        WAL in one append; the last version. VgroupUnavailable for a vgroup not hosted
+        here, or before the dnode caught up."""
+        entries = [WalEntry(EntryType.DATA, body) for body in bodies]
+        with self._state.lock.shared():
+            return self._state.vnode(vgroup).wal.append(entries)[-1]
 
     @property
     def applied_change(self) -> int:

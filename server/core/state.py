@@ -29,6 +29,19 @@ Role = Literal["all-in-one", "mnode", "dnode"]
 # The all-in-one server's own dnode id (TDengine's first dnode).
 LOCAL_DNODE = 1
 
+
+@dataclass(frozen=True)
+class Forwarded:
+    """Rows an mnode sends to the dnode hosting their vgroup."""
+
+    endpoint: str
+    entries: list[WalEntry]
+
+
+# Sends each vgroup's rows (one append there: atomic per vgroup) once the dnodes applied
+# catalog change `after` (the tables the rows need); the rows written.
+Forward = Callable[[dict[int, Forwarded], int], int]
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -74,6 +87,9 @@ class State:
     registry: DnodeRegistry | None = None
     # False on a dnode until it caught up with its mnode's catalog (it serves nothing)
     serving: bool = True
+    # a cluster's mnode: sends rows of vgroups on dnodes to them (`take_remote_rows`);
+    # None: such rows are refused
+    forward: Forward | None = None
     # .seq: the last change the statement running on this thread logged (mnode)
     logged: threading.local = field(default_factory=threading.local)
 
@@ -167,6 +183,31 @@ class State:
             self._apply(list(written.values()), extra, applied, remote)
         if failure is not None:
             raise failure
+
+    def take_remote_rows(self, entries: dict[int, list[WalEntry]]) -> dict[int, Forwarded]:
+        """A cluster's mnode with a forwarder: the data entries of `entries` for vgroups
+        on dnodes, taken out of it (their DDL events stay: a change for the dnodes), with
+        each vgroup's endpoint; {} elsewhere. The caller holds the lock."""
+        if self.role != "mnode" or self.forward is None:
+            return {}
+        taken: dict[int, Forwarded] = {}
+        for vgroup, batch in entries.items():
+            if vgroup in self.vnodes:
+                continue
+            rows = [e for e in batch if e.entry_type is not EntryType.META]
+            if rows:
+                entries[vgroup] = [e for e in batch if e.entry_type is EntryType.META]
+                taken[vgroup] = Forwarded(self.dnode_endpoint(vgroup), rows)
+        return taken
+
+    def dnode_endpoint(self, vgroup: int) -> str:
+        """The endpoint of the dnode hosting `vgroup`; VgroupUnavailable for none."""
+        for db in self.catalog.databases.values():
+            if vgroup in db.vgroups and db.placement:
+                dnode = self.catalog.dnodes.get(db.placement[db.vgroups.index(vgroup)])
+                if dnode is not None:
+                    return dnode.endpoint
+        raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")
 
     def _remote_entries(self, entries: dict[int, list[WalEntry]]) -> dict[int, list[WalEntry]]:
         """On a cluster's mnode, the DDL entries of the vgroups dnodes host (logged for

@@ -208,22 +208,34 @@ def _joined_runs(group: list[_Piece]) -> tuple[pa.Array, pa.Array, pa.Array]:
 def _run(state: State, user: str, build: Any) -> int:
     """Plan under the shared lock, or alone if tables must be created; then append. The
     user's rights are read under the lock too: they are the catalog's of the moment."""
+    state.logged.seq = 0
     try:
         with state.lock.shared():
             plan = build(Plan(Rights(state, user))).finish()
-            if state.lock.no_wait and any(
-                state.vnode(vgroup).wal.options.level >= 2 for vgroup in plan.entries
-            ):
+            if state.lock.no_wait and _blocks(state, plan):
                 raise WouldBlock  # acknowledged after an fsync: not on the event loop
+            remote = state.take_remote_rows(plan.entries)
             state.write_entries(plan.entries)
-            return int(plan.rows)
     except _NeedsExclusive:
         if state.role == "dnode":
             raise TablesToCreate from None
-    with state.lock.exclusive():
-        plan = build(Plan(Rights(state, user), exclusive=True)).finish()
-        state.write_entries(plan.entries)
-        return int(plan.rows)
+        with state.lock.exclusive():
+            plan = build(Plan(Rights(state, user), exclusive=True)).finish()
+            remote = state.take_remote_rows(plan.entries)
+            state.write_entries(plan.entries)
+    if remote and state.forward is not None:
+        # a cluster's mnode: the rows of vgroups on dnodes go there, after the lock
+        # (the dnodes apply the change that made their tables meanwhile)
+        state.forward(remote, state.logged.seq)
+    return int(plan.rows)
+
+
+def _blocks(state: State, plan: Plan) -> bool:
+    """Whether appending `plan` waits: an fsync, or rows to forward to a dnode."""
+    return any(
+        vgroup not in state.vnodes or state.vnodes[vgroup].wal.options.level >= 2
+        for vgroup in plan.entries
+    )
 
 
 # --- INSERT ----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from sqltopic.server.core.engine import Engine
 from sqltopic.server.dnode.vnode_host import VnodeHost
 from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.mnode.coordinator import Coordinator
+from sqltopic.server.rpc.dnode_service import DnodeService
 from sqltopic.server.rpc.grpc_server import COMMIT_WORKERS, WORKERS
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
@@ -56,7 +57,7 @@ DATA_DIR_MODE = 0o700
 SHUTDOWN_GRACE_S = 5.0
 # The services a dnode hosts, by full name (for health and reflection).
 SERVICES = tuple(
-    pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql", "Vnode")
+    pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Session", "Sql", "Vnode", "Dnode")
 )
 
 
@@ -154,6 +155,7 @@ async def _serve(
     add_service(server, SqlService(engine, sessions, slots), "Sql")
     vnodes = VnodeService(engine, sessions, fences, Executors(executor, committer), stopping, slots)
     add_service(server, vnodes, "Vnode")
+    add_service(server, DnodeService(engine, secret), "Dnode")
     health = add_health(server, SERVICES)
     enable_reflection(server, (*SERVICES, HEALTH_SERVICE), stopping)
     port = bind(server, config.host, config.port, config.tls)

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import grpc
 from grpc import aio
 
+from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
@@ -30,6 +32,7 @@ from sqltopic.server.mnode.coordinator_store import CoordinatorStore
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
 from sqltopic.server.rpc.cluster_service import ClusterService
+from sqltopic.server.rpc.dnode_calls import DnodeCalls, tls_channel
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
@@ -74,6 +77,7 @@ class ServerConfig:
     allow_plaintext: bool = False  # plain text off loopback
     role: Literal["all-in-one", "mnode"] = "all-in-one"
     cluster_secret: str | None = None  # an mnode's (checked by run)
+    dnode_tls_ca: bytes | None = None  # an mnode speaks TLS to its dnodes, trusting it
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
@@ -87,14 +91,30 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     secret = check_secret(config.cluster_secret) if config.role == "mnode" else None
     raise_open_files_limit()  # every vnode keeps a few files open
     registry = DnodeRegistry(wall_clock_us) if secret is not None else None
-    engine = Engine(
-        config.data, limits=config.limits, coordination=_coordination(config.data),
-        role=config.role, registry=registry,
-    )  # fmt: skip
+    calls = DnodeCalls(secret, _dnode_channel(config)) if secret is not None else None
     try:
-        asyncio.run(_serve(engine, config, ready, registry, secret))
+        engine = Engine(
+            config.data, limits=config.limits, coordination=_coordination(config.data),
+            role=config.role, registry=registry,
+            forward=calls.forward if calls is not None else None,
+        )  # fmt: skip
+        try:
+            asyncio.run(_serve(engine, config, ready, registry, secret))
+        finally:
+            engine.close()
     finally:
-        engine.close()
+        if calls is not None:
+            calls.close()
+
+
+def _dnode_channel(config: ServerConfig) -> Callable[[str], grpc.Channel]:
+    """How an mnode dials its dnodes: TLS with --dnode-tls-ca, plain text otherwise."""
+    if config.dnode_tls_ca is None:
+        return lambda target: grpc.insecure_channel(target, options=MESSAGE_OPTIONS)
+    tls = config.tls
+    return tls_channel(
+        config.dnode_tls_ca, tls.private_key if tls else None, tls.cert_chain if tls else None
+    )
 
 
 def _coordination(data: Path) -> CoordinatorFactory:

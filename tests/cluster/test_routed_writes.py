@@ -172,3 +172,38 @@ def test_an_asyncio_connection_routes_its_writes_the_same(three: Cluster) -> Non
     assert {v: _rows(placement[v], v) for v in placement} == {
         v: sorted(by_vgroup.get(v, [])) for v in placement
     }
+
+
+def test_an_insert_on_the_mnode_reaches_the_dnodes(three: Cluster) -> None:
+    names = [f"s{i}" for i in range(12)]
+    values = " ".join(
+        f"power.{n} USING power.meters TAGS ({i}) VALUES ({100 + i}, {i}) ({200 + i}, {i})"
+        for i, n in enumerate(names)
+    )
+    with three.connect() as conn:
+        assert conn.execute(f"INSERT INTO {values}").affected_rows == 24  # creates them
+        assert conn.execute("INSERT INTO power.s0 VALUES (300, 7) power.s5 VALUES (301, 8)"
+                            ).affected_rows == 2  # fmt: skip
+    placement = _placement(three)
+    db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
+    expected: dict[int, list[tuple[str, int, int]]] = {}
+    for i, name in enumerate(names):
+        expected.setdefault(vgroup_for(db, name), []).extend(
+            [(name, 100 + i, i), (name, 200 + i, i)]
+        )
+    expected[vgroup_for(db, "s0")].append(("s0", 300, 7))
+    expected[vgroup_for(db, "s5")].append(("s5", 301, 8))
+    assert len({placement[v].address for v in expected}) > 1  # the INSERT spans dnodes
+    assert {v: _rows(placement[v], v) for v in placement} == {
+        v: sorted(expected.get(v, [])) for v in placement
+    }
+
+
+def test_an_insert_on_the_mnode_for_a_killed_dnode_is_unavailable(three: Cluster) -> None:
+    three.sql("CREATE TABLE power.x0 USING power.meters TAGS (0)")
+    placement = _placement(three)
+    db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
+    victim = placement[vgroup_for(db, "x0")]
+    victim.kill()
+    with pytest.raises(VgroupUnavailable, match="does not answer"):
+        three.sql("INSERT INTO power.x0 VALUES (1, 1)")

@@ -49,6 +49,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "OffsetRange": (False, False),
     },
     "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},
+    "Dnode": {"Append": (False, False)},
 }
 
 

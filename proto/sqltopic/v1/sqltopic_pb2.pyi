@@ -2116,6 +2116,68 @@ class OffsetRangeResponse(_message.Message):
 Global___OffsetRangeResponse: _TypeAlias = OffsetRangeResponse  # noqa: Y015
 
 @_typing.final
+class AppendRequest(_message.Message):
+    """Rows the mnode forwards."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    sent_ms: _builtins.int
+    """When the mnode sent it, in ms since the epoch (the proof's freshness)."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the request's other fields."""
+    vgroup: _builtins.int
+    """The vgroup to append to."""
+    catalog_change: _builtins.int
+    """The catalog change the rows need applied first (0: none)."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The data entries' bodies (Arrow IPC, docs/wal.md "Data entry bodies"), in order."""
+
+    def __init__(
+        self,
+        *,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        vgroup: _builtins.int = ...,
+        catalog_change: _builtins.int = ...,
+        entries: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "entries", b"entries", "proof", b"proof", "sent_ms", b"sent_ms", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
+
+@_typing.final
+class AppendResponse(_message.Message):
+    """The rows are in the WAL."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAST_VERSION_FIELD_NUMBER: _builtins.int
+    last_version: _builtins.int
+    """The version of the last entry appended."""
+    def __init__(
+        self,
+        *,
+        last_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_version", b"last_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
+
+@_typing.final
 class CreateTablesRequest(_message.Message):
     """The child tables a dnode's write needs."""
 

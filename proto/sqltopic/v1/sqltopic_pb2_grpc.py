@@ -1261,3 +1261,85 @@ class Cluster:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class DnodeStub:
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Append = channel.unary_unary(
+                '/sqltopic.v1.Dnode/Append',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.FromString,
+                _registered_method=True)
+
+
+class DnodeServicer:
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    def Append(self, request, context):
+        """Append the entries to the vgroup's WAL in one append (atomic there), once this
+        dnode applied catalog change `catalog_change` (the tables the rows belong to).
+        UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
+        (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_DnodeServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Append': grpc.unary_unary_rpc_method_handler(
+                    servicer.Append,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'sqltopic.v1.Dnode', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('sqltopic.v1.Dnode', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Dnode:
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    @staticmethod
+    def Append(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Dnode/Append',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -739,3 +739,52 @@ class ClusterServicer(metaclass=_abc_1.ABCMeta):
         """
 
 def add_ClusterServicer_to_server(servicer: ClusterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class DnodeStub:
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> DnodeAsyncStub: ...
+    Append: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.AppendRequest, _sqltopic_pb2.AppendResponse]
+    """Append the entries to the vgroup's WAL in one append (atomic there), once this
+    dnode applied catalog change `catalog_change` (the tables the rows belong to).
+    UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
+    (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+    """
+
+@_typing.type_check_only
+class DnodeAsyncStub(DnodeStub):
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Append: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.AppendRequest, _sqltopic_pb2.AppendResponse]  # type: ignore[assignment]
+    """Append the entries to the vgroup's WAL in one append (atomic there), once this
+    dnode applied catalog change `catalog_change` (the tables the rows belong to).
+    UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
+    (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+    """
+
+class DnodeServicer(metaclass=_abc_1.ABCMeta):
+    """A dnode's service for its mnode (clients never call it): the rows of an INSERT the
+    mnode ran, for vgroups this dnode hosts.
+    """
+
+    @_abc_1.abstractmethod
+    def Append(
+        self,
+        request: _sqltopic_pb2.AppendRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.AppendResponse, _abc.Awaitable[_sqltopic_pb2.AppendResponse]]:
+        """Append the entries to the vgroup's WAL in one append (atomic there), once this
+        dnode applied catalog change `catalog_change` (the tables the rows belong to).
+        UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
+        (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+        """
+
+def add_DnodeServicer_to_server(servicer: DnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,91 @@
+"""An mnode's calls to its dnodes: the rows of an INSERT it ran for vgroups they host
+(`Dnode.Append`, one call per vgroup: atomic there), proven with the cluster secret,
+made from the worker thread that runs the statement."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import cast
+
+import grpc
+
+from sqltopic.errors import ServerUnavailable, VgroupUnavailable
+from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.proto.status import from_status
+from sqltopic.server.common.cluster_secret import prove
+from sqltopic.server.core.state import Forwarded
+from sqltopic.server.rpc.dnode_service import append_fields
+
+# A dnode waits up to engine.DNODE_APPLY_WAIT_S (5 s) for the change the rows need,
+# then appends (an fsync at most): room for both, and a dead dnode still fails the call.
+APPEND_TIMEOUT_S = 30.0
+
+
+class DnodeCalls:
+    def __init__(
+        self, secret: str,
+        channel: Callable[[str], grpc.Channel] = lambda t: grpc.insecure_channel(
+            t, options=MESSAGE_OPTIONS
+        ),
+    ) -> None:  # fmt: skip
+        self._secret = secret
+        self._channel = channel
+        self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.DnodeStub]] = {}
+        self._lock = threading.Lock()
+
+    def forward(self, rows: dict[int, Forwarded], after: int) -> int:
+        """Send each vgroup's rows to its dnode once it applied catalog change `after`;
+        the entries appended. The first failure is raised (the vgroups sent before it
+        keep their rows: a write is atomic per vgroup, as on one server)."""
+        done = 0
+        for vgroup, sent in sorted(rows.items()):
+            request = pb.AppendRequest(
+                sent_ms=int(time.time() * 1000), vgroup=vgroup, catalog_change=after,
+                entries=[bytes(e.body) for e in sent.entries],
+            )  # fmt: skip
+            request.proof = prove(self._secret, request.sent_ms, *append_fields(request))
+            try:
+                self._stub(sent.endpoint).Append(request, timeout=APPEND_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                raise _error(exc, sent.endpoint, vgroup) from None
+            done += len(sent.entries)
+        return done
+
+    def _stub(self, endpoint: str) -> pb_grpc.DnodeStub:
+        with self._lock:
+            found = self._stubs.get(endpoint)
+            if found is None:
+                channel = self._channel(endpoint)
+                found = self._stubs[endpoint] = (channel, pb_grpc.DnodeStub(channel))
+            return found[1]
+
+    def close(self) -> None:
+        with self._lock:
+            for channel, _stub in self._stubs.values():
+                channel.close()
+            self._stubs.clear()
+
+
+def _error(exc: grpc.RpcError, endpoint: str, vgroup: int) -> Exception:
+    call = cast("grpc.Call", exc)
+    trailers = [(k, v) for k, v in call.trailing_metadata() or ()]
+    error = from_status(call.code(), call.details() or call.code().name, trailers)
+    if type(error) is ServerUnavailable:
+        return VgroupUnavailable(
+            f"vgroup {vgroup}: its dnode at {endpoint} does not answer ({call.details()}); "
+            "its rows of this INSERT were not written: retry once it is back (SHOW DNODES)"
+        )
+    return error
+
+
+def tls_channel(ca: bytes, key: bytes | None, chain: bytes | None) -> Callable[[str], grpc.Channel]:
+    """How an mnode with --dnode-tls-ca dials its dnodes (its own certificate as the
+    client's, for dnodes that ask for one)."""
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=chain
+    )
+    return lambda target: grpc.secure_channel(target, credentials, options=MESSAGE_OPTIONS)

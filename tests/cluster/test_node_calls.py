@@ -1,0 +1,98 @@
+"""Hostile calls between nodes, sent straight to a live mnode and dnode: Cluster.
+CreateTables and Dnode.Append with a wrong, stale or missing proof, or too large, are
+refused and change nothing; proven ones work (an mnode's rows reach a dnode's WAL)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from sqltopic.proto.arrow_ipc import to_ipc
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.common.cluster_secret import PROOF_WINDOW_MS, prove
+from sqltopic.server.rpc.cluster_service import create_tables_fields
+from sqltopic.server.rpc.dnode_service import MAX_APPEND_ENTRIES, append_fields
+from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
+from sqltopic.wal import data_entry
+from tests.cluster.support import SECRET, Cluster
+
+pytestmark = pytest.mark.cluster
+
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.fixture
+def one(cluster: Cluster) -> Cluster:
+    dnode = cluster.add_dnode()
+    cluster.wait_status(dnode, "ready")
+    cluster.sql(
+        "CREATE DATABASE power VGROUPS 1; "
+        "CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT)"
+    )
+    return cluster
+
+
+def _create(secret: str = SECRET, sent_ms: int | None = None, user: str = "root",
+            dnode_id: int = 1) -> pb.CreateTablesRequest:  # fmt: skip
+    names = pa.table({"tbname": ["n1"], "loc": [1]})
+    request = pb.CreateTablesRequest(
+        dnode_id=dnode_id, sent_ms=int(time.time() * 1000) if sent_ms is None else sent_ms,
+        user=user, target="power.meters", arrow=to_ipc(names).to_pybytes(),
+    )  # fmt: skip
+    request.proof = prove(secret, request.sent_ms, *create_tables_fields(request))
+    return request
+
+
+def _tables(cluster: Cluster) -> set[tuple[str, str]]:
+    return set(load_readonly(cluster.mnode.data / CATALOG_FILE)[0].tables)
+
+
+def _fails(call: object, request: object, code: grpc.StatusCode, words: str) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        call(request, timeout=30)  # type: ignore[operator]
+    assert caught.value.code() == code, caught.value.details()
+    assert words in (caught.value.details() or ""), caught.value.details()
+
+
+def test_create_tables_needs_the_secret_and_an_admitted_dnode(one: Cluster) -> None:
+    stale = int(time.time() * 1000) - PROOF_WINDOW_MS - 60_000
+    with grpc.insecure_channel(one.mnode.address) as channel:
+        stub = pb_grpc.ClusterStub(channel)
+        _fails(stub.CreateTables, _create("wrong-secret-wrong-secret"), UNAUTHENTICATED, "match")
+        _fails(stub.CreateTables, _create(sent_ms=stale), UNAUTHENTICATED, "clocks")
+        _fails(stub.CreateTables, _create(dnode_id=9), grpc.StatusCode.NOT_FOUND, "not admitted")
+        _fails(stub.CreateTables, _create(user="u" * 1000), INVALID, "at most")
+        _fails(stub.CreateTables, _create(user="nobody"), grpc.StatusCode.NOT_FOUND, "")
+        assert ("power", "n1") not in _tables(one)
+        assert stub.CreateTables(_create(), timeout=30).catalog_change > 0
+        assert ("power", "n1") in _tables(one)
+
+
+def _append(entries: list[bytes], secret: str = SECRET, vgroup: int = 1) -> pb.AppendRequest:
+    request = pb.AppendRequest(
+        sent_ms=int(time.time() * 1000), vgroup=vgroup, catalog_change=0, entries=entries
+    )
+    request.proof = prove(secret, request.sent_ms, *append_fields(request))
+    return request
+
+
+def test_append_needs_the_secret_and_changes_nothing_when_refused(one: Cluster) -> None:
+    dnode = one.dnodes[0]
+    before = [r[5] for r in one.sql("SHOW power.VGROUPS")]
+    body = bytes(data_entry(pa.table({"ts": [1], "v": [1]})).body)
+    with grpc.insecure_channel(dnode.address) as channel:
+        stub = pb_grpc.DnodeStub(channel)
+        _fails(stub.Append, _append([body], "wrong-secret-wrong-secret"), UNAUTHENTICATED, "match")
+        _fails(stub.Append, _append([]), INVALID, "entries")
+        _fails(stub.Append, _append([b""]), INVALID, "no body")
+        _fails(stub.Append, _append([b"x"] * (MAX_APPEND_ENTRIES + 1)), INVALID, "entries")
+        _fails(stub.Append, _append([body], vgroup=99), grpc.StatusCode.UNAVAILABLE, "not hosted")
+        forged = _append([body])
+        forged.vgroup = 2  # the proof covers the vgroup
+        _fails(stub.Append, forged, UNAUTHENTICATED, "match")
+    assert [r[5] for r in one.sql("SHOW power.VGROUPS")] == before
