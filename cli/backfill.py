@@ -4,11 +4,15 @@ and (with `--group`) the hand-off of the group to live consumption where Spark s
 Order, so that a refused run writes nothing and changes no offsets: `prepare()` (unknown
 topic, SQL Spark cannot run), then, with a server, the group's live consumers (refused
 unless `--force`) and the snapshot: each vgroup's end from `Vnode.OffsetRange`, capped by
-`--upto`; then the job checks the output directory and Java before Spark starts. The job
-reads the data directory's files itself, so the command runs where the server's `--data`
-directory is (its machine or a shared filesystem); the server's ends must not be past
-what the files hold there. `--offline` takes the ends from the files alone (no server,
-no hand-off).
+`--upto`; then the job checks the output directory and Java before Spark starts.
+
+Without `--data`, the job reads through the server (spark_jobs/remote.py): the catalog
+objects, each vgroup's node (a cluster's dnodes) and its entries come over the
+protocol, so the command runs on any machine that reaches the server with a user's
+credentials. With `--data`, it reads the data directory's files itself (the fast path,
+where the server's directory is visible: its machine or a shared filesystem); the
+server's ends must not be past what the files hold there. `--offline` takes the ends
+from the files alone (no server, no hand-off).
 
 Only after the job succeeded, the manifest's end versions become the group's committed
 offsets, in one standalone commit (the server stores all or none, and refuses while a
@@ -24,23 +28,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqltopic.cli.connect import ServerOptions, open_connection, options_parser
+from sqltopic.cli.connect import SERVER_ENV, ServerOptions, open_connection, options_parser
 from sqltopic.cli.format import counted
 from sqltopic.cli.spark_log import jvm_cause, jvm_output_aside
 from sqltopic.cli.stage_bar import StageBar
 from sqltopic.client import admin
 from sqltopic.client.connection import Connection
+from sqltopic.client.tls import TlsHandshakeError
 from sqltopic.errors import (
+    AuthenticationFailed,
     BackfillError,
     ConfigError,
     ConsumerFenced,
     Error,
+    NoPermission,
     NotFoundError,
+    ServerUnavailable,
     TopicNotFound,
 )
 from sqltopic.server.main import DEFAULT_DATA
@@ -93,9 +101,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--data",
         type=Path,
-        default=Path(DEFAULT_DATA),
+        default=None,
         metavar="DIR",
-        help=f"the server's data directory (default: {DEFAULT_DATA})",
+        help="read the server's data directory's files (faster, where they are visible); "
+        f"without it the job reads through --server (with --offline: {DEFAULT_DATA})",
     )
     parser.add_argument(
         "--force",
@@ -134,7 +143,7 @@ class Settings:
     offline: bool
     master: str
     upto: dict[int, int] | None
-    data: Path
+    data: Path | None  # None: read through the server
     force: bool
     server: ServerOptions
 
@@ -142,8 +151,9 @@ class Settings:
     def of(cls, args: argparse.Namespace) -> Settings:
         if args.force and args.group is None:
             raise ConfigError("--force evicts a group's consumers: give it with --group G")
+        data = args.data if args.data is not None or not args.offline else Path(DEFAULT_DATA)
         return cls(args.topic, args.output, args.group, args.offline, args.master, args.upto,
-                   args.data, args.force, ServerOptions.of(args))  # fmt: skip
+                   data, args.force, ServerOptions.of(args))  # fmt: skip
 
 
 def run(args: argparse.Namespace, spark: Any = None) -> int:
@@ -162,7 +172,7 @@ def backfill(settings: Settings, *, spark: Any = None, stream: TextIO | None = N
     try:
         bar.stage("checking")
         plan = _prepare(settings)
-        if settings.offline:
+        if settings.offline and settings.data is not None:
             ends = _capped(job.local_ends(settings.data, plan.database), settings.upto)
         else:
             bar.stage("snapshot")
@@ -170,7 +180,7 @@ def backfill(settings: Settings, *, spark: Any = None, stream: TextIO | None = N
         manifest = _run_job(settings, plan, ends, spark, bar)
         if settings.group is not None:
             bar.stage("hand-off")
-            _hand_off(settings, settings.group, manifest)
+            _hand_off(settings, settings.group, manifest, plan)
     finally:
         bar.close()
     return manifest
@@ -207,8 +217,22 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _prepare(settings: Settings) -> BackfillPlan:
-    from sqltopic.spark_jobs.backfill import prepare  # noqa: PLC0415
+    from sqltopic.spark_jobs.backfill import prepare, prepare_remote  # noqa: PLC0415
+    from sqltopic.spark_jobs.remote import Remote  # noqa: PLC0415
 
+    if settings.data is None:
+        server = settings.server
+        try:
+            return prepare_remote(
+                Remote(server.server, server.user, server.password, settings.topic, server.tls)
+            )
+        except (AuthenticationFailed, TlsHandshakeError, TopicNotFound, NoPermission):
+            raise
+        except ServerUnavailable as exc:
+            raise Error(
+                f"cannot reach the server at {server.server}: {exc} (the backfill reads "
+                f"through it without --data; see --server or ${SERVER_ENV})"
+            ) from None
     try:
         return prepare(settings.data, settings.topic)
     except TopicNotFound as exc:
@@ -221,11 +245,13 @@ def _prepare(settings: Settings) -> BackfillPlan:
 def _online_ends(settings: Settings, plan: BackfillPlan) -> dict[int, int]:
     """The server's end per vgroup (after the group check), capped by --upto, and
     checked against what the data directory holds."""
-    from sqltopic.spark_jobs.backfill import local_ends  # noqa: PLC0415
+    from sqltopic.spark_jobs.backfill import local_ends, remote_ends  # noqa: PLC0415
 
     with open_connection(settings.server) as conn:
         if settings.group is not None and not settings.force:
             _check_idle(conn, settings.topic, settings.group)
+        if settings.data is None:  # read through the server: its nodes' ends
+            return _capped(remote_ends(plan), settings.upto)
         try:
             ranges = admin.offset_ranges(conn, settings.topic, plan.vgroups)
         except NotFoundError as exc:
@@ -269,16 +295,24 @@ def _check_idle(conn: Connection, topic: str, group: str) -> None:
         )
 
 
-def _hand_off(settings: Settings, group: str, manifest: Manifest) -> None:
-    """The manifest's ends become the group's committed offsets, in one commit."""
+def _hand_off(settings: Settings, group: str, manifest: Manifest, plan: BackfillPlan) -> None:
+    """The manifest's ends become the group's committed offsets: in one commit, or on a
+    cluster one commit per dnode (each stores all of its vgroups' or none)."""
     offsets = {span.vgroup: span.end for span in manifest.vgroups}
-    with open_connection(settings.server) as conn:
-        try:
-            # --force: the server removes the group's consumers and stores the offsets
-            # before any can rejoin, so they resume from exactly these offsets
-            admin.commit_group(conn, settings.topic, group, offsets, evict=settings.force)
-        except ConsumerFenced as exc:
-            raise Error(_not_handed_off(settings.output, group, exc)) from None
+    nodes = plan.remote.endpoints if plan.remote is not None else {}
+    by_node: dict[str, dict[int, int]] = {}
+    for vgroup, end in offsets.items():
+        by_node.setdefault(nodes.get(vgroup, ""), {})[vgroup] = end
+    server = settings.server
+    for endpoint, part in sorted(by_node.items()):
+        node = replace(server, server=endpoint) if endpoint else server
+        with open_connection(node) as conn:
+            try:
+                # --force: the server removes the group's consumers and stores the offsets
+                # before any can rejoin, so they resume from exactly these offsets
+                admin.commit_group(conn, settings.topic, group, part, evict=settings.force)
+            except ConsumerFenced as exc:
+                raise Error(_not_handed_off(settings.output, group, exc)) from None
 
 
 def _not_handed_off(output: Path, group: str, why: Error) -> str:

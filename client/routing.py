@@ -36,15 +36,18 @@ class Routes:
 
     epoch: int = 0
     routed: bool = False  # False: send everything to the server connected to
-    # database -> the endpoint of each of its vgroups, in hash order
-    databases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # database -> (vgroup, the endpoint hosting it) of each of its vgroups, in hash order
+    databases: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, answer: pb.RoutesResponse) -> Routes:
         return cls(
             answer.epoch,
             answer.routed,
-            {d.database: tuple(v.endpoint for v in d.vgroups) for d in answer.databases},
+            {
+                d.database: tuple((v.vgroup, v.endpoint) for v in d.vgroups)
+                for d in answer.databases
+            },
         )
 
     def split(self, database: str, target: str, data: pa.Table) -> dict[str, pa.Table] | None:
@@ -53,9 +56,10 @@ class Routes:
         not know the database (made since they were read: read them again)."""
         if not self.routed:
             return {HERE: data}
-        endpoints = self.databases.get(database)
-        if endpoints is None:
+        found = self.databases.get(database)
+        if found is None:
             return None
+        endpoints = tuple(endpoint for _vgroup, endpoint in found)
         names = _tbname(data)
         if names is None:  # one table: all rows in its vgroup
             return {endpoints[_slot(database, target.rpartition(".")[2], endpoints)]: data}

@@ -4,6 +4,10 @@
     ends = local_ends(data_dir, plan.database)       # or the server's snapshot
     manifest = run_backfill(plan, Path("out"), ends, master="local[*]")
 
+or, through the server (a cluster, or files the job cannot see: spark_jobs/remote.py),
+`plan = prepare_remote(Remote(server, user, password, "overvoltage"))` and the ends
+`remote_ends(plan)`.
+
 `run_backfill` reads each vgroup from its first retained version to `ends[vgroup]`
 (exclusive) through the `sqltopic_wal` source, runs the topic's SQL transpiled to Spark
 SQL (`transpile`), writes Parquet partitioned by vgroup (`vgroup=N/part-*.parquet`,
@@ -16,23 +20,24 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqltopic.errors import BackfillError, BackfillUnsupported, OutputExists
-from sqltopic.spark_jobs import parquet, session
+from sqltopic.spark_jobs import parquet, remote, session
 from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest, VgroupSpan
 from sqltopic.spark_jobs.pieces import extent
 from sqltopic.spark_jobs.progress import BackfillProgress, ProgressWatch
+from sqltopic.spark_jobs.remote import Remote
 from sqltopic.spark_jobs.spec import VERSION, VGROUP, load_catalog
 from sqltopic.spark_jobs.transpile import SparkQuery, transpile
-from sqltopic.sql.model import TBNAME, Topic
+from sqltopic.sql.model import TBNAME, Catalog, Topic
 from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.target import find_target
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrameReader, SparkSession
 
 __all__ = [
     "BackfillPlan",
@@ -41,6 +46,8 @@ __all__ = [
     "VgroupSpan",
     "local_ends",
     "prepare",
+    "prepare_remote",
+    "remote_ends",
     "run_backfill",
 ]
 
@@ -61,12 +68,29 @@ class BackfillPlan:
     columns: tuple[str, ...]  # the source columns the SQL needs
     query: SparkQuery
     schema: tuple[tuple[str, str], ...]  # output column, TDengine type
+    remote: Remote | None = None  # read through the server, not `data_dir`'s files
 
 
 def prepare(data_dir: Path, topic: str) -> BackfillPlan:
     """Every check that needs no Spark: TopicNotFound, BackfillUnsupported (not a query
     topic, or SQL Spark cannot run exactly), a data directory that is not one."""
-    catalog = load_catalog(data_dir)
+    return _plan(load_catalog(data_dir), topic, data_dir, None)
+
+
+def prepare_remote(source: Remote) -> BackfillPlan:
+    """`prepare` of a backfill that reads through the server: the catalog objects it
+    needs and the node of each vgroup asked of it (TopicNotFound, NoPermission)."""
+    plan = _plan(remote.catalog(source), source.topic, Path(), None)
+    return replace(plan, remote=source.located(plan.database))
+
+
+def remote_ends(plan: BackfillPlan) -> dict[int, int]:
+    """Per vgroup, the end of its WAL on the node hosting it (the next version)."""
+    assert plan.remote is not None
+    return {v: e.next_version for v, e in remote.extents(plan.remote, plan.vgroups).items()}
+
+
+def _plan(catalog: Catalog, topic: str, data_dir: Path, source: Remote | None) -> BackfillPlan:
     found = catalog.topic(topic.lower())
     _check_kind(found)
     target = find_target(catalog, found.db, found.target or "")
@@ -92,6 +116,7 @@ def prepare(data_dir: Path, topic: str) -> BackfillPlan:
         columns=tuple(sorted(needs)),
         query=query,
         schema=tuple((c.name, c.type.sql()) for c in found.output),
+        remote=source,
     )
 
 
@@ -163,11 +188,10 @@ def _run(
 
     register(spark)
     report(BackfillProgress("planning", 0))
-    starts = {v: extent(plan.data_dir, v).first for v in plan.vgroups}
+    starts = _starts(plan)
     starts = {v: min(s, ends[v]) for v, s in starts.items()}
     source = (
-        spark.read.format(NAME)
-        .option("path", str(plan.data_dir))
+        _located(spark.read.format(NAME), plan)
         .option("database", plan.database)
         .option("table", plan.table)
         .option("columns", ",".join(plan.columns))
@@ -191,6 +215,27 @@ def _run(
     parquet.write_text_atomic(out / MANIFEST_NAME, manifest.to_json())
     report(BackfillProgress("done", sum(s.rows for s in spans)))
     return manifest
+
+
+def _starts(plan: BackfillPlan) -> dict[int, int]:
+    """Each vgroup's first retained version, in the files or on its node."""
+    if plan.remote is not None:
+        return {v: e.first for v, e in remote.extents(plan.remote, plan.vgroups).items()}
+    return {v: extent(plan.data_dir, v).first for v in plan.vgroups}
+
+
+def _located(reader: DataFrameReader, plan: BackfillPlan) -> DataFrameReader:
+    """The source's options saying where the entries are: the files, or the server."""
+    source = plan.remote
+    if source is None:
+        return reader.option("path", str(plan.data_dir))
+    tls = source.tls
+    options = {
+        "server": source.server, "user": source.user, "password": source.password,
+        "topic": source.topic, "tls": str(tls.enabled).lower(), "tlsCa": tls.ca or "",
+        "tlsCert": tls.cert or "", "tlsKey": tls.key or "",
+    }  # fmt: skip
+    return reader.options(**options)
 
 
 def _check_output(out: Path) -> None:

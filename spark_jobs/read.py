@@ -19,10 +19,12 @@ import pyarrow as pa
 from sqltopic.errors import BackfillError, VersionNotRetained
 from sqltopic.spark_jobs import types
 from sqltopic.spark_jobs.pieces import Piece, open_wal
+from sqltopic.spark_jobs.remote import Remote, entries
 from sqltopic.spark_jobs.spec import VERSION, VGROUP, Spec
 from sqltopic.sql.entries import conform, entry_runs
 from sqltopic.sql.model import TBNAME
 from sqltopic.wal import EntryType
+from sqltopic.wal.codec import decode_arrow_keyed
 
 # Rows per batch handed to Spark: big batches amortise the Arrow hand-over to the JVM
 # (~0.1 ms each), and stay a few MB.
@@ -61,6 +63,9 @@ def _flush(pending: list[pa.RecordBatch], spec: Spec) -> Iterator[pa.RecordBatch
 
 def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
     tables = spec.tables.get(piece.vgroup, {})
+    if spec.remote is not None:
+        yield from _remote_batches(spec, spec.remote, tables, piece)
+        return
     reader = open_wal(Path(spec.data_dir), piece.vgroup)
     version, seen = piece.start, 0
     while version < piece.end:
@@ -81,6 +86,22 @@ def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
         if not records or records[-1].version >= piece.end:
             break
         version = records[-1].version + 1
+    if seen != piece.entries:
+        raise BackfillError(
+            f"vgroup {piece.vgroup}: versions {piece.start}..{piece.end - 1} held "
+            f"{piece.entries} entries when the job was planned, and {seen} now; run it again"
+        )
+
+
+def _remote_batches(
+    spec: Spec, source: Remote, tables: dict[str, Any], piece: Piece
+) -> Iterator[pa.RecordBatch]:
+    """`_entry_batches` of a piece read through the server (spark_jobs/remote.py)."""
+    seen = 0
+    for version, kind, body in entries(source, piece):
+        seen += 1
+        if kind is EntryType.DATA:
+            yield from _entry(spec, tables, piece.vgroup, version, decode_arrow_keyed(body))
     if seen != piece.entries:
         raise BackfillError(
             f"vgroup {piece.vgroup}: versions {piece.start}..{piece.end - 1} held "

@@ -22,6 +22,13 @@ Columns: see `spec`. Planning (`partitions()`) opens every vnode's WAL read-only
 lists one partition per piece of a segment (`pieces`), so a read scales with executors;
 every executor must see the data directory (the same machine, or a shared filesystem).
 Other filters are not pushed: the WAL has no index to skip rows by value.
+
+Through the server instead of the files (a cluster, or a data directory the executors
+cannot see): `server` (host:port of the server or the cluster's mnode) and `topic` (read
+with SUBSCRIBE on it; `database` and `table` default to the topic's) instead of `path`,
+with `user` and `password` (default root / taosdata) and, for TLS, `tls` (`true`),
+`tlsCa`, `tlsCert`, `tlsKey` (PEM paths every executor can read). Each task then
+streams its piece from the node hosting the vgroup (spark_jobs/remote.py).
 """
 
 from __future__ import annotations
@@ -33,11 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from sqltopic.client.tls import TlsFiles
 from sqltopic.errors import ConfigError
-from sqltopic.spark_jobs import types
+from sqltopic.spark_jobs import remote, types
 from sqltopic.spark_jobs.pieces import PIECE_BYTES, Piece, list_pieces
 from sqltopic.spark_jobs.pushdown import Pushed
+from sqltopic.spark_jobs.remote import Remote
 from sqltopic.spark_jobs.spec import Spec, build_spec, load_catalog
+from sqltopic.sql.topic.params import topic_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,6 +56,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 NAME = "sqltopic_wal"
+# A read through the server logs in as this user unless the options say otherwise (the
+# client's own defaults: TDengine's).
+DEFAULT_USER = "root"
+DEFAULT_PASSWORD = "taosdata"
 
 
 class PiecePartition(InputPartition):
@@ -68,6 +82,8 @@ class WalSource(DataSource):
         return NAME
 
     def spec(self) -> Spec:
+        if self._spec is None and self.options.get("server"):
+            self._spec = _remote_spec(self.options)
         if self._spec is None:
             data_dir = Path(_required(self.options, "path"))
             database = _required(self.options, "database").lower()
@@ -98,8 +114,13 @@ class WalSourceReader(DataSourceReader):
         b, pushed = self.bounds, self.pushed
         chosen = [v for v in self.spec.vgroups if not b.vgroups or v in b.vgroups]
         vgroups = tuple(v for v in chosen if pushed.keeps_vgroup(v))
-        pieces = list_pieces(Path(self.spec.data_dir), vgroups, b.starts, b.ends, b.piece_bytes,
-                             strict=b.strict, within=(pushed.low, pushed.high))  # fmt: skip
+        within = (pushed.low, pushed.high)
+        if self.spec.remote is not None:
+            pieces = remote.pieces(self.spec.remote, vgroups, b.starts, b.ends,
+                                   strict=b.strict, within=within)  # fmt: skip
+        else:
+            pieces = list_pieces(Path(self.spec.data_dir), vgroups, b.starts, b.ends,
+                                 b.piece_bytes, strict=b.strict, within=within)  # fmt: skip
         # Spark needs at least one partition; an empty piece reads nothing
         return [PiecePartition(p) for p in pieces] or [PiecePartition(_EMPTY)]
 
@@ -166,6 +187,28 @@ def _int(text: str, key: str) -> int:
         return int(text.strip())
     except ValueError:
         raise ConfigError(f"option {key}: {text!r} is not an integer") from None
+
+
+def _remote_spec(options: Any) -> Spec:
+    """The spec of a read through the server: the catalog objects and the vgroups'
+    nodes asked of it."""
+    files = TlsFiles(
+        options.get("tls", "false").lower() == "true", options.get("tlsCa") or None,
+        options.get("tlsCert") or None, options.get("tlsKey") or None,
+    )  # fmt: skip
+    base = Remote(
+        _required(options, "server"), options.get("user") or DEFAULT_USER,
+        options.get("password") or DEFAULT_PASSWORD, _required(options, "topic").lower(),
+        files,
+    )  # fmt: skip
+    catalog = remote.catalog(base)
+    topic = catalog.topic(topic_of(base.topic))
+    database = (options.get("database") or topic.db).lower()
+    table = (options.get("table") or topic.target or "").lower()
+    columns = tuple(c for c in options.get("columns", "").split(",") if c.strip())
+    prefilter = options.get("prefilter") or None
+    return build_spec(Path(), catalog, database, table, columns, prefilter,
+                      base.located(database))  # fmt: skip
 
 
 def _required(options: Any, key: str) -> str:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from sqltopic.errors import BackfillError, ConfigError, NotFoundError
 from sqltopic.spark_jobs import types
+from sqltopic.spark_jobs.remote import Remote
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table
@@ -48,6 +49,8 @@ class Spec:
     spark: pa.Schema  # the same in Spark's Arrow types (see `types`)
     # a query topic's condition, evaluated in the source to leave out rows it rejects
     prefilter: ArrowPlan | None = None
+    # the entries come through the server (remote.py), not from `data_dir`'s files
+    remote: Remote | None = None
 
     @property
     def vgroups(self) -> tuple[int, ...]:
@@ -70,6 +73,7 @@ def build_spec(
     table: str,
     columns: tuple[str, ...] = (),
     prefilter: str | None = None,
+    remote: Remote | None = None,
 ) -> Spec:
     """The read of `database.table` (super, child or normal table), all columns or those
     named in `columns`; with `prefilter` (a query topic on that table), without rows the
@@ -90,6 +94,7 @@ def build_spec(
         arrow=chosen,
         spark=types.spark_schema(chosen),
         prefilter=_prefilter(catalog, database, table, prefilter, fields),
+        remote=remote,
     )
 
 

@@ -189,6 +189,25 @@ def _load(db: sqlite3.Connection) -> tuple[Catalog, dict[int, int]]:
     return catalog, applied
 
 
+def object_row(kind: str, obj: Any) -> tuple[str, str, str]:
+    """(kind, key, body) of a catalog object (a database, super table, table, topic or
+    dnode) as the objects table and the change log hold it."""
+    if kind in ("stable", "table"):
+        key = f"{obj.db}.{obj.name}"
+    elif kind == "dnode":
+        key = str(obj.id)
+    else:
+        key = obj.name
+    return kind, key, json.dumps(_DUMPERS[kind](obj), separators=(",", ":"))
+
+
+def catalog_of(rows: Iterable[tuple[str, str, str]]) -> Catalog:
+    """A catalog of the objects `rows` hold (`object_row`'s form)."""
+    catalog = Catalog()
+    apply_change(catalog, {"objects": [list(r) for r in rows]})
+    return catalog
+
+
 def apply_change(catalog: Catalog, change: dict[str, Any]) -> None:
     """Apply a logged change's objects and settings (sql/change_log.py) to `catalog` in
     memory, as `ChangeLog.apply` writes them to disk: a dnode's catalog follows its

@@ -17,7 +17,8 @@ ALLOWED: dict[str, set[str]] = {
     "sql": {"errors"},
     "proto": {"errors"},
     "server": {"errors", "wal", "sql", "proto"},
-    "spark_jobs": {"errors", "wal", "sql"},
+    # spark_jobs reads a cluster's WAL through the public protocol (spark_jobs/remote.py)
+    "spark_jobs": {"errors", "wal", "sql", "proto", "client"},
     "client": {"errors", "proto"},
     "aio": {"client"},  # the public name of client/aio.py
     "taos": {"client"},  # the public name of client/taos.py

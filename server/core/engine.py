@@ -25,6 +25,7 @@ from sqltopic.server.core import (
     ddl,
     ddl_alter,
     dnodes,
+    history,
     privileges,
     query,
     show,
@@ -208,6 +209,19 @@ class Engine:
         """Where the vgroups `user` may see are served (server/core/placement.py)."""
         with self._state.lock.shared():
             return routes(self._state, user)
+
+    def history_vnode(self, user: str, topic: str, database: str, vgroup: int) -> Vnode:
+        """The vnode of `vgroup` once `user` may read its raw history (SUBSCRIBE on
+        `topic`, or READ on all of `database`: server/core/history.py)."""
+        with self._state.lock.shared():
+            return history.history_vnode(self._state, user, topic, database, vgroup)
+
+    def catalog_rows(
+        self, user: str, topic: str, database: str, table: str
+    ) -> list[tuple[str, str, str]]:
+        """The catalog objects a reader of `topic` (or `database.table`) needs."""
+        with self._state.lock.shared():
+            return history.catalog_rows(self._state, user, topic, database, table)
 
     def vgroup_source(self, vgroup: int) -> tuple[str, int, int]:
         """Where `vgroup` is served ("" here, else its dnode's endpoint) and its first

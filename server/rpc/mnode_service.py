@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from sqltopic.errors import (
     ConfigError,
@@ -34,7 +34,7 @@ from sqltopic.server.mnode.coordinator import (
     Progress,
 )
 from sqltopic.server.mnode.share_settings import ShareSettings
-from sqltopic.server.rpc.rpc import RESETS, Context, unary
+from sqltopic.server.rpc.rpc import RESETS, Context, streaming, unary
 from sqltopic.sql.model import no_database
 from sqltopic.sql.topic.params import subscribed, topic_of
 
@@ -42,6 +42,8 @@ log = logging.getLogger("sqltopic.server")
 
 # TDengine's mnode checks consumers every 2 s: silent consumers are found within a tick.
 REBALANCE_INTERVAL_S = 2.0
+# Catalog objects per ReadCatalog frame: ~0.5 KB each, a few MB a frame.
+CATALOG_OBJECTS_PER_FRAME = 10_000
 # Progress reports (SHOW SUBSCRIPTIONS' positions and row counts) are saved this often,
 # not at every tick: a save writes the whole group state (~0.1 s of CPU with a thousand
 # consumers), and after a crash the counts are at most this old. Memberships and
@@ -245,6 +247,21 @@ class MnodeService(pb_grpc.MnodeServicer):
         return pb.GetAssignmentResponse(
             epoch=view.epoch, assignments=assignments, status=STATUS[view.status]
         )
+
+    @streaming
+    async def ReadCatalog(
+        self, request: pb.ReadCatalogRequest, context: Context
+    ) -> AsyncIterator[pb.ReadCatalogResponse]:
+        session = self._sessions.session(context.invocation_metadata())
+        rows = await asyncio.to_thread(
+            self._engine.catalog_rows, session.user, request.topic, request.database,
+            request.table,
+        )  # fmt: skip
+        for start in range(0, len(rows), CATALOG_OBJECTS_PER_FRAME):
+            yield pb.ReadCatalogResponse(objects=[
+                pb.CatalogObject(kind=k, key=key, body=body)
+                for k, key, body in rows[start : start + CATALOG_OBJECTS_PER_FRAME]
+            ])  # fmt: skip
 
     @unary
     async def Routes(self, request: pb.RoutesRequest, context: Context) -> pb.RoutesResponse:

@@ -73,6 +73,13 @@ class Executors:
     commits: Executor
 
 
+# A ReadEntries frame holds at most this many bytes of bodies (one larger entry alone):
+# gRPC's default 4 MiB message, so that any client reads it.
+READ_ENTRIES_BYTES = 4 << 20
+# Entries read from the WAL per step of a ReadEntries call.
+READ_ENTRIES_BATCH = 1024
+
+
 class VnodeService(pb_grpc.VnodeServicer):
     def __init__(
         self, engine: Engine, sessions: Sessions, coordinator: Coordinator,
@@ -461,6 +468,40 @@ class VnodeService(pb_grpc.VnodeServicer):
                 )
             )  # fmt: skip
         return ranges
+
+    @streaming
+    async def ReadEntries(
+        self, request: pb.ReadEntriesRequest, context: Context
+    ) -> AsyncIterator[pb.ReadEntriesResponse]:
+        user = self._sessions.session(context.invocation_metadata()).user
+        vnode = await self._run(
+            self._engine.history_vnode, user, request.topic, request.database, request.vgroup
+        )
+        version = request.from_version
+        end = request.to_version or vnode.wal.next_version
+        while version < end:
+            frame, version = await self._run(_entries_frame, vnode, version, end)
+            if not frame.entries:
+                return
+            yield frame
+
+
+def _entries_frame(vnode: Vnode, version: int, end: int) -> tuple[pb.ReadEntriesResponse, int]:
+    """Entries from `version` up to `end` (excluded), at most READ_ENTRIES_BYTES of them
+    (or one larger entry), and the version after them."""
+    frame, size = pb.ReadEntriesResponse(), 0
+    for record in vnode.reader().read(version, max_entries=READ_ENTRIES_BATCH):
+        if record.version >= end or (
+            frame.entries and size + len(record.body) > READ_ENTRIES_BYTES
+        ):
+            break
+        frame.entries.append(pb.RawEntry(
+            version=record.version, entry_type=int(record.entry_type),
+            ingest_us=record.ingest_us, body=bytes(record.body),
+        ))  # fmt: skip
+        size += len(record.body)
+        version = record.version + 1
+    return frame, version
 
 
 def fetch_too_large(request: pb.PollRequest, frames: list[pb.PollResponse]) -> TooLarge:

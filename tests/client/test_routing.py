@@ -13,7 +13,7 @@ from sqltopic.sql.model import Database
 
 VGROUPS = (11, 12, 13, 14)
 ENDPOINTS = ("a:1", "b:1", "a:1", "c:1")  # vgroup 11 and 13 on one dnode
-ROUTES = Routes(7, True, {"power": ENDPOINTS})
+ROUTES = Routes(7, True, {"power": tuple(zip(VGROUPS, ENDPOINTS, strict=True))})
 DB = Database("power", VGROUPS, "ms", {}, 0)
 
 
@@ -81,4 +81,4 @@ def test_unknown_databases_and_servers_without_routes() -> None:
     answer = pb.RoutesResponse(
         epoch=3, routed=True, databases=[pb.DatabaseRoutes(database="power", vgroups=vgroups)]
     )
-    assert Routes.of(answer) == ROUTES.__class__(3, True, {"power": ENDPOINTS})
+    assert Routes.of(answer) == Routes(3, True, ROUTES.databases)

@@ -35,6 +35,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Heartbeats": (False, False),
         "GetAssignment": (False, False),
         "Routes": (False, False),
+        "ReadCatalog": (False, True),
         "Unsubscribe": (False, False),
         "CloseConsumer": (False, False),
         "Close": (False, False),  # CloseConsumer's deprecated first name, still served
@@ -47,6 +48,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Acknowledge": (False, False),
         "Committed": (False, False),
         "OffsetRange": (False, False),
+        "ReadEntries": (False, True),
     },
     "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},
     "Dnode": {"Append": (False, False)},

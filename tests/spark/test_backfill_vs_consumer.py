@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sqltopic.cli import backfill
-from sqltopic.client import Connection, admin
+from sqltopic.client import Connection
 from sqltopic.client.consumer import Consumer
 from tests.live_server import ServerProcess
-from tests.spark.test_handoff import VGROUPS, follow
+from tests.spark.test_handoff import follow, manifest_ends
 
 pytestmark = pytest.mark.spark
 
@@ -56,25 +56,38 @@ def _rows(table: pa.Table, names: list[str]) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("topic", sorted(TOPICS))
+@pytest.mark.parametrize("source", ["files", "server"])
 def test_the_backfill_equals_consuming_from_earliest(
-    server: ServerProcess, live_power: Connection, spark: Any, tmp_path: Path, topic: str
-) -> None:
+    server: ServerProcess, live_power: Connection, spark: Any, tmp_path: Path, topic: str,
+    source: str,
+) -> None:  # fmt: skip
+    """Reading the data directory's files (--data) or through the server (without it:
+    ReadCatalog, OffsetRange and ReadEntries), the same rows."""
     live_power.execute(f"CREATE TOPIC {topic} AS {TOPICS[topic]}")
     _history(live_power)
-    out = tmp_path / "out"
+    files = ["--data", str(server.data)] if source == "files" else []
+    check_against_consumer(server.address, topic, tmp_path / "out", spark, files)
+
+
+def check_against_consumer(
+    address: str, topic: str, out: Path, spark: Any, extra: list[str]
+) -> None:
+    """Backfill `topic` of the server (or cluster's mnode) at `address`, then consume it
+    from earliest up to where the backfill stopped: each vgroup's Parquet rows equal
+    what the consumer received from it, in WAL order."""
     parser = argparse.ArgumentParser()
     backfill.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["backfill", topic, "--output", str(out), "--server",
-                              server.address, "--data", str(server.data)])  # fmt: skip
+    args = parser.parse_args(["backfill", topic, "--output", str(out), "--server", address,
+                              *extra])  # fmt: skip
     assert backfill.run(args, spark=spark) == 0
-    ends = {v: r.end for v, r in admin.offset_ranges(live_power, topic, VGROUPS).items()}
-    config = {"server": server.address, "group.id": "diff", "auto.offset.reset": "earliest",
+    ends = manifest_ends(out)
+    config = {"server": address, "group.id": "diff", "auto.offset.reset": "earliest",
               "fetch.max.wait.ms": "100"}  # fmt: skip
     with Consumer(config) as consumer:
         consumer.subscribe([topic])
         messages = follow(consumer, ends)
     total = 0
-    for vgroup in VGROUPS:
+    for vgroup in sorted(ends):
         consumed = [m.to_arrow() for m in messages if m.vgroup == vgroup and m.row_count]
         directory = out / f"vgroup={vgroup}"
         if not directory.exists():  # no row of the topic in this vgroup

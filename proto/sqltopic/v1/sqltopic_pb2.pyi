@@ -522,6 +522,90 @@ class TopicVgroupOffset(_message.Message):
 Global___TopicVgroupOffset: _TypeAlias = TopicVgroupOffset  # noqa: Y015
 
 @_typing.final
+class ReadCatalogRequest(_message.Message):
+    """Whose catalog objects to read."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    DATABASE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The topic read ("" for a table)."""
+    database: _builtins.str
+    """Without a topic: the database and table read."""
+    table: _builtins.str
+    """The table (super, child or normal) without a topic."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        database: _builtins.str = ...,
+        table: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database", b"database", "table", b"table", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadCatalogRequest: _TypeAlias = ReadCatalogRequest  # noqa: Y015
+
+@_typing.final
+class ReadCatalogResponse(_message.Message):
+    """Some of the objects, as the catalog stores them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___CatalogObject]:
+        """Up to 10,000 objects per frame."""
+
+    def __init__(
+        self,
+        *,
+        objects: _abc.Iterable[Global___CatalogObject] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["objects", b"objects"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadCatalogResponse: _TypeAlias = ReadCatalogResponse  # noqa: Y015
+
+@_typing.final
+class CatalogObject(_message.Message):
+    """One catalog object."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """database, stable, table or topic."""
+    key: _builtins.str
+    """Its key: `db.name` for super and child tables, the name otherwise."""
+    body: _builtins.str
+    """The object as JSON (the catalog's own form, sql/catalog_store.py)."""
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        key: _builtins.str = ...,
+        body: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "key", b"key", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CatalogObject: _TypeAlias = CatalogObject  # noqa: Y015
+
+@_typing.final
 class RoutesRequest(_message.Message):
     """Asks for the vgroups' routes; no fields yet."""
 
@@ -2176,6 +2260,102 @@ class AppendResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
+
+@_typing.final
+class ReadEntriesRequest(_message.Message):
+    """Which raw entries to read."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    DATABASE_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    FROM_VERSION_FIELD_NUMBER: _builtins.int
+    TO_VERSION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The topic whose history is read ("" to read a database's)."""
+    database: _builtins.str
+    """Without a topic: the database."""
+    vgroup: _builtins.int
+    """The vgroup."""
+    from_version: _builtins.int
+    """The first version to read."""
+    to_version: _builtins.int
+    """The version to stop before; 0: the WAL's end when the call starts."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        database: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        from_version: _builtins.int = ...,
+        to_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database", b"database", "from_version", b"from_version", "to_version", b"to_version", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadEntriesRequest: _TypeAlias = ReadEntriesRequest  # noqa: Y015
+
+@_typing.final
+class ReadEntriesResponse(_message.Message):
+    """Entries, in version order (a frame holds at most 4 MiB of them, or one larger entry)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RawEntry]:
+        """The entries."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___RawEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadEntriesResponse: _TypeAlias = ReadEntriesResponse  # noqa: Y015
+
+@_typing.final
+class RawEntry(_message.Message):
+    """One WAL entry as the WAL holds it (docs/wal.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    ENTRY_TYPE_FIELD_NUMBER: _builtins.int
+    INGEST_US_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    """Its version."""
+    entry_type: _builtins.int
+    """1 data (an Arrow IPC body), 2 meta (a DDL event as JSON), 3 control."""
+    ingest_us: _builtins.int
+    """When it was written, µs since the epoch."""
+    body: _builtins.bytes
+    """The body."""
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        entry_type: _builtins.int = ...,
+        ingest_us: _builtins.int = ...,
+        body: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "entry_type", b"entry_type", "ingest_us", b"ingest_us", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RawEntry: _TypeAlias = RawEntry  # noqa: Y015
 
 @_typing.final
 class CreateTablesRequest(_message.Message):

@@ -380,6 +380,11 @@ class MnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.FromString,
                 _registered_method=True)
+        self.ReadCatalog = channel.unary_stream(
+                '/sqltopic.v1.Mnode/ReadCatalog',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogResponse.FromString,
+                _registered_method=True)
         self.Routes = channel.unary_unary(
                 '/sqltopic.v1.Mnode/Routes',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.RoutesRequest.SerializeToString,
@@ -462,6 +467,15 @@ class MnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadCatalog(self, request, context):
+        """The catalog objects a reader of `topic`'s history needs (its database, the table it
+        reads with its super table or child tables, the topic), or of `database`.`table`
+        without a topic; never users. Rights as Vnode.ReadEntries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Routes(self, request, context):
         """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
         "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
@@ -510,6 +524,11 @@ def add_MnodeServicer_to_server(servicer, server):
                     servicer.Close,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.CloseResponse.SerializeToString,
+            ),
+            'ReadCatalog': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadCatalog,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogResponse.SerializeToString,
             ),
             'Routes': grpc.unary_unary_rpc_method_handler(
                     servicer.Routes,
@@ -722,6 +741,33 @@ class Mnode:
             _registered_method=True)
 
     @staticmethod
+    def ReadCatalog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sqltopic.v1.Mnode/ReadCatalog',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadCatalogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Routes(request,
             target,
             options=(),
@@ -794,6 +840,11 @@ class VnodeStub:
                 '/sqltopic.v1.Vnode/OffsetRange',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
+                _registered_method=True)
+        self.ReadEntries = channel.unary_stream(
+                '/sqltopic.v1.Vnode/ReadEntries',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.FromString,
                 _registered_method=True)
         self.Acknowledge = channel.unary_unary(
                 '/sqltopic.v1.Vnode/Acknowledge',
@@ -871,6 +922,16 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadEntries(self, request, context):
+        """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
+        order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
+        vgroup one of its database's), or READ on all of `database` without a topic.
+        Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Acknowledge(self, request, context):
         """Shared groups: settles rows leased to the calling consumer (accept: done for
         good, durably before the answer; release: delivered again at once). Rows no longer
@@ -912,6 +973,11 @@ def add_VnodeServicer_to_server(servicer, server):
                     servicer.OffsetRange,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.SerializeToString,
+            ),
+            'ReadEntries': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadEntries,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.SerializeToString,
             ),
             'Acknowledge': grpc.unary_unary_rpc_method_handler(
                     servicer.Acknowledge,
@@ -1088,6 +1154,33 @@ class Vnode:
             '/sqltopic.v1.Vnode/OffsetRange',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sqltopic.v1.Vnode/ReadEntries',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

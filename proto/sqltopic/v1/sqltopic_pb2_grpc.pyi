@@ -290,6 +290,11 @@ class MnodeStub:
         generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
         channel) hide a method named Close.
         """
+    ReadCatalog: _grpc.UnaryStreamMultiCallable[_sqltopic_pb2.ReadCatalogRequest, _sqltopic_pb2.ReadCatalogResponse]
+    """The catalog objects a reader of `topic`'s history needs (its database, the table it
+    reads with its super table or child tables, the topic), or of `database`.`table`
+    without a topic; never users. Rights as Vnode.ReadEntries.
+    """
     Routes: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.RoutesRequest, _sqltopic_pb2.RoutesResponse]
     """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
     "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
@@ -349,6 +354,11 @@ class MnodeAsyncStub(MnodeStub):
         generated clients that give every stub a `close()` (Node's @grpc/grpc-js, for the
         channel) hide a method named Close.
         """
+    ReadCatalog: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ReadCatalogRequest, _sqltopic_pb2.ReadCatalogResponse]  # type: ignore[assignment]
+    """The catalog objects a reader of `topic`'s history needs (its database, the table it
+    reads with its super table or child tables, the topic), or of `database`.`table`
+    without a topic; never users. Rights as Vnode.ReadEntries.
+    """
     Routes: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.RoutesRequest, _sqltopic_pb2.RoutesResponse]  # type: ignore[assignment]
     """Where each vgroup the caller may see is served, with an epoch (docs/protocol.md,
     "Routing"): a client sends writes for a vgroup to its endpoint. A server that is
@@ -448,6 +458,17 @@ class MnodeServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def ReadCatalog(
+        self,
+        request: _sqltopic_pb2.ReadCatalogRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.ReadCatalogResponse], _abc.AsyncIterator[_sqltopic_pb2.ReadCatalogResponse]]:
+        """The catalog objects a reader of `topic`'s history needs (its database, the table it
+        reads with its super table or child tables, the topic), or of `database`.`table`
+        without a topic; never users. Rights as Vnode.ReadEntries.
+        """
+
+    @_abc_1.abstractmethod
     def Routes(
         self,
         request: _sqltopic_pb2.RoutesRequest,
@@ -508,6 +529,12 @@ class VnodeStub:
     """The group's committed offsets."""
     OffsetRange: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]
     """Each vgroup's retained version range: [begin, end)."""
+    ReadEntries: _grpc.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]
+    """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
+    order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
+    vgroup one of its database's), or READ on all of `database` without a topic.
+    Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+    """
     Acknowledge: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]
     """Shared groups: settles rows leased to the calling consumer (accept: done for
     good, durably before the answer; release: delivered again at once). Rows no longer
@@ -558,6 +585,12 @@ class VnodeAsyncStub(VnodeStub):
     """The group's committed offsets."""
     OffsetRange: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]  # type: ignore[assignment]
     """Each vgroup's retained version range: [begin, end)."""
+    ReadEntries: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]  # type: ignore[assignment]
+    """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
+    order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
+    vgroup one of its database's), or READ on all of `database` without a topic.
+    Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+    """
     Acknowledge: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]  # type: ignore[assignment]
     """Shared groups: settles rows leased to the calling consumer (accept: done for
     good, durably before the answer; release: delivered again at once). Rows no longer
@@ -641,6 +674,18 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sqltopic_pb2.OffsetRangeResponse, _abc.Awaitable[_sqltopic_pb2.OffsetRangeResponse]]:
         """Each vgroup's retained version range: [begin, end)."""
+
+    @_abc_1.abstractmethod
+    def ReadEntries(
+        self,
+        request: _sqltopic_pb2.ReadEntriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.ReadEntriesResponse], _abc.AsyncIterator[_sqltopic_pb2.ReadEntriesResponse]]:
+        """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
+        order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
+        vgroup one of its database's), or READ on all of `database` without a topic.
+        Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+        """
 
     @_abc_1.abstractmethod
     def Acknowledge(
