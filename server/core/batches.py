@@ -11,18 +11,40 @@ from __future__ import annotations
 import threading
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
 from sqltopic.sql.entries import EntryTable, entry_runs
 from sqltopic.sql.model import TBNAME, Column, Table
-from sqltopic.wal import EntryType, WalReader
+from sqltopic.wal import EntryType
 
 # A scan reads the WAL in batches of this many entries: large enough to amortise the
 # per-read cost, small enough to bound the memory of entries held at once.
 SCAN_ENTRIES = 4096
+
+
+class EntryRecord(Protocol):
+    """What a scan uses of an entry (wal.WalRecord, or remote_vnode.RemoteRecord)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def entry_type(self) -> EntryType: ...
+
+    def arrow_keyed(self) -> tuple[pa.RecordBatch, bytes]: ...
+
+
+class EntryReader(Protocol):
+    """What a scan uses of a WAL reader: a local vnode's, or a dnode's vgroup read from
+    its mnode (remote_vnode.RemoteReader)."""
+
+    @property
+    def first_version(self) -> int: ...
+
+    def read(self, from_version: int, *, max_entries: int = ...) -> Sequence[EntryRecord]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +57,7 @@ class DataEntry:
 
 
 def data_entries(
-    reader: WalReader, from_version: int = 0, keep: Container[str] | None = None
+    reader: EntryReader, from_version: int = 0, keep: Container[str] | None = None
 ) -> Iterator[DataEntry]:
     """Every run of rows of one table in the data entries the WAL retains from
     `from_version` to the readable end, in WAL order (a single-table entry is one run;

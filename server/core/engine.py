@@ -43,6 +43,7 @@ from sqltopic.server.core.placement import (
 )
 from sqltopic.server.core.query import open_select
 from sqltopic.server.core.query_run import QueryRun
+from sqltopic.server.core.remote_vnode import DnodeReads
 from sqltopic.server.core.replica import Replica
 from sqltopic.server.core.state import Forward, Role, State
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
@@ -119,13 +120,14 @@ class Engine:
         coordination: CoordinatorFactory | None = None, role: Role = "all-in-one",
         registry: DnodeRegistry | None = None, hosted: dict[int, Vnode] | None = None,
         make_tables: TableMaker | None = None, forward: Forward | None = None,
+        reads: DnodeReads | None = None,
     ) -> None:  # fmt: skip
         """`role` mnode needs the `registry` of its dnodes' heartbeats (SHOW DNODES); a
         dnode's engine serves the vnodes its process opened (`hosted`, a dict the
         process changes under `lock` as the placement changes) and holds the data
         directory's lock already; its writes that create child tables ask the mnode
         through `make_tables`. An mnode's INSERTs send the rows of vgroups on dnodes
-        through `forward`."""
+        through `forward`; its SELECTs read vgroups on dnodes through `reads`."""
         if (role == "mnode") != (registry is not None):
             raise ValueError("an mnode engine, and only one, takes the dnodes' registry")
         if (role == "dnode") != (hosted is not None and make_tables is not None):
@@ -146,6 +148,7 @@ class Engine:
         self._replica = Replica(self._state) if role == "dnode" else None
         self._state.serving = role != "dnode"
         self._state.forward = forward
+        self._state.reads = reads
         self._make_tables = make_tables
         self.session = Session()
         self._state.role = role
@@ -258,6 +261,12 @@ class Engine:
         """A dnode: whether its mnode's catalog change `seq` is applied here within
         `timeout_s`."""
         return self._dnode_replica().wait(seq, timeout_s)
+
+    def hosted(self, vgroup: int) -> Vnode:
+        """A dnode's vnode of `vgroup`: VgroupUnavailable for one not hosted here, or
+        before the dnode caught up."""
+        with self._state.lock.shared():
+            return self._state.vnode(vgroup)
 
     def append_rows(self, vgroup: int, bodies: list[bytes]) -> int:
         """A dnode: append data entries its mnode built (an INSERT it ran) to `vgroup`'s

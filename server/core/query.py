@@ -242,7 +242,7 @@ def _collect(
     vgroups = sorted({t.vgroup for t in tables.values()})
     batches, owners = [], []
     for vgroup in vgroups:
-        for entry in data_entries(state.vnode(vgroup).reader(), keep=tables):
+        for entry in data_entries(state.view(vgroup).reader(), keep=tables):
             tb = tables.get(entry.table.name)
             if tb is None or tb.vgroup != vgroup or not entry.table.is_of(tb):
                 continue  # another table's, or an earlier table's of the same name

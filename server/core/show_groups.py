@@ -76,7 +76,7 @@ def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tupl
     candidates = [(t, m.group) for m in members for t in m.topics] + list(owners)
     for name, topic in topics.items():
         for vgroup in state.catalog.databases[topic.db].vgroups:
-            candidates += state.vnode(vgroup).offsets.subscriptions(name)
+            candidates += state.view(vgroup).offsets.subscriptions(name)
     for pair in candidates:
         if topic_of(pair[0]) in topics and pair not in seen:
             seen.add(pair)
@@ -87,7 +87,7 @@ def _subscription(
     state: State, coordinator: Coordinator | None, topic: str, group: str, vgroup: int,
     holder: Member | None,
 ) -> Row:  # fmt: skip
-    vnode = state.vnode(vgroup)
+    vnode = state.view(vgroup)
     end = vnode.wal.next_version
     report = coordinator.progress_of(topic, group, vgroup) if coordinator and holder else None
     position = report.position if report and report.position is not None else None

@@ -14,6 +14,7 @@ from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Session
 from sqltopic.server.common.rwlock import RWLock
 from sqltopic.server.core.duck import DuckPool
+from sqltopic.server.core.remote_vnode import DnodeReads, RemoteVnode
 from sqltopic.server.mnode import access
 from sqltopic.server.mnode.coordinator import Coordinator
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
@@ -90,6 +91,8 @@ class State:
     # a cluster's mnode: sends rows of vgroups on dnodes to them (`take_remote_rows`);
     # None: such rows are refused
     forward: Forward | None = None
+    # a cluster's mnode: reads of the vgroups on dnodes (SELECT, SHOW SUBSCRIPTIONS)
+    reads: DnodeReads | None = None
     # .seq: the last change the statement running on this thread logged (mnode)
     logged: threading.local = field(default_factory=threading.local)
 
@@ -122,6 +125,13 @@ class State:
                 "all-in-one server (docs/cluster.md, 'What works today')"
             )
         return vnode
+
+    def view(self, vgroup: int) -> Vnode | RemoteVnode:
+        """The vnode of `vgroup` to read: the local one, or on a cluster's mnode the
+        dnode's, read over the network (server/core/remote_vnode.py)."""
+        if vgroup in self.vnodes or self.role != "mnode" or self.reads is None:
+            return self.vnode(vgroup)
+        return RemoteVnode(self.dnode_endpoint(vgroup), vgroup, self.reads)
 
     def db_of(self, session: Session, ref: TableRef | str | None) -> Database:
         """The database a reference names, or the session's current one; NotFoundError

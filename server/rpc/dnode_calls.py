@@ -18,11 +18,20 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import from_status
 from sqltopic.server.common.cluster_secret import prove
 from sqltopic.server.core.state import Forwarded
-from sqltopic.server.rpc.dnode_service import append_fields
+from sqltopic.server.rpc.dnode_service import (
+    MAX_READ_ENTRIES,
+    append_fields,
+    entries_fields,
+    offsets_fields,
+)
 
 # A dnode waits up to engine.DNODE_APPLY_WAIT_S (5 s) for the change the rows need,
 # then appends (an fsync at most): room for both, and a dead dnode still fails the call.
 APPEND_TIMEOUT_S = 30.0
+# A read of a few MB from a dnode: a dead one still fails the statement soon.
+READ_TIMEOUT_S = 30.0
+# What an unreachable dnode's error says of an INSERT's rows for it.
+WRITE_LOST = "its rows of this INSERT were not written"
 
 
 class DnodeCalls:
@@ -51,9 +60,35 @@ class DnodeCalls:
             try:
                 self._stub(sent.endpoint).Append(request, timeout=APPEND_TIMEOUT_S)
             except grpc.RpcError as exc:
-                raise _error(exc, sent.endpoint, vgroup) from None
+                raise _error(exc, sent.endpoint, vgroup, WRITE_LOST) from None
             done += len(sent.entries)
         return done
+
+    def entries(
+        self, endpoint: str, vgroup: int, from_version: int, max_entries: int
+    ) -> tuple[int, int, list[tuple[int, int, int, bytes]]]:
+        """The vgroup's retained range and entries from `from_version` (remote_vnode)."""
+        request = pb.EntriesRequest(
+            sent_ms=int(time.time() * 1000), vgroup=vgroup, from_version=from_version,
+            max_entries=min(max_entries, MAX_READ_ENTRIES),
+        )  # fmt: skip
+        request.proof = prove(self._secret, request.sent_ms, *entries_fields(request))
+        try:
+            answer = self._stub(endpoint).Entries(request, timeout=READ_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise _error(exc, endpoint, vgroup, "cannot be read") from None
+        raw = [(e.version, e.entry_type, e.ingest_us, e.body) for e in answer.entries]
+        return answer.first_version, answer.next_version, raw
+
+    def offsets(self, endpoint: str, vgroup: int, topic: str) -> list[tuple[str, str, int]]:
+        """(subscription, group, offset) committed on the vgroup for `topic`."""
+        request = pb.OffsetsRequest(sent_ms=int(time.time() * 1000), vgroup=vgroup, topic=topic)
+        request.proof = prove(self._secret, request.sent_ms, *offsets_fields(request))
+        try:
+            answer = self._stub(endpoint).Offsets(request, timeout=READ_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise _error(exc, endpoint, vgroup, "cannot be read") from None
+        return [(o.topic, o.group, o.offset) for o in answer.offsets]
 
     def _stub(self, endpoint: str) -> pb_grpc.DnodeStub:
         with self._lock:
@@ -70,16 +105,17 @@ class DnodeCalls:
             self._stubs.clear()
 
 
-def _error(exc: grpc.RpcError, endpoint: str, vgroup: int) -> Exception:
+def _error(exc: grpc.RpcError, endpoint: str, vgroup: int, what: str) -> Exception:
     call = cast("grpc.Call", exc)
     trailers = [(k, v) for k, v in call.trailing_metadata() or ()]
     error = from_status(call.code(), call.details() or call.code().name, trailers)
     if type(error) is ServerUnavailable:
         return VgroupUnavailable(
             f"vgroup {vgroup}: its dnode at {endpoint} does not answer ({call.details()}); "
-            "its rows of this INSERT were not written: retry once it is back (SHOW DNODES)"
+            f"{what}: retry once it is back (SHOW DNODES)"
         )
     return error
+
 
 
 def tls_channel(ca: bytes, key: bytes | None, chain: bytes | None) -> Callable[[str], grpc.Channel]:

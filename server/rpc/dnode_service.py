@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 import time
 
-from sqltopic.errors import ConfigError, VgroupUnavailable
+from sqltopic.errors import ConfigError, VersionNotRetained, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import verify
@@ -19,6 +19,10 @@ from sqltopic.server.rpc.rpc import Context, unary
 # Entries of one forwarded INSERT in one vgroup: an INSERT is at most max_sql_bytes of
 # text, which makes far fewer entries (one per run of tables).
 MAX_APPEND_ENTRIES = 100_000
+# Entries one Entries call reads at most, and their bytes (one larger entry alone): an
+# answer within gRPC's default 4 MiB message.
+MAX_READ_ENTRIES = 4096
+READ_BYTES = 4 << 20
 
 
 class DnodeService(pb_grpc.DnodeServicer):
@@ -33,6 +37,52 @@ class DnodeService(pb_grpc.DnodeServicer):
         verify(self._secret, request.proof, now_ms, request.sent_ms, *append_fields(request))
         last = await asyncio.to_thread(self._append, request)
         return pb.AppendResponse(last_version=last)
+
+    @unary
+    async def Entries(self, request: pb.EntriesRequest, context: Context) -> pb.EntriesResponse:
+        self._check_proof(request.proof, request.sent_ms, entries_fields(request))
+        if not 0 <= request.max_entries <= MAX_READ_ENTRIES:
+            raise ConfigError(f"Entries reads 0..{MAX_READ_ENTRIES} entries")
+        return await asyncio.to_thread(self._entries, request)
+
+    def _entries(self, request: pb.EntriesRequest) -> pb.EntriesResponse:
+        wal = self._engine.hosted(request.vgroup).wal
+        answer = pb.EntriesResponse(first_version=wal.first_version, next_version=wal.next_version)
+        if request.max_entries == 0:
+            return answer
+        start = max(request.from_version, wal.first_version)
+        try:
+            records = (
+                self._engine.hosted(request.vgroup)
+                .reader()
+                .read(start, max_entries=request.max_entries, max_bytes=READ_BYTES)
+            )
+        except VersionNotRetained as gone:  # retention ran meanwhile: say where it starts
+            answer.first_version = gone.first_version
+            return answer
+        answer.entries.extend(
+            pb.RawEntry(version=r.version, entry_type=int(r.entry_type),
+                        ingest_us=r.ingest_us, body=bytes(r.body))
+            for r in records
+        )  # fmt: skip
+        return answer
+
+    @unary
+    async def Offsets(self, request: pb.OffsetsRequest, context: Context) -> pb.OffsetsResponse:
+        self._check_proof(request.proof, request.sent_ms, offsets_fields(request))
+        offsets = self._engine.hosted(request.vgroup).offsets
+        pairs = offsets.subscriptions(request.topic)
+        found = [(t, g, offsets.get(t, g)) for t, g in pairs]
+        return pb.OffsetsResponse(offsets=[
+            pb.GroupOffset(topic=t, group=g, offset=o) for t, g, o in found if o is not None
+        ])  # fmt: skip
+
+    def _check_proof(
+        self, proof: bytes, sent_ms: int, fields: tuple[str | int | bytes, ...]
+    ) -> None:
+        if len(proof) > PROOF_BYTES:
+            raise ConfigError(f"a request's proof has {PROOF_BYTES} bytes")
+        verify(self._secret, proof, int(time.time() * 1000), sent_ms, *fields)
 
     def _append(self, request: pb.AppendRequest) -> int:
         if not self._engine.wait_change(request.catalog_change, DNODE_APPLY_WAIT_S):
@@ -50,6 +100,16 @@ class DnodeService(pb_grpc.DnodeServicer):
             raise ConfigError(f"Append carries 1..{MAX_APPEND_ENTRIES} entries")
         if any(not body for body in request.entries):
             raise ConfigError("Append: an entry has no body")
+
+
+def entries_fields(request: pb.EntriesRequest) -> tuple[str | int | bytes, ...]:
+    """What an Entries request's proof covers after its send time."""
+    return ("dnode-entries", request.vgroup, request.from_version, request.max_entries)
+
+
+def offsets_fields(request: pb.OffsetsRequest) -> tuple[str | int | bytes, ...]:
+    """What an Offsets request's proof covers after its send time."""
+    return ("dnode-offsets", request.vgroup, request.topic)
 
 
 def append_fields(request: pb.AppendRequest) -> tuple[str | int | bytes, ...]:

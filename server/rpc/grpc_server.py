@@ -96,7 +96,7 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
         engine = Engine(
             config.data, limits=config.limits, coordination=_coordination(config.data),
             role=config.role, registry=registry,
-            forward=calls.forward if calls is not None else None,
+            forward=calls.forward if calls is not None else None, reads=calls,
         )  # fmt: skip
         try:
             asyncio.run(_serve(engine, config, ready, registry, secret))

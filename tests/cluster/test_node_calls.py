@@ -15,7 +15,13 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import PROOF_WINDOW_MS, prove
 from sqltopic.server.rpc.cluster_service import create_tables_fields
-from sqltopic.server.rpc.dnode_service import MAX_APPEND_ENTRIES, append_fields
+from sqltopic.server.rpc.dnode_service import (
+    MAX_APPEND_ENTRIES,
+    MAX_READ_ENTRIES,
+    append_fields,
+    entries_fields,
+    offsets_fields,
+)
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.wal import data_entry
 from tests.cluster.support import SECRET, Cluster
@@ -96,3 +102,31 @@ def test_append_needs_the_secret_and_changes_nothing_when_refused(one: Cluster) 
         forged.vgroup = 2  # the proof covers the vgroup
         _fails(stub.Append, forged, UNAUTHENTICATED, "match")
     assert [r[5] for r in one.sql("SHOW power.VGROUPS")] == before
+
+
+def _entries(secret: str = SECRET, vgroup: int = 1, max_entries: int = 10) -> pb.EntriesRequest:
+    request = pb.EntriesRequest(
+        sent_ms=int(time.time() * 1000), vgroup=vgroup, from_version=1, max_entries=max_entries
+    )
+    request.proof = prove(secret, request.sent_ms, *entries_fields(request))
+    return request
+
+
+def _offsets(secret: str = SECRET, vgroup: int = 1) -> pb.OffsetsRequest:
+    request = pb.OffsetsRequest(sent_ms=int(time.time() * 1000), vgroup=vgroup, topic="t")
+    request.proof = prove(secret, request.sent_ms, *offsets_fields(request))
+    return request
+
+
+def test_the_mnode_s_reads_of_a_dnode_need_the_secret(one: Cluster) -> None:
+    with grpc.insecure_channel(one.dnodes[0].address) as channel:
+        stub = pb_grpc.DnodeStub(channel)
+        _fails(stub.Entries, _entries("wrong-secret-wrong-secret"), UNAUTHENTICATED, "match")
+        _fails(stub.Entries, _entries(max_entries=MAX_READ_ENTRIES + 1), INVALID, "entries")
+        _fails(stub.Entries, _entries(vgroup=99), grpc.StatusCode.UNAVAILABLE, "not hosted")
+        _fails(stub.Offsets, _offsets("wrong-secret-wrong-secret"), UNAUTHENTICATED, "match")
+        _fails(stub.Offsets, _offsets(vgroup=99), grpc.StatusCode.UNAVAILABLE, "not hosted")
+        answer = stub.Entries(_entries(), timeout=30)
+        assert answer.first_version == 1
+        assert [e.version for e in answer.entries] == list(range(1, answer.next_version))
+        assert stub.Offsets(_offsets(), timeout=30).offsets == []

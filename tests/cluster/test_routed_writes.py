@@ -7,12 +7,14 @@ when it returns."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pyarrow as pa
 import pytest
 
 from sqltopic.aio import connect as aio_connect
 from sqltopic.client import Connection, connect
+from sqltopic.client.consumer import Consumer
 from sqltopic.errors import NoPermission, VgroupUnavailable
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
@@ -207,3 +209,29 @@ def test_an_insert_on_the_mnode_for_a_killed_dnode_is_unavailable(three: Cluster
     victim.kill()
     with pytest.raises(VgroupUnavailable, match="does not answer"):
         three.sql("INSERT INTO power.x0 VALUES (1, 1)")
+
+
+def test_select_and_show_subscriptions_on_the_mnode_read_the_dnodes(three: Cluster) -> None:
+    names = [f"q{i}" for i in range(30)]
+    with three.connect() as conn:
+        conn.write("power.meters", _written(names, 1000))
+        rows = conn.execute("SELECT tbname, v FROM power.meters ORDER BY v").rows
+        assert rows == [(n, 1000 + i) for i, n in enumerate(names)]
+        count = conn.execute("SELECT COUNT(*), SUM(v) FROM power.meters WHERE v >= 1010").rows
+        assert count == [(20, sum(range(1010, 1030)))]
+        conn.execute("CREATE TOPIC allrows AS SELECT ts, v FROM power.meters")
+        settings = {"server": three.mnode.address, "group.id": "g", "auto.offset.reset": "earliest",
+                    "enable.auto.commit": "false"}  # fmt: skip
+        with Consumer(settings) as consumer:
+            consumer.subscribe(["allrows"])
+            got = 0
+            deadline = time.monotonic() + 60
+            while got < 30:
+                assert time.monotonic() < deadline
+                message = consumer.poll(0.5)
+                got += message.row_count if message is not None else 0
+            consumer.commit(asynchronous=False)
+            shown = conn.execute("SHOW SUBSCRIPTIONS").to_arrow().to_pylist()
+        mine = [r for r in shown if r["topic_name"] == "allrows"]
+        assert sorted(r["vgroup_id"] for r in mine) == [1, 2, 3, 4, 5, 6]
+        assert all(r["offset"] and r["offset"].startswith("log:") for r in mine)

@@ -2200,6 +2200,166 @@ class OffsetRangeResponse(_message.Message):
 Global___OffsetRangeResponse: _TypeAlias = OffsetRangeResponse  # noqa: Y015
 
 @_typing.final
+class EntriesRequest(_message.Message):
+    """Entries the mnode reads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    FROM_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_ENTRIES_FIELD_NUMBER: _builtins.int
+    sent_ms: _builtins.int
+    """When the mnode sent it, in ms since the epoch (the proof's freshness)."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the request's other fields."""
+    vgroup: _builtins.int
+    """The vgroup."""
+    from_version: _builtins.int
+    """The first version wanted (one retention deleted reads from the first retained)."""
+    max_entries: _builtins.int
+    """At most this many entries (at most 4 MiB of them, or one larger entry; 0: none,
+    only the range).
+    """
+    def __init__(
+        self,
+        *,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        vgroup: _builtins.int = ...,
+        from_version: _builtins.int = ...,
+        max_entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_version", b"from_version", "max_entries", b"max_entries", "proof", b"proof", "sent_ms", b"sent_ms", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntriesRequest: _TypeAlias = EntriesRequest  # noqa: Y015
+
+@_typing.final
+class EntriesResponse(_message.Message):
+    """The vgroup's range and the entries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_VERSION_FIELD_NUMBER: _builtins.int
+    NEXT_VERSION_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    first_version: _builtins.int
+    """The first version its WAL retains."""
+    next_version: _builtins.int
+    """The next version it writes."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RawEntry]:
+        """Entries from max(from_version, first_version), in order."""
+
+    def __init__(
+        self,
+        *,
+        first_version: _builtins.int = ...,
+        next_version: _builtins.int = ...,
+        entries: _abc.Iterable[Global___RawEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "first_version", b"first_version", "next_version", b"next_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntriesResponse: _TypeAlias = EntriesResponse  # noqa: Y015
+
+@_typing.final
+class OffsetsRequest(_message.Message):
+    """Offsets the mnode shows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    sent_ms: _builtins.int
+    """When the mnode sent it, in ms since the epoch (the proof's freshness)."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the request's other fields."""
+    vgroup: _builtins.int
+    """The vgroup."""
+    topic: _builtins.str
+    """The topic (its bindings' offsets too)."""
+    def __init__(
+        self,
+        *,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        vgroup: _builtins.int = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proof", b"proof", "sent_ms", b"sent_ms", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetsRequest: _TypeAlias = OffsetsRequest  # noqa: Y015
+
+@_typing.final
+class OffsetsResponse(_message.Message):
+    """The offsets committed there."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupOffset]:
+        """One per (subscription, group)."""
+
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetsResponse: _TypeAlias = OffsetsResponse  # noqa: Y015
+
+@_typing.final
+class GroupOffset(_message.Message):
+    """A group's committed offset on a vgroup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The subscription: the topic, or one binding of it (`t?{...}`)."""
+    group: _builtins.str
+    """The group."""
+    offset: _builtins.int
+    """The next version the group reads."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        group: _builtins.str = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "offset", b"offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupOffset: _TypeAlias = GroupOffset  # noqa: Y015
+
+@_typing.final
 class AppendRequest(_message.Message):
     """Rows the mnode forwards."""
 

@@ -1372,6 +1372,16 @@ class DnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.Entries = channel.unary_unary(
+                '/sqltopic.v1.Dnode/Entries',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesResponse.FromString,
+                _registered_method=True)
+        self.Offsets = channel.unary_unary(
+                '/sqltopic.v1.Dnode/Offsets',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class DnodeServicer:
@@ -1389,6 +1399,22 @@ class DnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Entries(self, request, context):
+        """Entries of a vgroup from a version, with its retained range: what the mnode's
+        SELECT reads. Same proof and errors as Append.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Offsets(self, request, context):
+        """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
+        SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DnodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1396,6 +1422,16 @@ def add_DnodeServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.SerializeToString,
+            ),
+            'Entries': grpc.unary_unary_rpc_method_handler(
+                    servicer.Entries,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesResponse.SerializeToString,
+            ),
+            'Offsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.Offsets,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1427,6 +1463,60 @@ class Dnode:
             '/sqltopic.v1.Dnode/Append',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Entries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Dnode/Entries',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.EntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Offsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Dnode/Offsets',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -800,6 +800,14 @@ class DnodeStub:
     UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
     (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
     """
+    Entries: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.EntriesRequest, _sqltopic_pb2.EntriesResponse]
+    """Entries of a vgroup from a version, with its retained range: what the mnode's
+    SELECT reads. Same proof and errors as Append.
+    """
+    Offsets: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetsRequest, _sqltopic_pb2.OffsetsResponse]
+    """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
+    SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
+    """
 
 @_typing.type_check_only
 class DnodeAsyncStub(DnodeStub):
@@ -813,6 +821,14 @@ class DnodeAsyncStub(DnodeStub):
     dnode applied catalog change `catalog_change` (the tables the rows belong to).
     UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
     (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+    """
+    Entries: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.EntriesRequest, _sqltopic_pb2.EntriesResponse]  # type: ignore[assignment]
+    """Entries of a vgroup from a version, with its retained range: what the mnode's
+    SELECT reads. Same proof and errors as Append.
+    """
+    Offsets: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetsRequest, _sqltopic_pb2.OffsetsResponse]  # type: ignore[assignment]
+    """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
+    SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
     """
 
 class DnodeServicer(metaclass=_abc_1.ABCMeta):
@@ -830,6 +846,26 @@ class DnodeServicer(metaclass=_abc_1.ABCMeta):
         dnode applied catalog change `catalog_change` (the tables the rows belong to).
         UNAUTHENTICATED (AuthenticationFailed) for a wrong or stale proof, UNAVAILABLE
         (VgroupUnavailable) for a vgroup not hosted here or a change not applied in time.
+        """
+
+    @_abc_1.abstractmethod
+    def Entries(
+        self,
+        request: _sqltopic_pb2.EntriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.EntriesResponse, _abc.Awaitable[_sqltopic_pb2.EntriesResponse]]:
+        """Entries of a vgroup from a version, with its retained range: what the mnode's
+        SELECT reads. Same proof and errors as Append.
+        """
+
+    @_abc_1.abstractmethod
+    def Offsets(
+        self,
+        request: _sqltopic_pb2.OffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.OffsetsResponse, _abc.Awaitable[_sqltopic_pb2.OffsetsResponse]]:
+        """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
+        SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
         """
 
 def add_DnodeServicer_to_server(servicer: DnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
