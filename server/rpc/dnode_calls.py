@@ -117,7 +117,6 @@ def _error(exc: grpc.RpcError, endpoint: str, vgroup: int, what: str) -> Excepti
     return error
 
 
-
 def tls_channel(ca: bytes, key: bytes | None, chain: bytes | None) -> Callable[[str], grpc.Channel]:
     """How an mnode with --dnode-tls-ca dials its dnodes (its own certificate as the
     client's, for dnodes that ask for one)."""
