@@ -340,7 +340,7 @@ class Consumer:
         address = endpoint or self._core.config.server
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._transport.aio_channel(address, fx.CHANNEL_OPTIONS)
+            channel = self._transport.aio_channel(address, fx.channel_options(endpoint))
             self._channels[address] = channel
         return STUBS[service](channel)
 

@@ -412,7 +412,7 @@ class Consumer:
                 raise Error("this consumer is closed; create a new one")
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._transport.channel(address, fx.CHANNEL_OPTIONS)
+                channel = self._transport.channel(address, fx.channel_options(endpoint))
                 self._channels[address] = channel
         return STUBS[service](channel)
 

@@ -49,20 +49,29 @@ class RemoteRecord:
 
 
 class RemoteReader:
+    """A reader of a dnode's vgroup. Like a WalReader it reads up to the end it saw: a
+    read at or past the end an earlier answer gave returns nothing without a call."""
+
     def __init__(self, vnode: RemoteVnode) -> None:
         self._vnode = vnode
+        self._end: int | None = None
 
     @property
     def first_version(self) -> int:
-        return self._vnode.wal.first_version
+        v = self._vnode
+        first, self._end, _ = v.reads.entries(v.endpoint, v.vgroup, 0, 0)
+        return first
 
     def read(self, from_version: int, *, max_entries: int = READ_ENTRIES) -> list[RemoteRecord]:
         """Entries from `from_version`, as WalReader.read: VersionNotRetained below the
         first retained one."""
+        if self._end is not None and from_version >= self._end:
+            return []
         v = self._vnode
         first, end, raw = v.reads.entries(v.endpoint, v.vgroup, from_version, max_entries)
         if from_version < first:
             raise VersionNotRetained(from_version, first, end)
+        self._end = end
         return [
             RemoteRecord(n, EntryType(kind), us, pa.py_buffer(body)) for n, kind, us, body in raw
         ]

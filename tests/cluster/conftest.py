@@ -1,4 +1,5 @@
-"""The `cluster` fixture: an mnode process in a temp directory, dnodes added by tests."""
+"""The `cluster` fixture: an mnode process in a temp directory, dnodes added by tests;
+`three_dnodes`: the cluster with three ready dnodes."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture
+def three_dnodes(cluster: Cluster) -> Cluster:
+    """The issue's cluster: an mnode and three ready dnodes."""
+    for _ in range(3):
+        dnode = cluster.add_dnode()
+        cluster.wait_status(dnode, "ready")
+    return cluster

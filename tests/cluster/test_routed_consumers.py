@@ -34,12 +34,10 @@ DEVICES = [f"d{i}" for i in range(30)]
 
 
 @pytest.fixture
-def three(cluster: Cluster) -> Cluster:
-    for _ in range(3):
-        dnode = cluster.add_dnode()
-        cluster.wait_status(dnode, "ready")
-    cluster.sql(SCHEMA)
-    return cluster
+def three(three_dnodes: Cluster) -> Cluster:
+    """The issue's cluster (an mnode and three dnodes) with this module's schema."""
+    three_dnodes.sql(SCHEMA)
+    return three_dnodes
 
 
 def _write(

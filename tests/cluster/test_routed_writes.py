@@ -34,13 +34,10 @@ CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT);
 
 
 @pytest.fixture
-def three(cluster: Cluster) -> Cluster:
-    """The issue's cluster: an mnode and three dnodes, database power over all three."""
-    for _ in range(3):
-        dnode = cluster.add_dnode()
-        cluster.wait_status(dnode, "ready")
-    cluster.sql(SCHEMA)
-    return cluster
+def three(three_dnodes: Cluster) -> Cluster:
+    """The issue's cluster (an mnode and three dnodes) with this module's schema."""
+    three_dnodes.sql(SCHEMA)
+    return three_dnodes
 
 
 def _placement(cluster: Cluster) -> dict[int, ServerProcess]:
@@ -235,3 +232,27 @@ def test_select_and_show_subscriptions_on_the_mnode_read_the_dnodes(three: Clust
         mine = [r for r in shown if r["topic_name"] == "allrows"]
         assert sorted(r["vgroup_id"] for r in mine) == [1, 2, 3, 4, 5, 6]
         assert all(r["offset"] and r["offset"].startswith("log:") for r in mine)
+
+
+def test_a_client_with_stale_routes_reads_them_again(three: Cluster) -> None:
+    names = [f"r{i}" for i in range(60)]
+    with three.connect() as conn:
+        assert conn.write("power.meters", _written(names, 1)) == 60
+        before = conn._routes
+        assert before is not None
+        # the database made again with other vgroups: the routes the client holds are stale
+        three.sql("DROP DATABASE power; CREATE DATABASE power VGROUPS 4;"
+                  "CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT)")  # fmt: skip
+        assert conn.write("power.meters", _written(names, 100)) == 60
+        after = conn._routes
+        assert after is not None
+        assert after.epoch > before.epoch  # a dnode said the routes were stale
+    placement = _placement(three)
+    db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
+    assert sorted(placement) == list(db.vgroups)
+    expected: dict[int, list[tuple[str, int, int]]] = {}
+    for i, name in enumerate(names):
+        expected.setdefault(vgroup_for(db, name), []).append((name, 100 + i, 100 + i))
+    assert {v: _rows(placement[v], v) for v in placement} == {
+        v: sorted(expected.get(v, [])) for v in placement
+    }
