@@ -67,8 +67,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Run the topic's SQL over the retained WAL of its database with Spark and "
         "write Parquet (partitioned by vgroup) and _manifest.json to --output. With --group, "
         "the group's committed offsets then become the versions where the job stopped, so its "
-        "consumers continue live from there. Reads the data directory's files: run it on the "
-        "server's machine (or a shared filesystem) and give the server's --data.",
+        "consumers continue live from there. Reads through --server (on a cluster, each "
+        "vgroup from its dnode) from any machine, or with --data the server's data "
+        "directory's files (faster, where they are visible).",
     )
     parser.add_argument("topic", help="the topic to backfill")
     parser.add_argument(
@@ -304,6 +305,7 @@ def _hand_off(settings: Settings, group: str, manifest: Manifest, plan: Backfill
     for vgroup, end in offsets.items():
         by_node.setdefault(nodes.get(vgroup, ""), {})[vgroup] = end
     server = settings.server
+    done: list[int] = []
     for endpoint, part in sorted(by_node.items()):
         node = replace(server, server=endpoint) if endpoint else server
         with open_connection(node) as conn:
@@ -312,14 +314,20 @@ def _hand_off(settings: Settings, group: str, manifest: Manifest, plan: Backfill
                 # before any can rejoin, so they resume from exactly these offsets
                 admin.commit_group(conn, settings.topic, group, part, evict=settings.force)
             except ConsumerFenced as exc:
-                raise Error(_not_handed_off(settings.output, group, exc)) from None
+                raise Error(_not_handed_off(settings.output, group, exc, done)) from None
+        done += sorted(part)
 
 
-def _not_handed_off(output: Path, group: str, why: Error) -> str:
+def _not_handed_off(output: Path, group: str, why: Error, done: list[int]) -> str:
+    changed = (
+        "were not changed" if not done
+        else f"were changed on vgroups {', '.join(map(str, done))} only (the dnodes hosting "
+        "them took their commit before another refused)"
+    )  # fmt: skip
     return (
-        f"the backfill is in {output}, but group {group}'s offsets were not changed: a "
-        f"consumer joined the group during the run ({why}); close it and run the backfill "
-        "again, or give --force"
+        f"the backfill is in {output}, but group {group}'s offsets {changed}: a consumer "
+        f"joined the group during the run ({why}); close it and run the backfill again, or "
+        "give --force"
     )
 
 

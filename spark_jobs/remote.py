@@ -6,7 +6,8 @@ user's credentials, nothing else (docs/backfill.md).
 The driver reads the catalog objects the read needs (`Mnode.ReadCatalog`), the node
 hosting each vgroup (`Mnode.Routes`) and each vgroup's retained versions (`Vnode.
 OffsetRange`, where it is hosted); a task streams its piece's raw entries from that node
-(`Vnode.ReadEntries`). The rights are the topic's: SUBSCRIBE on it.
+(`Vnode.ReadEntries`). The user needs READ on all of the topic's database (the WAL holds
+every table's rows) and SUBSCRIBE on the topic.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Remote:
     server: str  # host:port of the server, or of a cluster's mnode
     user: str
     password: str
-    topic: str  # read with SUBSCRIBE on it
+    topic: str  # the topic read (SUBSCRIBE on it, and READ on its database)
     tls: TlsFiles = NO_FILES
     # vgroup -> the endpoint hosting it; a vgroup not here is read from `server`
     endpoints: dict[int, str] = field(default_factory=dict)

@@ -25,7 +25,8 @@ Other filters are not pushed: the WAL has no index to skip rows by value.
 
 Through the server instead of the files (a cluster, or a data directory the executors
 cannot see): `server` (host:port of the server or the cluster's mnode) and `topic` (read
-with SUBSCRIBE on it; `database` and `table` default to the topic's) instead of `path`,
+with READ on its database and SUBSCRIBE on it; `database` and `table` default to the
+topic's) instead of `path`,
 with `user` and `password` (default root / taosdata) and, for TLS, `tls` (`true`),
 `tlsCa`, `tlsCert`, `tlsKey` (PEM paths every executor can read). Each task then
 streams its piece from the node hosting the vgroup (spark_jobs/remote.py).

@@ -1,7 +1,8 @@
 """Reads of history for readers outside the server (Spark's tasks, users' jobs): the raw
 entries of a vgroup's WAL (Vnode.ReadEntries) and the catalog objects needed to make
-sense of them (Mnode.ReadCatalog), with the rights they need: SUBSCRIBE on the topic
-read, or READ on all of the database (its WAL holds every table's rows)."""
+sense of them (Mnode.ReadCatalog), with the rights they need: READ on all of the
+database, since a vgroup's WAL holds every table's rows and every column, whatever a
+topic delivers of them; and SUBSCRIBE on the topic read through, if one is named."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ Row = tuple[str, str, str]
 
 def history_vnode(state: State, user: str, topic: str, database: str, vgroup: int) -> Vnode:
     """The vnode of `vgroup` once `user` may read its history: of `topic`'s database
-    with SUBSCRIBE on it, else of `database` with READ on all of it. The caller holds
-    the lock shared."""
+    (SUBSCRIBE on it) or of `database`, with READ on all of that database. The caller
+    holds the lock shared."""
     db = _readable(state, user, topic, database)
     if vgroup not in db.vgroups:
         raise NotFoundError(
@@ -50,10 +51,12 @@ def catalog_rows(state: State, user: str, topic: str, database: str, table: str)
 def _readable(state: State, user: str, topic: str, database: str) -> Database:
     if topic:
         check_subscribe(state, user, topic)
-        return state.catalog.database(state.catalog.topic(topic_of(topic)).db)
-    if not database:
+        db = state.catalog.database(state.catalog.topic(topic_of(topic)).db)
+    elif not database:
         raise SqlError("give the topic read, or the database and table")
-    db = state.catalog.database(database.lower())
+    else:
+        db = state.catalog.database(database.lower())
+    # the WAL holds every table's rows, every column: not only what a topic delivers
     Rights(state, user).require_whole("read", db, "reading the WAL of a database")
     return db
 

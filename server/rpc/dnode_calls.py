@@ -4,6 +4,7 @@ made from the worker thread that runs the statement."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -12,11 +13,10 @@ from typing import cast
 import grpc
 
 from sqltopic.errors import ServerUnavailable, VgroupUnavailable
-from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import from_status
-from sqltopic.server.common.cluster_secret import prove
+from sqltopic.server.common.cluster_secret import NONCE_BYTES, prove
 from sqltopic.server.core.state import Forwarded
 from sqltopic.server.rpc.dnode_service import (
     MAX_READ_ENTRIES,
@@ -24,6 +24,7 @@ from sqltopic.server.rpc.dnode_service import (
     entries_fields,
     offsets_fields,
 )
+from sqltopic.server.rpc.listen import NODE_CHANNEL_OPTIONS
 
 # A dnode waits up to engine.DNODE_APPLY_WAIT_S (5 s) for the change the rows need,
 # then appends (an fsync at most): room for both, and a dead dnode still fails the call.
@@ -38,7 +39,7 @@ class DnodeCalls:
     def __init__(
         self, secret: str,
         channel: Callable[[str], grpc.Channel] = lambda t: grpc.insecure_channel(
-            t, options=MESSAGE_OPTIONS
+            t, options=NODE_CHANNEL_OPTIONS
         ),
     ) -> None:  # fmt: skip
         self._secret = secret
@@ -55,12 +56,13 @@ class DnodeCalls:
             request = pb.AppendRequest(
                 sent_ms=int(time.time() * 1000), vgroup=vgroup, catalog_change=after,
                 entries=[bytes(e.body) for e in sent.entries],
+                nonce=secrets.token_bytes(NONCE_BYTES),
             )  # fmt: skip
             request.proof = prove(self._secret, request.sent_ms, *append_fields(request))
             try:
                 self._stub(sent.endpoint).Append(request, timeout=APPEND_TIMEOUT_S)
             except grpc.RpcError as exc:
-                raise _error(exc, sent.endpoint, vgroup, WRITE_LOST) from None
+                raise self._failed(exc, sent.endpoint, vgroup, WRITE_LOST) from None
             done += len(sent.entries)
         return done
 
@@ -76,7 +78,7 @@ class DnodeCalls:
         try:
             answer = self._stub(endpoint).Entries(request, timeout=READ_TIMEOUT_S)
         except grpc.RpcError as exc:
-            raise _error(exc, endpoint, vgroup, "cannot be read") from None
+            raise self._failed(exc, endpoint, vgroup, "cannot be read") from None
         raw = [(e.version, e.entry_type, e.ingest_us, e.body) for e in answer.entries]
         return answer.first_version, answer.next_version, raw
 
@@ -87,7 +89,7 @@ class DnodeCalls:
         try:
             answer = self._stub(endpoint).Offsets(request, timeout=READ_TIMEOUT_S)
         except grpc.RpcError as exc:
-            raise _error(exc, endpoint, vgroup, "cannot be read") from None
+            raise self._failed(exc, endpoint, vgroup, "cannot be read") from None
         return [(o.topic, o.group, o.offset) for o in answer.offsets]
 
     def _stub(self, endpoint: str) -> pb_grpc.DnodeStub:
@@ -97,6 +99,17 @@ class DnodeCalls:
                 channel = self._channel(endpoint)
                 found = self._stubs[endpoint] = (channel, pb_grpc.DnodeStub(channel))
             return found[1]
+
+    def _failed(self, exc: grpc.RpcError, endpoint: str, vgroup: int, what: str) -> Exception:
+        """The error of a failed call; a dnode that did not answer loses its channel, so
+        that the next call dials it afresh (not after gRPC's reconnect backoff)."""
+        error = _error(exc, endpoint, vgroup, what)
+        if isinstance(error, VgroupUnavailable):
+            with self._lock:
+                found = self._stubs.pop(endpoint, None)
+            if found is not None:
+                found[0].close()
+        return error
 
     def close(self) -> None:
         with self._lock:
@@ -123,4 +136,4 @@ def tls_channel(ca: bytes, key: bytes | None, chain: bytes | None) -> Callable[[
     credentials = grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=chain
     )
-    return lambda target: grpc.secure_channel(target, credentials, options=MESSAGE_OPTIONS)
+    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)

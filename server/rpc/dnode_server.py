@@ -34,7 +34,12 @@ from sqltopic.server.rpc.dnode_service import DnodeService
 from sqltopic.server.rpc.grpc_server import COMMIT_WORKERS, WORKERS
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
-from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
+from sqltopic.server.rpc.listen import (
+    NODE_CHANNEL_OPTIONS,
+    SERVER_OPTIONS,
+    bind,
+    stop_on_signals,
+)
 from sqltopic.server.rpc.mnode_calls import MnodeCalls, sync_channel
 from sqltopic.server.rpc.mnode_link import MnodeLink
 from sqltopic.server.rpc.reflection import enable_reflection
@@ -116,13 +121,13 @@ def _channel(config: DnodeConfig) -> Callable[[str], aio.Channel]:
     as the client's, for an mnode that asks for one), plain text otherwise."""
     ca, tls = config.mnode_tls_ca, config.tls
     if ca is None:
-        return aio.insecure_channel
+        return lambda target: aio.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=ca,
         private_key=tls.private_key if tls is not None else None,
         certificate_chain=tls.cert_chain if tls is not None else None,
     )
-    return lambda target: aio.secure_channel(target, credentials)
+    return lambda target: aio.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
 
 
 def _check_advertise(config: DnodeConfig) -> None:

@@ -11,7 +11,7 @@ import time
 from sqltopic.errors import ConfigError, VersionNotRetained, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.server.common.cluster_secret import verify
+from sqltopic.server.common.cluster_secret import NONCE_BYTES, Nonces, verify
 from sqltopic.server.core.engine import DNODE_APPLY_WAIT_S, Engine
 from sqltopic.server.rpc.cluster_service import PROOF_BYTES
 from sqltopic.server.rpc.rpc import Context, unary
@@ -29,12 +29,14 @@ class DnodeService(pb_grpc.DnodeServicer):
     def __init__(self, engine: Engine, secret: str) -> None:
         self._engine = engine
         self._secret = secret
+        self._nonces = Nonces()
 
     @unary
     async def Append(self, request: pb.AppendRequest, context: Context) -> pb.AppendResponse:
         self._check_sizes(request)  # before the proof: its cost grows with the request
         now_ms = int(time.time() * 1000)
         verify(self._secret, request.proof, now_ms, request.sent_ms, *append_fields(request))
+        self._nonces.take(request.nonce, request.sent_ms, now_ms)  # a replay appends nothing
         last = await asyncio.to_thread(self._append, request)
         return pb.AppendResponse(last_version=last)
 
@@ -100,6 +102,8 @@ class DnodeService(pb_grpc.DnodeServicer):
             raise ConfigError(f"Append carries 1..{MAX_APPEND_ENTRIES} entries")
         if any(not body for body in request.entries):
             raise ConfigError("Append: an entry has no body")
+        if len(request.nonce) != NONCE_BYTES:
+            raise ConfigError(f"Append carries a {NONCE_BYTES}-byte nonce")
 
 
 def entries_fields(request: pb.EntriesRequest) -> tuple[str | int | bytes, ...]:
@@ -118,4 +122,4 @@ def append_fields(request: pb.AppendRequest) -> tuple[str | int | bytes, ...]:
     for body in request.entries:
         digest.update(len(body).to_bytes(8, "big"))
         digest.update(body)
-    return ("dnode-append", request.vgroup, request.catalog_change, digest.digest())
+    return ("dnode-append", request.vgroup, request.catalog_change, request.nonce, digest.digest())

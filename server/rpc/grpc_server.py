@@ -20,7 +20,6 @@ from typing import Literal
 import grpc
 from grpc import aio
 
-from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
@@ -35,7 +34,12 @@ from sqltopic.server.rpc.cluster_service import ClusterService
 from sqltopic.server.rpc.dnode_calls import DnodeCalls, tls_channel
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
-from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, stop_on_signals
+from sqltopic.server.rpc.listen import (
+    NODE_CHANNEL_OPTIONS,
+    SERVER_OPTIONS,
+    bind,
+    stop_on_signals,
+)
 from sqltopic.server.rpc.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.rpc import add_service
@@ -110,7 +114,7 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
 def _dnode_channel(config: ServerConfig) -> Callable[[str], grpc.Channel]:
     """How an mnode dials its dnodes: TLS with --dnode-tls-ca, plain text otherwise."""
     if config.dnode_tls_ca is None:
-        return lambda target: grpc.insecure_channel(target, options=MESSAGE_OPTIONS)
+        return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
     tls = config.tls
     return tls_channel(
         config.dnode_tls_ca, tls.private_key if tls else None, tls.cert_chain if tls else None

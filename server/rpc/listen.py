@@ -15,6 +15,9 @@ from sqltopic.server.rpc.tls import ServerTls
 # no SO_REUSEPORT (gRPC sets it by default): a second server on a port in use must fail
 # to start, not share its connections
 SERVER_OPTIONS = [*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)]
+# A node's channels to its peers: a node back from a restart is dialled again within half
+# a second (gRPC's default backoff grows to two minutes).
+NODE_CHANNEL_OPTIONS = [*MESSAGE_OPTIONS, ("grpc.max_reconnect_backoff_ms", 500)]
 
 
 def bind(server: aio.Server, host: str, port: int, tls: ServerTls | None) -> int:

@@ -14,7 +14,7 @@ import grpc
 import pyarrow as pa
 
 from sqltopic.errors import ServerUnavailable
-from sqltopic.proto.arrow_ipc import MESSAGE_OPTIONS, to_ipc
+from sqltopic.proto.arrow_ipc import to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import from_status
@@ -22,6 +22,7 @@ from sqltopic.server.common.cluster_secret import prove
 from sqltopic.server.common.result import Session
 from sqltopic.server.dnode.identity import load_identity
 from sqltopic.server.rpc.cluster_service import create_tables_fields
+from sqltopic.server.rpc.listen import NODE_CHANNEL_OPTIONS
 
 # The mnode answers once its ready dnodes applied the change (engine.DNODE_APPLY_WAIT_S,
 # 5 s at most) after taking the catalog's lock: room for both, and a dead mnode still
@@ -75,8 +76,8 @@ def sync_channel(
 ) -> Callable[[str], grpc.Channel]:
     """How a dnode's request threads dial its mnode: as its link does (dnode_server)."""
     if ca is None:
-        return lambda target: grpc.insecure_channel(target, options=MESSAGE_OPTIONS)
+        return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=chain
     )
-    return lambda target: grpc.secure_channel(target, credentials, options=MESSAGE_OPTIONS)
+    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)

@@ -10,7 +10,6 @@ import sqlite3
 
 import pytest
 
-from sqltopic.errors import VgroupUnavailable
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.sql.entries import vnode_dir
 from sqltopic.wal import EntryType, open_readonly
@@ -127,20 +126,6 @@ def test_the_replica_survives_a_restart_without_applying_twice(cluster: Cluster)
     wait_for(lambda: _synced(cluster), "the new table on the dnode")
     after = {v: _events(again, v) for v in _placement(cluster)}
     assert sum(len(e) for e in after.values()) == sum(len(e) for e in before.values()) + 1
-
-
-def test_the_mnode_still_refuses_rows_and_changes_nothing(cluster: Cluster) -> None:
-    dnode = cluster.add_dnode()
-    cluster.wait_status(dnode, "ready")
-    with cluster.connect() as conn:
-        conn.execute(SCHEMA)
-        for sql in (
-            "INSERT INTO power.d1 VALUES (1700000000000, 10.5, 230)",
-            "INSERT INTO power.d7 USING power.meters TAGS (7) VALUES (1700000000000, 1, 2)",
-        ):
-            with pytest.raises(VgroupUnavailable, match="a cluster's mnode does not"):
-                conn.execute(sql)
-        assert [r[0] for r in conn.execute("SHOW power.TABLES").rows] == ["d1"]
 
 
 @pytest.mark.crash

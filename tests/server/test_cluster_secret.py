@@ -11,7 +11,9 @@ import pytest
 
 from sqltopic.errors import AuthenticationFailed, ConfigError, DataFileDamaged
 from sqltopic.server.common.cluster_secret import (
+    NONCE_BYTES,
     PROOF_WINDOW_MS,
+    Nonces,
     check_secret,
     prove,
     verify,
@@ -100,3 +102,21 @@ def test_a_data_directory_keeps_its_instance_id(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     assert instance_of(other) != first
+
+
+def test_a_nonce_is_taken_once_within_the_window() -> None:
+    nonces = Nonces(limit=3)
+    now = 1_000_000_000
+    nonces.take(b"a" * NONCE_BYTES, now, now)
+    with pytest.raises(AuthenticationFailed, match="replay"):
+        nonces.take(b"a" * NONCE_BYTES, now, now + 1)
+    with pytest.raises(AuthenticationFailed, match="16-byte nonce"):
+        nonces.take(b"short", now, now)
+    # past the window it is forgotten (its proof would be refused as stale anyway)
+    later = now + PROOF_WINDOW_MS + 1
+    nonces.take(b"b" * NONCE_BYTES, later, later)
+    nonces.take(b"a" * NONCE_BYTES, later, later)
+    # at the limit the oldest goes first
+    for c in (b"c", b"d"):
+        nonces.take(c * NONCE_BYTES, later, later)
+    nonces.take(b"b" * NONCE_BYTES, later, later)

@@ -1,6 +1,6 @@
 """Reads of history through the protocol against a real server (Mnode.ReadCatalog,
-Vnode.ReadEntries; client/history.py): what they return, the rights they need (SUBSCRIBE
-on the topic, or READ on all of the database), and their refusals."""
+Vnode.ReadEntries; client/history.py): what they return, the rights they need (READ on
+all of the database, and SUBSCRIBE on a topic read through), and their refusals."""
 
 from __future__ import annotations
 
@@ -67,6 +67,17 @@ def test_a_database_s_catalog_and_entries_need_read_on_all_of_it(
     hot.execute("CREATE USER reader PASS 'reader_pass1'; GRANT READ ON power.* TO reader")
     hot.execute("CREATE USER partial PASS 'partial_pass1'; GRANT READ ON power.meters TO partial")
     hot.execute("CREATE USER nobody PASS 'nobody_pass1'")
+    hot.execute("CREATE USER sub PASS 'subscriber_pass1'; GRANT SUBSCRIBE ON hot TO sub")
+    with connect(server.address, "sub", "subscriber_pass1") as sub:
+        # SUBSCRIBE alone: the WAL holds every table's rows and columns, not only the topic's
+        with pytest.raises(NoPermission, match="all of database power"):
+            h.read_catalog(sub, topic="hot")
+        with pytest.raises(NoPermission, match="all of database power"):
+            list(h.read_entries(sub, 1, 1, 0, topic="hot"))
+    hot.execute("GRANT READ ON power.* TO sub")
+    with connect(server.address, "sub", "subscriber_pass1") as sub:
+        assert len(h.read_catalog(sub, topic="hot")) == 5
+        assert sorted(_rows(sub, 1, topic="hot") + _rows(sub, 2, topic="hot"))
     with connect(server.address, "reader", "reader_pass1") as reader:
         assert len(h.read_catalog(reader, database="power", table="d1")) == 3  # db, stable, d1
         assert sorted(_rows(reader, 1, database="power") + _rows(reader, 2, database="power"))

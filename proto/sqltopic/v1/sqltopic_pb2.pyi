@@ -2370,6 +2370,7 @@ class AppendRequest(_message.Message):
     VGROUP_FIELD_NUMBER: _builtins.int
     CATALOG_CHANGE_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    NONCE_FIELD_NUMBER: _builtins.int
     sent_ms: _builtins.int
     """When the mnode sent it, in ms since the epoch (the proof's freshness)."""
     proof: _builtins.bytes
@@ -2378,6 +2379,10 @@ class AppendRequest(_message.Message):
     """The vgroup to append to."""
     catalog_change: _builtins.int
     """The catalog change the rows need applied first (0: none)."""
+    nonce: _builtins.bytes
+    """16 random bytes, new for each request: a dnode refuses a nonce it took within the
+    proof's window (a replayed Append would append its rows again).
+    """
     @_builtins.property
     def entries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """The data entries' bodies (Arrow IPC, docs/wal.md "Data entry bodies"), in order."""
@@ -2390,10 +2395,11 @@ class AppendRequest(_message.Message):
         vgroup: _builtins.int = ...,
         catalog_change: _builtins.int = ...,
         entries: _abc.Iterable[_builtins.bytes] | None = ...,
+        nonce: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "entries", b"entries", "proof", b"proof", "sent_ms", b"sent_ms", "vgroup", b"vgroup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_change", b"catalog_change", "entries", b"entries", "nonce", b"nonce", "proof", b"proof", "sent_ms", b"sent_ms", "vgroup", b"vgroup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

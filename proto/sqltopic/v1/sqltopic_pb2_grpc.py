@@ -924,8 +924,8 @@ class VnodeServicer:
 
     def ReadEntries(self, request, context):
         """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
-        order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
-        vgroup one of its database's), or READ on all of `database` without a topic.
+        order, for readers of history (Spark's tasks). Needs READ on all of the database
+        (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
         Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -531,8 +531,8 @@ class VnodeStub:
     """Each vgroup's retained version range: [begin, end)."""
     ReadEntries: _grpc.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]
     """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
-    order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
-    vgroup one of its database's), or READ on all of `database` without a topic.
+    order, for readers of history (Spark's tasks). Needs READ on all of the database
+    (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
     Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
     """
     Acknowledge: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]
@@ -587,8 +587,8 @@ class VnodeAsyncStub(VnodeStub):
     """Each vgroup's retained version range: [begin, end)."""
     ReadEntries: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]  # type: ignore[assignment]
     """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
-    order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
-    vgroup one of its database's), or READ on all of `database` without a topic.
+    order, for readers of history (Spark's tasks). Needs READ on all of the database
+    (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
     Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
     """
     Acknowledge: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]  # type: ignore[assignment]
@@ -682,8 +682,8 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.ReadEntriesResponse], _abc.AsyncIterator[_sqltopic_pb2.ReadEntriesResponse]]:
         """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
-        order, for readers of history (Spark's tasks). Needs SUBSCRIBE on `topic` (the
-        vgroup one of its database's), or READ on all of `database` without a topic.
+        order, for readers of history (Spark's tasks). Needs READ on all of the database
+        (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
         Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
         """
 
