@@ -5,6 +5,7 @@ as coroutines, routed on a cluster exactly as the sync Connection routes them
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from types import TracebackType
 
@@ -94,6 +95,7 @@ class Connection:
             while True:
                 try:
                     if isinstance(step, ReadRoutes):
+                        await asyncio.sleep(step.pause_s)
                         answer: Routes | int = await self._read_routes()
                     else:
                         answer = await self._write_at(step.endpoint, target, step.data, db)

@@ -11,6 +11,7 @@ handshake as a `TlsHandshakeError` that says what to check.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ class Connection:
             while True:
                 try:
                     if isinstance(step, ReadRoutes):
+                        time.sleep(step.pause_s)
                         answer: Routes | int = self._read_routes()
                     else:
                         answer = self._write_at(step.endpoint, target, step.data, db)

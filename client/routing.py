@@ -28,6 +28,10 @@ TBNAME = "tbname"
 # A write is sent again at most this often after a dnode said its routes were stale
 # (the routes are read again before each): one move of a vgroup, and one spare.
 ROUTE_ATTEMPTS = 3
+# The pause before the n-th attempt is n times this: a restarted dnode answers
+# VgroupUnavailable until it caught up with the catalog, within a heartbeat (1 s) of its
+# start.
+ROUTE_RETRY_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,9 @@ class SendPart:
 
 @dataclass(frozen=True)
 class ReadRoutes:
-    """Read the routes again; answered with the new Routes."""
+    """Wait `pause_s`, then read the routes again; answered with the new Routes."""
+
+    pause_s: float = 0.0
 
 
 WriteStep = SendPart | ReadRoutes
@@ -129,8 +135,8 @@ def write_flow(
     written, pending = 0, [data]
     stale: VgroupUnavailable | None = None
     for attempt in range(ROUTE_ATTEMPTS):
-        if attempt:
-            routes = yield ReadRoutes()
+        if attempt:  # a dnode catching up serves within a heartbeat or two: give it time
+            routes = yield ReadRoutes(ROUTE_RETRY_S * attempt)
         failed: list[pa.Table] = []
         stale = None
         for table in pending:

@@ -3,10 +3,22 @@ hash, the same as the server's, and a write's rows split by the endpoint hosting
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
-from sqltopic.client.routing import HERE, Routes, database_of
+from sqltopic.client.routing import (
+    HERE,
+    ROUTE_ATTEMPTS,
+    ROUTE_RETRY_S,
+    ReadRoutes,
+    Routes,
+    database_of,
+    write_flow,
+)
+from sqltopic.errors import VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.model import Database
@@ -82,3 +94,59 @@ def test_unknown_databases_and_servers_without_routes() -> None:
         epoch=3, routed=True, databases=[pb.DatabaseRoutes(database="power", vgroups=vgroups)]
     )
     assert Routes.of(answer) == Routes(3, True, ROUTES.databases)
+
+
+def _drive(flow: Any, answer: Callable[[Any], Any]) -> tuple[int | None, list[Any]]:
+    """Run a write flow, answering each step with `answer(step)` (an exception is
+    thrown in); the rows it returned (None if it raised) and the steps it took."""
+    steps: list[Any] = []
+    try:
+        step = next(flow)
+        while True:
+            steps.append(step)
+            try:
+                result = answer(step)
+            except VgroupUnavailable as exc:
+                step = flow.throw(exc)
+                continue
+            step = flow.send(result)
+    except StopIteration as done:
+        return int(done.value), steps
+    except VgroupUnavailable:
+        return None, steps
+
+
+def test_a_part_refused_as_stale_goes_again_alone_after_the_routes_are_read() -> None:
+    names = [f"d{i}" for i in range(40)]
+    data = pa.table({"tbname": names, "v": list(range(40))})
+    moved = Routes(8, True, {"power": tuple((v, "z:1") for v in VGROUPS)})
+    sent: list[tuple[str, int]] = []
+
+    def answer(step: Any) -> Any:
+        if isinstance(step, ReadRoutes):
+            return moved
+        if step.endpoint == "b:1":  # the vgroups b hosted moved to z
+            raise VgroupUnavailable("vgroup 12 is not hosted by the dnode at b:1")
+        sent.append((step.endpoint, step.data.num_rows))
+        return step.data.num_rows
+
+    written, steps = _drive(write_flow(ROUTES, "power", "meters", data), answer)
+    assert written == 40
+    b_rows = sum(1 for n in names if _endpoint(n) == "b:1")
+    assert ("z:1", b_rows) in sent  # only b's part went again, now to z
+    assert sum(rows for _e, rows in sent) == 40  # no row written twice
+    assert [s.pause_s for s in steps if isinstance(s, ReadRoutes)] == [ROUTE_RETRY_S]
+
+
+def test_a_part_still_refused_after_every_attempt_raises() -> None:
+    data = pa.table({"v": [1]})
+
+    def answer(step: Any) -> Any:
+        if isinstance(step, ReadRoutes):
+            return ROUTES
+        raise VgroupUnavailable("catching up")
+
+    written, steps = _drive(write_flow(ROUTES, "power", "t", data), answer)
+    assert written is None
+    pauses = [s.pause_s for s in steps if isinstance(s, ReadRoutes)]
+    assert pauses == [ROUTE_RETRY_S * n for n in range(1, ROUTE_ATTEMPTS)]
