@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import multiprocessing
 import os
 import statistics
 import sys
@@ -37,7 +36,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -419,23 +417,6 @@ def produce(address: str, samples: int, period_s: float) -> None:
         paced(samples, period_s, lambda i: send(i, time.time_ns()))
 
 
-@contextlib.contextmanager
-def producer(target: Callable[..., None], *args: object) -> Iterator[BaseProcess]:
-    """`target(*args)` in a new process (own interpreter: no GIL shared with the
-    consumer); fails if it exits with an error."""
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.join(timeout=LATENCY_SLACK_S)
-        if proc.exitcode is None:
-            proc.kill()
-            proc.join()
-    if proc.exitcode != 0:
-        raise RuntimeError(f"the producer exited with status {proc.exitcode}")
-
-
 def latencies(conn: Connection, samples: int) -> tuple[list[float], float]:
     """Produce-to-consume latencies in ms of `samples` rows written PERIOD_S apart by a
     producer process, received by a consumer subscribed (every vgroup assigned) and
@@ -452,7 +433,7 @@ def latencies(conn: Connection, samples: int) -> tuple[list[float], float]:
         consumer.subscribe(["lat_probe"])
         _until(lambda: _assigned(consumer))
         deadline = time.monotonic() + samples * PERIOD_S + LATENCY_SLACK_S
-        with producer(produce, conn.address, samples, PERIOD_S) as proc:
+        with harness.producer(produce, conn.address, samples, PERIOD_S) as proc:
             while len(times) < samples:
                 message = consumer.poll(SAMPLE_POLL_S)
                 now = time.time_ns()

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -167,3 +169,25 @@ def main(
         report["meta"]["max_rss_mib"] = round(rss_kib / 1024)
     emit(report, args.json)
     return 0
+
+
+# A producer process starts (imports) in a few seconds; one that has not ended this long
+# after its consumer stopped waiting is killed.
+PRODUCER_JOIN_S = 60.0
+
+
+@contextlib.contextmanager
+def producer(target: Callable[..., None], *args: object) -> Iterator[BaseProcess]:
+    """`target(*args)` in a new process (own interpreter: no GIL shared with the
+    consumer); fails if it exits with an error."""
+    proc = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.join(timeout=PRODUCER_JOIN_S)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+    if proc.exitcode != 0:
+        raise RuntimeError(f"the producer exited with status {proc.exitcode}")

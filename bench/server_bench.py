@@ -21,14 +21,12 @@ stdout (progress goes to stderr), otherwise a table; `--quick` is a small smoke 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import grpc
@@ -476,23 +474,6 @@ def produce(address: str, samples: int, period_s: float, first_ms: int) -> None:
         rp.paced(samples, period_s, lambda i: insert(i, time.time_ns()))
 
 
-@contextlib.contextmanager
-def producer(target: Callable[..., None], *args: object) -> Iterator[BaseProcess]:
-    """`target(*args)` in a new process (own interpreter: no GIL shared with the
-    consumer); fails if it exits with an error."""
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.join(timeout=LATENCY_SLACK_S)
-        if proc.exitcode is None:
-            proc.kill()
-            proc.join()
-    if proc.exitcode != 0:
-        raise RuntimeError(f"the producer exited with status {proc.exitcode}")
-
-
 def latencies_sqltopic(
     address: str, samples: int, period_s: float, group: str, first_ms: int
 ) -> list[tuple[int, int]]:
@@ -504,7 +485,7 @@ def latencies_sqltopic(
         consumer.subscribe(["bench_latency"])
         consumer.poll(IDLE_POLL_S)
         deadline = time.monotonic() + samples * period_s + LATENCY_SLACK_S
-        with producer(produce, address, samples, period_s, first_ms) as proc:
+        with harness.producer(produce, address, samples, period_s, first_ms) as proc:
             while len(times) < samples:
                 message = consumer.poll(SAMPLE_POLL_S)
                 now = time.time_ns()
@@ -519,7 +500,7 @@ def latencies_sqltopic(
 def latencies_redis(port: int, samples: int) -> list[tuple[int, int]]:
     """The same through Redis: XADD per row, one XREAD blocked on the stream."""
     after = rp.start_id(port)
-    with producer(rp.produce, port, samples, WARMUP_ROWS, PERIOD_S):
+    with harness.producer(rp.produce, port, samples, WARMUP_ROWS, PERIOD_S):
         return rp.receive(port, after, samples, samples * PERIOD_S + LATENCY_SLACK_S)
 
 
