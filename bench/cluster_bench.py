@@ -43,7 +43,7 @@ import grpc
 import harness
 import pyarrow as pa
 import pyarrow.compute as pc
-from harness import Report
+from harness import Report, Side, alternate
 from redis_peer import WARMUP_SENT_NS, paced
 
 from sqltopic.cli.spawn import ServerChild
@@ -259,19 +259,6 @@ def deployments(root: Path) -> Iterator[dict[str, Connection]]:
             if side != "all_in_one":
                 _until(functools.partial(_vgroups_ready, conn, DATABASES))
         yield conns
-
-
-Side = Callable[[int], float]  # round number -> rows/s
-
-
-def alternate(sides: dict[str, Side], rounds: int) -> dict[str, list[float]]:
-    """Each side's rate in every round (numbered from 1), in the given order in odd
-    rounds and reversed in even ones."""
-    rates: dict[str, list[float]] = {name: [] for name in sides}
-    for r in range(1, rounds + 1):
-        for name in reversed(list(sides)) if r % 2 == 0 else list(sides):
-            rates[name].append(sides[name](r))
-    return rates
 
 
 def rated(name: str, rates: dict[str, list[float]]) -> tuple[Report, Report]:

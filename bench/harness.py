@@ -191,3 +191,16 @@ def producer(target: Callable[..., None], *args: object) -> Iterator[BaseProcess
             proc.join()
     if proc.exitcode != 0:
         raise RuntimeError(f"the producer exited with status {proc.exitcode}")
+
+
+Side = Callable[[int], float]  # round number -> rows/s
+
+
+def alternate(sides: dict[str, Side], rounds: int) -> dict[str, list[float]]:
+    """Each side's rate in every round (numbered from 1), in the given order in odd
+    rounds and reversed in even ones."""
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(1, rounds + 1):
+        for name in reversed(list(sides)) if r % 2 == 0 else list(sides):
+            rates[name].append(sides[name](r))
+    return rates

@@ -25,7 +25,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from engine_bench import (
     statement,
     with_tags,
 )  # fmt: skip
-from harness import Report
+from harness import Report, Side, alternate
 
 from sqltopic.cli.spawn import ServerChild
 from sqltopic.client import Connection, connect
@@ -203,19 +203,6 @@ def peer_batches(tables: list[pa.Table], statements: int) -> tuple[list[bytes], 
         first = (n // len(tables)) * ROWS_PER_STATEMENT % ROWS_PER_WRITE
         small.append(rp.xadd_commands(INGEST_STREAM, table.slice(first, ROWS_PER_STATEMENT)))
     return big, small
-
-
-Side = Callable[[int], float]  # round number -> rows/s
-
-
-def alternate(sides: dict[str, Side], rounds: int) -> dict[str, list[float]]:
-    """Each side's rate in every round (numbered from 1), in the given order in odd
-    rounds and reversed in even ones."""
-    rates: dict[str, list[float]] = {name: [] for name in sides}
-    for r in range(1, rounds + 1):
-        for name in reversed(list(sides)) if r % 2 == 0 else list(sides):
-            rates[name].append(sides[name](r))
-    return rates
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from sqltopic.client.connection import (
     _read_result,
     _translated,
     _write_frames,
+    dnode_error,
     unimplemented,
-    unreachable,
     writes_only,
 )
 from sqltopic.client.effects import Metadata
@@ -127,9 +127,7 @@ class Connection:
             await self._forget_dnode(endpoint)
             if isinstance(error, AuthenticationFailed) and not again:
                 continue  # nothing was written: log in anew and send it again
-            if type(error) is ServerUnavailable:
-                raise Unreachable(unreachable(endpoint, error))
-            raise error
+            raise dnode_error(endpoint, error)
         raise AssertionError("unreachable")
 
     async def _dnode(self, endpoint: str) -> tuple[aio.Channel, pb_grpc.SqlAsyncStub, Metadata]:
@@ -149,9 +147,7 @@ class Connection:
         except aio.AioRpcError as exc:
             await channel.close()
             error = _error_of(exc, self._transport)
-            if type(error) is ServerUnavailable:
-                raise Unreachable(unreachable(endpoint, error)) from None
-            raise error from None
+            raise dnode_error(endpoint, error) from None
         bearer = (("authorization", f"Bearer {login.token}"),)
         found = self._dnodes[endpoint] = (channel, pb_grpc.SqlStub(channel), bearer)
         return found

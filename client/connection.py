@@ -177,9 +177,7 @@ class Connection:
             self._forget_dnode(endpoint)
             if isinstance(error, AuthenticationFailed) and not again:
                 continue  # nothing was written: log in anew and send it again
-            if type(error) is ServerUnavailable:
-                raise Unreachable(unreachable(endpoint, error))
-            raise error
+            raise dnode_error(endpoint, error)
         raise AssertionError("unreachable")
 
     def _dnode(self, endpoint: str) -> _Dnode:
@@ -201,9 +199,7 @@ class Connection:
         except grpc.RpcError as exc:
             channel.close()
             error = _error_of(exc, self._transport)
-            if type(error) is ServerUnavailable:
-                raise Unreachable(unreachable(endpoint, error)) from None
-            raise error from None
+            raise dnode_error(endpoint, error) from None
         bearer = (("authorization", f"Bearer {login.token}"),)
         dnode = _Dnode(channel, pb_grpc.SqlStub(channel), bearer)
         self._dnodes[endpoint] = dnode
@@ -353,12 +349,16 @@ def unimplemented(exc: grpc.RpcError) -> bool:
     return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def unreachable(endpoint: str, error: Error) -> VgroupUnavailable:
-    return VgroupUnavailable(
+def dnode_error(endpoint: str, error: Error) -> Exception:
+    """What a failed call at a dnode raises: Unreachable when the dnode did not answer (the
+    transport's failure: its part is not sent again), else the dnode's own error."""
+    if type(error) is not ServerUnavailable:
+        return error
+    return Unreachable(VgroupUnavailable(
         f"the dnode at {endpoint}, which hosts rows of this write, does not answer "
         f"({error}); the other dnodes' parts were written. Retry those rows once "
         "it is back (SHOW DNODES on the mnode)"
-    )
+    ))  # fmt: skip
 
 
 def _error_of(exc: grpc.RpcError, transport: Transport) -> Error:

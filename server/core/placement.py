@@ -133,11 +133,10 @@ def vgroup_source(state: State, vgroup: int) -> tuple[str, int, int]:
     local = state.vnodes.get(vgroup)
     if local is not None:
         return "", local.wal.first_version, local.wal.next_version
-    for _db, placed, dnode in hosted(state.catalog):
-        if placed != vgroup:
-            continue
-        found = state.catalog.dnodes.get(dnode)
-        seen = state.registry.versions(dnode, vgroup) if state.registry is not None else None
-        first, last = seen if seen is not None else (1, 0)
-        return (found.endpoint if found is not None else ""), first, last + 1
-    raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")
+    dnode = state.placed_dnode(vgroup)
+    if dnode is None:
+        raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")
+    found = state.catalog.dnodes.get(dnode)
+    seen = state.registry.versions(dnode, vgroup) if state.registry is not None else None
+    first, last = seen if seen is not None else (1, 0)
+    return (found.endpoint if found is not None else ""), first, last + 1

@@ -210,14 +210,20 @@ class State:
                 taken[vgroup] = Forwarded(self.dnode_endpoint(vgroup), rows)
         return taken
 
+    def placed_dnode(self, vgroup: int) -> int | None:
+        """The id of the dnode its database placed `vgroup` on; None when no database
+        places it on one (the vgroup is this server's, or unknown)."""
+        for db in self.catalog.databases.values():
+            if vgroup in db.vgroups:
+                return db.dnode_of(vgroup)
+        return None
+
     def dnode_endpoint(self, vgroup: int) -> str:
         """The endpoint of the dnode hosting `vgroup`; VgroupUnavailable for none."""
-        for db in self.catalog.databases.values():
-            if vgroup in db.vgroups and db.placement:
-                dnode = self.catalog.dnodes.get(db.placement[db.vgroups.index(vgroup)])
-                if dnode is not None:
-                    return dnode.endpoint
-        raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")
+        dnode = self.catalog.dnodes.get(self.placed_dnode(vgroup) or 0)
+        if dnode is None:
+            raise VgroupUnavailable(f"vgroup {vgroup} is on no dnode (SHOW VGROUPS)")
+        return dnode.endpoint
 
     def _remote_entries(self, entries: dict[int, list[WalEntry]]) -> dict[int, list[WalEntry]]:
         """On a cluster's mnode, the DDL entries of the vgroups dnodes host (logged for

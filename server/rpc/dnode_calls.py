@@ -8,14 +8,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import cast
 
 import grpc
 
 from sqltopic.errors import ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.proto.status import from_status
 from sqltopic.server.common.cluster_secret import NONCE_BYTES, prove
 from sqltopic.server.core.state import Forwarded
 from sqltopic.server.rpc.dnode_service import (
@@ -24,7 +22,7 @@ from sqltopic.server.rpc.dnode_service import (
     entries_fields,
     offsets_fields,
 )
-from sqltopic.server.rpc.listen import NODE_CHANNEL_OPTIONS
+from sqltopic.server.rpc.rpc import peer_error
 
 # A dnode waits up to engine.DNODE_APPLY_WAIT_S (5 s) for the change the rows need,
 # then appends (an fsync at most): room for both, and a dead dnode still fails the call.
@@ -38,9 +36,7 @@ WRITE_LOST = "its rows of this INSERT were not written"
 class DnodeCalls:
     def __init__(
         self, secret: str,
-        channel: Callable[[str], grpc.Channel] = lambda t: grpc.insecure_channel(
-            t, options=NODE_CHANNEL_OPTIONS
-        ),
+        channel: Callable[[str], grpc.Channel],
     ) -> None:  # fmt: skip
         self._secret = secret
         self._channel = channel
@@ -119,21 +115,10 @@ class DnodeCalls:
 
 
 def _error(exc: grpc.RpcError, endpoint: str, vgroup: int, what: str) -> Exception:
-    call = cast("grpc.Call", exc)
-    trailers = [(k, v) for k, v in call.trailing_metadata() or ()]
-    error = from_status(call.code(), call.details() or call.code().name, trailers)
+    error = peer_error(exc)
     if type(error) is ServerUnavailable:
         return VgroupUnavailable(
-            f"vgroup {vgroup}: its dnode at {endpoint} does not answer ({call.details()}); "
+            f"vgroup {vgroup}: its dnode at {endpoint} does not answer ({error}); "
             f"{what}: retry once it is back (SHOW DNODES)"
         )
     return error
-
-
-def tls_channel(ca: bytes, key: bytes | None, chain: bytes | None) -> Callable[[str], grpc.Channel]:
-    """How an mnode with --dnode-tls-ca dials its dnodes (its own certificate as the
-    client's, for dnodes that ask for one)."""
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=ca, private_key=key, certificate_chain=chain
-    )
-    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)

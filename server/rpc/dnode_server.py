@@ -38,9 +38,10 @@ from sqltopic.server.rpc.listen import (
     NODE_CHANNEL_OPTIONS,
     SERVER_OPTIONS,
     bind,
+    node_channel,
     stop_on_signals,
 )
-from sqltopic.server.rpc.mnode_calls import MnodeCalls, sync_channel
+from sqltopic.server.rpc.mnode_calls import MnodeCalls
 from sqltopic.server.rpc.mnode_link import MnodeLink
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.rpc import add_service
@@ -93,11 +94,9 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
         scheduler = Scheduler()  # the WALs' background work (fsync period, retention)
         try:
             host = VnodeHost(config.data, scheduler=scheduler)
-            tls = config.tls
-            calls = MnodeCalls(config.mnode, secret, config.data, sync_channel(
-                config.mnode_tls_ca, tls.private_key if tls else None,
-                tls.cert_chain if tls else None,
-            ))  # fmt: skip
+            calls = MnodeCalls(
+                config.mnode, secret, config.data, node_channel(config.mnode_tls_ca, config.tls)
+            )
             try:
                 engine = Engine(
                     config.data, background=False, limits=config.limits, role="dnode",

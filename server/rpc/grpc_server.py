@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import grpc
 from grpc import aio
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -31,15 +30,10 @@ from sqltopic.server.mnode.coordinator_store import CoordinatorStore
 from sqltopic.server.mnode.dnode_registry import DnodeRegistry
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, check_root_password
 from sqltopic.server.rpc.cluster_service import ClusterService
-from sqltopic.server.rpc.dnode_calls import DnodeCalls, tls_channel
+from sqltopic.server.rpc.dnode_calls import DnodeCalls
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
-from sqltopic.server.rpc.listen import (
-    NODE_CHANNEL_OPTIONS,
-    SERVER_OPTIONS,
-    bind,
-    stop_on_signals,
-)
+from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, node_channel, stop_on_signals
 from sqltopic.server.rpc.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.rpc import add_service
@@ -95,7 +89,11 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     secret = check_secret(config.cluster_secret) if config.role == "mnode" else None
     raise_open_files_limit()  # every vnode keeps a few files open
     registry = DnodeRegistry(wall_clock_us) if secret is not None else None
-    calls = DnodeCalls(secret, _dnode_channel(config)) if secret is not None else None
+    # an mnode dials its dnodes with TLS given --dnode-tls-ca, in plain text otherwise
+    calls = (
+        DnodeCalls(secret, node_channel(config.dnode_tls_ca, config.tls))
+        if secret is not None else None
+    )  # fmt: skip
     try:
         engine = Engine(
             config.data, limits=config.limits, coordination=_coordination(config.data),
@@ -109,16 +107,6 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     finally:
         if calls is not None:
             calls.close()
-
-
-def _dnode_channel(config: ServerConfig) -> Callable[[str], grpc.Channel]:
-    """How an mnode dials its dnodes: TLS with --dnode-tls-ca, plain text otherwise."""
-    if config.dnode_tls_ca is None:
-        return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
-    tls = config.tls
-    return tls_channel(
-        config.dnode_tls_ca, tls.private_key if tls else None, tls.cert_chain if tls else None
-    )
 
 
 def _coordination(data: Path) -> CoordinatorFactory:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 
 import grpc
 from grpc import aio
@@ -18,6 +19,20 @@ SERVER_OPTIONS = [*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)]
 # A node's channels to its peers: a node back from a restart is dialled again within half
 # a second (gRPC's default backoff grows to two minutes).
 NODE_CHANNEL_OPTIONS = [*MESSAGE_OPTIONS, ("grpc.max_reconnect_backoff_ms", 500)]
+
+
+def node_channel(ca: bytes | None, tls: ServerTls | None) -> Callable[[str], grpc.Channel]:
+    """How a node's worker threads dial a peer node: TLS trusting `ca` (PEM), with the
+    node's own certificate as the client's for a peer that asks for one; plain text
+    without a CA."""
+    if ca is None:
+        return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=tls.private_key if tls is not None else None,
+        certificate_chain=tls.cert_chain if tls is not None else None,
+    )
+    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
 
 
 def bind(server: aio.Server, host: str, port: int, tls: ServerTls | None) -> int:

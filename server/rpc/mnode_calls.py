@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import grpc
 import pyarrow as pa
@@ -17,12 +16,11 @@ from sqltopic.errors import ServerUnavailable
 from sqltopic.proto.arrow_ipc import to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.proto.status import from_status
 from sqltopic.server.common.cluster_secret import prove
 from sqltopic.server.common.result import Session
 from sqltopic.server.dnode.identity import load_identity
 from sqltopic.server.rpc.cluster_service import create_tables_fields
-from sqltopic.server.rpc.listen import NODE_CHANNEL_OPTIONS
+from sqltopic.server.rpc.rpc import peer_error
 
 # The mnode answers once its ready dnodes applied the change (engine.DNODE_APPLY_WAIT_S,
 # 5 s at most) after taking the catalog's lock: room for both, and a dead mnode still
@@ -33,7 +31,7 @@ CREATE_TABLES_TIMEOUT_S = 30.0
 class MnodeCalls:
     def __init__(
         self, mnode: str, secret: str, data: Path,
-        channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+        channel: Callable[[str], grpc.Channel],
     ) -> None:  # fmt: skip
         self._secret = secret
         self._data = data
@@ -56,28 +54,14 @@ class MnodeCalls:
         try:
             answer = self._stub.CreateTables(request, timeout=CREATE_TABLES_TIMEOUT_S)
         except grpc.RpcError as exc:
-            call = cast("grpc.Call", exc)
-            trailers = [(k, v) for k, v in call.trailing_metadata() or ()]
-            error = from_status(call.code(), call.details() or call.code().name, trailers)
+            error = peer_error(exc)
             if type(error) is ServerUnavailable:
                 error = ServerUnavailable(
                     f"the cluster's mnode at {self._mnode} creates the child tables this "
-                    f"write needs, and cannot be reached ({call.details()}): retry later"
+                    f"write needs, and cannot be reached ({error}): retry later"
                 )
             raise error from None
         return int(answer.catalog_change)
 
     def close(self) -> None:
         self._channel.close()
-
-
-def sync_channel(
-    ca: bytes | None, key: bytes | None, chain: bytes | None
-) -> Callable[[str], grpc.Channel]:
-    """How a dnode's request threads dial its mnode: as its link does (dnode_server)."""
-    if ca is None:
-        return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=ca, private_key=key, certificate_chain=chain
-    )
-    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)

@@ -30,7 +30,7 @@ from grpc import aio
 
 from sqltopic.errors import Error, InvalidRequest, LimitExceeded, SqlError, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.status import to_status
+from sqltopic.proto.status import from_status, to_status
 from sqltopic.server.dnode.poll import Reset
 
 log = logging.getLogger("sqltopic.server")
@@ -161,6 +161,15 @@ async def fail(context: Context, exc: Exception) -> NoReturn:
         code, message, trailers = to_status(err)
         await context.abort(code, message, trailing_metadata=tuple(trailers))
     await context.abort(grpc.StatusCode.INTERNAL, internal_error(exc))
+
+
+def peer_error(exc: grpc.RpcError) -> Error:
+    """The error a call to another node failed with: the very class that node raised
+    (its status and trailers, as the client maps them), ServerUnavailable when it did not
+    answer at all."""
+    call = cast("grpc.Call", exc)  # every RpcError a call raises is also its grpc.Call
+    trailers = [(k, v) for k, v in call.trailing_metadata() or ()]
+    return from_status(call.code(), call.details() or call.code().name, trailers)
 
 
 def unexpected(exc: Exception) -> Error:
