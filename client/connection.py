@@ -324,7 +324,8 @@ def _read_result(frames: Iterable[pb.ExecuteResponse]) -> tuple[pb.ResultHeader,
 def _write_frames(
     target: str, database: str | None, parts: Iterator[bytes]
 ) -> Iterator[pb.WriteRequest]:
-    first = pb.WriteRequest(target=target)
+    # the first frame carries the first part too: a small write is one message
+    first = pb.WriteRequest(target=target, arrow_ipc=next(parts, b""))
     if database is not None:
         first.database = database
     yield first

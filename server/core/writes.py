@@ -217,6 +217,8 @@ def _run(state: State, user: str, build: Any) -> int:
             remote = state.take_remote_rows(plan.entries)
             state.write_entries(plan.entries)
     except _NeedsExclusive:
+        if state.lock.no_wait:
+            raise WouldBlock from None  # tables to create: DDL's lock, or the mnode's call
         if state.role == "dnode":
             raise TablesToCreate from None
         with state.lock.exclusive():

@@ -14,6 +14,7 @@ import pytest
 
 from sqltopic.errors import NoPermission, UnsupportedStatement, VgroupUnavailable
 from sqltopic.server.common.result import Session
+from sqltopic.server.common.rwlock import WouldBlock
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.server.core.topic_reader import TopicBlock
@@ -120,6 +121,23 @@ def test_a_dnode_writes_its_vgroups_and_the_mnode_makes_missing_child_tables(
     assert cluster.dnodes[1].write("power.meters", table, session) == 10
     assert len(cluster.made) == 1
     assert len(cluster.rows(1)) == 20
+
+
+def test_on_the_event_loop_a_write_needing_child_tables_asks_nothing_and_writes_nothing(
+    cluster: Cluster,
+) -> None:
+    """The server's event loop runs small writes in the lock's no-wait mode: a write that
+    would call the mnode for tables raises WouldBlock first, and a worker runs it again."""
+    on_1 = [n for n in (f"w{i}" for i in range(64)) if _vgroup_of(cluster, n) in (1, 3)][:2]
+    table = pa.table({"tbname": on_1, "ts": [1, 2], "v": [1, 2], "loc": [1, 1]})
+    before = {v: n.wal.last_version for v, n in cluster.hosts[1].live.items()}
+    session = Session(user="root", db="power")
+    with cluster.dnodes[1].lock.without_waiting(), pytest.raises(WouldBlock):
+        cluster.dnodes[1].write("meters", table, session)
+    assert cluster.made == []
+    assert {v: n.wal.last_version for v, n in cluster.hosts[1].live.items()} == before
+    assert cluster.dnodes[1].write("meters", table, session) == 2
+    assert cluster.rows(1) == [(on_1[0], 1), (on_1[1], 2)]
 
 
 def _vgroup_of(cluster: Cluster, name: str) -> int:

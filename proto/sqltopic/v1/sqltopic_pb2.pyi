@@ -423,8 +423,9 @@ class WriteRequest(_message.Message):
     current database.
     """
     arrow_ipc: _builtins.bytes
-    """The next chunk of the rows' Arrow IPC stream. Column names match the table's
-    columns (case-insensitively); missing non-timestamp columns are NULL.
+    """The next chunk of the rows' Arrow IPC stream, in any frame, the first included (a
+    small write is one frame). Column names match the table's columns
+    (case-insensitively); missing non-timestamp columns are NULL.
     """
     def __init__(
         self,
