@@ -28,9 +28,18 @@ from sqltopic.client.connection import (
     writes_only,
 )
 from sqltopic.client.effects import Metadata
-from sqltopic.client.routing import HERE, ReadRoutes, Routes, database_of, write_flow
+from sqltopic.client.routing import (
+    HERE,
+    Outcome,
+    ReadRoutes,
+    Routes,
+    SendPart,
+    database_of,
+    outcomes_of,
+    write_flow,
+)
 from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
-from sqltopic.errors import AuthenticationFailed, ServerUnavailable, VgroupUnavailable
+from sqltopic.errors import AuthenticationFailed, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -93,20 +102,20 @@ class Connection:
         try:
             step = next(flow)
             while True:
-                try:
-                    if isinstance(step, ReadRoutes):
-                        await asyncio.sleep(step.pause_s)
-                        answer: Routes | int = await self._read_routes()
-                    else:
-                        answer = await self._write_at(step.endpoint, target, step.data, db)
-                except VgroupUnavailable as exc:
-                    step = flow.throw(exc)
-                    continue
-                step = flow.send(answer)
+                if isinstance(step, ReadRoutes):
+                    await asyncio.sleep(step.pause_s)
+                    step = flow.send(await self._read_routes())
+                else:
+                    step = flow.send(await self._send_parts(step.parts, target, db))
         except StopIteration as done:
             return int(done.value)
         except Unreachable as exc:
             raise exc.error from None
+
+    async def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
+        """Each part written at its dnode, the calls all under way at once."""
+        calls = (self._write_at(p.endpoint, target, p.data, db) for p in parts)
+        return outcomes_of(await asyncio.gather(*calls, return_exceptions=True))
 
     async def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to), logging in to a

@@ -21,7 +21,16 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from sqltopic.client.routing import HERE, ReadRoutes, Routes, database_of, write_flow
+from sqltopic.client.routing import (
+    HERE,
+    Outcome,
+    ReadRoutes,
+    Routes,
+    SendPart,
+    database_of,
+    outcomes_of,
+    write_flow,
+)
 from sqltopic.client.rows import table_rows
 from sqltopic.client.tls import (
     PLAIN,
@@ -142,43 +151,71 @@ class Connection:
         try:
             step = next(flow)
             while True:
-                try:
-                    if isinstance(step, ReadRoutes):
-                        time.sleep(step.pause_s)
-                        answer: Routes | int = self._read_routes()
-                    else:
-                        answer = self._write_at(step.endpoint, target, step.data, db)
-                except VgroupUnavailable as exc:
-                    step = flow.throw(exc)
-                    continue
-                step = flow.send(answer)
+                if isinstance(step, ReadRoutes):
+                    time.sleep(step.pause_s)
+                    step = flow.send(self._read_routes())
+                else:
+                    step = flow.send(self._send_parts(step.parts, target, db))
         except StopIteration as done:
             return int(done.value)
         except Unreachable as exc:
             raise exc.error from None
 
-    def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
-        """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
-        dnode first, and again once if it restarted meanwhile (its sessions are gone)."""
-        for again in (False, True):
-            stub: pb_grpc.SqlStub = self._sql
-            metadata: tuple[tuple[str, str], ...] = self._metadata
-            if endpoint != HERE:
-                dnode = self._dnode(endpoint)
-                stub, metadata = dnode.sql, dnode.metadata
-            frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+    def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
+        """Each part written at its dnode, the calls all under way at once."""
+        # (the call, or what starting it raised): a call is itself an RpcError, so the
+        # two are kept apart
+        started: list[tuple[grpc.Future[pb.WriteResponse] | None, Exception | None]] = []
+        for part in parts:
             try:
-                answer = stub.Write(frames, metadata=metadata, timeout=self._timeout)
-                return int(answer.rows)
-            except grpc.RpcError as exc:
-                error = _error_of(exc, self._transport)
-            if endpoint == HERE:
-                raise error
-            self._forget_dnode(endpoint)
-            if isinstance(error, AuthenticationFailed) and not again:
-                continue  # nothing was written: log in anew and send it again
-            raise dnode_error(endpoint, error)
-        raise AssertionError("unreachable")
+                started.append((self._start_write(part.endpoint, target, part.data, db), None))
+            except Exception as exc:  # raised once every part was answered
+                started.append((None, exc))
+        results: list[int | BaseException] = []
+        for part, (call, failed) in zip(parts, started, strict=True):
+            try:
+                if call is None:
+                    raise cast(Exception, failed)
+                results.append(self._finish_write(part.endpoint, target, part.data, db, call))
+            except Exception as exc:  # as above
+                results.append(exc)
+        return outcomes_of(results)
+
+    def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
+        """Write `data` at `endpoint` (HERE: the server connected to)."""
+        call = self._start_write(endpoint, target, data, db)
+        return self._finish_write(endpoint, target, data, db, call)
+
+    def _start_write(
+        self, endpoint: str, target: str, data: pa.Table, db: str | None
+    ) -> grpc.Future[pb.WriteResponse]:
+        """The Write call of `data` at `endpoint`, under way; at a dnode, logged in first."""
+        stub: pb_grpc.SqlStub = self._sql
+        metadata: tuple[tuple[str, str], ...] = self._metadata
+        if endpoint != HERE:
+            dnode = self._dnode(endpoint)
+            stub, metadata = dnode.sql, dnode.metadata
+        frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+        return stub.Write.future(frames, metadata=metadata, timeout=self._timeout)
+
+    def _finish_write(
+        self, endpoint: str, target: str, data: pa.Table, db: str | None,
+        call: grpc.Future[pb.WriteResponse], again: bool = False,
+    ) -> int:  # fmt: skip
+        """The rows `call` wrote; a dnode that restarted meanwhile (its sessions are
+        gone) is logged in to anew and sent `data` again, once."""
+        try:
+            return int(call.result().rows)
+        except grpc.RpcError as exc:
+            error = _error_of(exc, self._transport)
+        if endpoint == HERE:
+            raise error
+        self._forget_dnode(endpoint)
+        if isinstance(error, AuthenticationFailed) and not again:
+            # nothing was written: log in anew and send it again
+            retry = self._start_write(endpoint, target, data, db)
+            return self._finish_write(endpoint, target, data, db, retry, again=True)
+        raise dnode_error(endpoint, error)
 
     def _dnode(self, endpoint: str) -> _Dnode:
         found = self._dnodes.get(endpoint)

@@ -7,7 +7,7 @@ hosts them. I/O-free: the sync and aio connections share it (docs/protocol.md,
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,11 +109,19 @@ def _tbname(data: pa.Table) -> pa.Array | None:
 
 @dataclass(frozen=True)
 class SendPart:
-    """Write `data` at `endpoint`; answered with the rows written, or VgroupUnavailable
-    thrown in when the dnode says the routes are stale (nothing written there)."""
+    """Write `data` at `endpoint`."""
 
     endpoint: str
     data: pa.Table
+
+
+@dataclass(frozen=True)
+class SendParts:
+    """Write every part at once, one call per endpoint; answered with each part's outcome
+    in order (`outcomes_of`): the rows written, or the VgroupUnavailable of a dnode that
+    said the routes are stale (nothing written there)."""
+
+    parts: tuple[SendPart, ...]
 
 
 @dataclass(frozen=True)
@@ -123,32 +131,57 @@ class ReadRoutes:
     pause_s: float = 0.0
 
 
-WriteStep = SendPart | ReadRoutes
+WriteStep = SendParts | ReadRoutes
+# A part's outcome: its rows written, or its dnode's word that the routes are stale.
+Outcome = int | VgroupUnavailable
 
 
 def write_flow(
     routes: Routes, database: str, target: str, data: pa.Table
 ) -> Generator[WriteStep, Any, int]:
-    """A write on a cluster, I/O-free: each part to the endpoint hosting it; the parts
-    a dnode refused as stale sent again after the routes were read anew, at most
-    ROUTE_ATTEMPTS times in all; the rows written."""
+    """A write on a cluster, I/O-free: its parts sent at once, each to the endpoint
+    hosting it; the parts a dnode refused as stale sent again after the routes were
+    read anew, at most ROUTE_ATTEMPTS times in all; the rows written."""
     written, pending = 0, [data]
     stale: VgroupUnavailable | None = None
     for attempt in range(ROUTE_ATTEMPTS):
         if attempt:  # a dnode catching up serves within a heartbeat or two: give it time
             routes = yield ReadRoutes(ROUTE_RETRY_S * attempt)
-        failed: list[pa.Table] = []
-        stale = None
-        for table in pending:
-            # a database the routes do not know: the server connected to says why
-            for endpoint, part in (routes.split(database, target, table) or {HERE: table}).items():
-                try:
-                    written += yield SendPart(endpoint, part)
-                except VgroupUnavailable as exc:
-                    failed.append(part)
-                    stale = exc
-        if stale is None:
+        parts = _parts(routes, database, target, pending)
+        outcomes: list[Outcome] = yield SendParts(parts)
+        pending = []
+        for part, outcome in zip(parts, outcomes, strict=True):
+            if isinstance(outcome, VgroupUnavailable):
+                pending.append(part.data)
+                stale = outcome
+            else:
+                written += outcome
+        if not pending:
             return written
-        pending = failed
     assert stale is not None
     raise stale
+
+
+def _parts(
+    routes: Routes, database: str, target: str, tables: list[pa.Table]
+) -> tuple[SendPart, ...]:
+    """The rows of `tables` by endpoint (a database the routes do not know goes to the
+    server connected to, which says why), one part per endpoint, each table's rows in
+    their order."""
+    by_endpoint: dict[str, list[pa.Table]] = {}
+    for table in tables:
+        for endpoint, part in (routes.split(database, target, table) or {HERE: table}).items():
+            by_endpoint.setdefault(endpoint, []).append(part)
+    return tuple(
+        SendPart(endpoint, found[0] if len(found) == 1 else pa.concat_tables(found))
+        for endpoint, found in by_endpoint.items()
+    )
+
+
+def outcomes_of(results: Sequence[int | BaseException]) -> list[Outcome]:
+    """Each part's outcome for `write_flow`, once every part was answered: the first
+    error other than stale routes is raised (the other parts' rows were written)."""
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, VgroupUnavailable):
+            raise result
+    return [r for r in results if isinstance(r, int | VgroupUnavailable)]

@@ -16,9 +16,10 @@ from sqltopic.client.routing import (
     ReadRoutes,
     Routes,
     database_of,
+    outcomes_of,
     write_flow,
 )
-from sqltopic.errors import VgroupUnavailable
+from sqltopic.errors import InvalidValueError, ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.model import Database
@@ -97,23 +98,43 @@ def test_unknown_databases_and_servers_without_routes() -> None:
 
 
 def _drive(flow: Any, answer: Callable[[Any], Any]) -> tuple[int | None, list[Any]]:
-    """Run a write flow, answering each step with `answer(step)` (an exception is
-    thrown in); the rows it returned (None if it raised) and the steps it took."""
+    """Run a write flow, answering a ReadRoutes with `answer(step)` and each part of a
+    SendParts with `answer(part)` (an exception raised is that part's outcome, as the
+    connections gather them); the rows it returned (None if it raised VgroupUnavailable)
+    and the steps it took."""
     steps: list[Any] = []
     try:
         step = next(flow)
         while True:
             steps.append(step)
-            try:
-                result = answer(step)
-            except VgroupUnavailable as exc:
-                step = flow.throw(exc)
+            if isinstance(step, ReadRoutes):
+                step = flow.send(answer(step))
                 continue
-            step = flow.send(result)
+            results: list[int | BaseException] = []
+            for part in step.parts:
+                try:
+                    results.append(answer(part))
+                except Exception as exc:  # the part's outcome
+                    results.append(exc)
+            step = flow.send(outcomes_of(results))
     except StopIteration as done:
         return int(done.value), steps
     except VgroupUnavailable:
         return None, steps
+
+
+def test_the_parts_of_a_write_go_out_together_one_per_endpoint() -> None:
+    names = [f"d{i}" for i in range(40)]
+    data = pa.table({"tbname": names, "v": list(range(40))})
+    written, steps = _drive(write_flow(ROUTES, "power", "meters", data), lambda p: p.data.num_rows)
+    assert written == 40
+    assert len(steps) == 1  # one step: every part under way at once
+    parts = steps[0].parts
+    assert sorted(p.endpoint for p in parts) == ["a:1", "b:1", "c:1"]
+    for part in parts:
+        assert part.data.column("tbname").to_pylist() == [
+            n for n in names if _endpoint(n) == part.endpoint
+        ]
 
 
 def test_a_part_refused_as_stale_goes_again_alone_after_the_routes_are_read() -> None:
@@ -125,15 +146,19 @@ def test_a_part_refused_as_stale_goes_again_alone_after_the_routes_are_read() ->
     def answer(step: Any) -> Any:
         if isinstance(step, ReadRoutes):
             return moved
-        if step.endpoint == "b:1":  # the vgroups b hosted moved to z
-            raise VgroupUnavailable("vgroup 12 is not hosted by the dnode at b:1")
+        if step.endpoint in ("b:1", "c:1"):  # the vgroups b and c hosted moved to z
+            raise VgroupUnavailable(f"vgroup 12 is not hosted by the dnode at {step.endpoint}")
         sent.append((step.endpoint, step.data.num_rows))
         return step.data.num_rows
 
     written, steps = _drive(write_flow(ROUTES, "power", "meters", data), answer)
     assert written == 40
-    b_rows = sum(1 for n in names if _endpoint(n) == "b:1")
-    assert ("z:1", b_rows) in sent  # only b's part went again, now to z
+    moved_rows = [n for n in names if _endpoint(n) in ("b:1", "c:1")]
+    assert ("z:1", len(moved_rows)) in sent  # b's and c's parts went again as one, to z
+    again = steps[-1].parts[0].data.column("tbname").to_pylist()
+    assert again == [n for n in moved_rows if _endpoint(n) == "b:1"] + [
+        n for n in moved_rows if _endpoint(n) == "c:1"
+    ]  # each table's rows in their order
     assert sum(rows for _e, rows in sent) == 40  # no row written twice
     assert [s.pause_s for s in steps if isinstance(s, ReadRoutes)] == [ROUTE_RETRY_S]
 
@@ -150,3 +175,12 @@ def test_a_part_still_refused_after_every_attempt_raises() -> None:
     assert written is None
     pauses = [s.pause_s for s in steps if isinstance(s, ReadRoutes)]
     assert pauses == [ROUTE_RETRY_S * n for n in range(1, ROUTE_ATTEMPTS)]
+
+
+def test_an_error_other_than_stale_routes_is_raised_once_every_part_was_answered() -> None:
+    refused = InvalidValueError("column v: not an INT")
+    stale = VgroupUnavailable("stale")
+    assert outcomes_of([3, stale, 4]) == [3, stale, 4]
+    with pytest.raises(InvalidValueError) as raised:
+        outcomes_of([3, stale, refused, ServerUnavailable("later")])
+    assert raised.value is refused

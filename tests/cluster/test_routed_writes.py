@@ -130,6 +130,14 @@ def test_a_killed_dnode_s_vgroups_are_unavailable_and_its_rows_kept(three: Clust
         victim.kill()
         with pytest.raises(VgroupUnavailable, match="does not answer"):
             conn.write("power.meters", _written(mine[:5], 500))
+        # a write over the victim and the others: their parts (sent at the same time)
+        # are written, then the victim's error is raised
+        spread = mine[:3] + others[20:25]
+        with pytest.raises(VgroupUnavailable, match="does not answer.*other dnodes' parts"):
+            conn.write("power.meters", _written(spread, 800))
+        for i, name in enumerate(spread[3:], start=3):
+            vgroup = vgroup_for(db, name)
+            assert (name, 800 + i, 800 + i) in _rows(placement[vgroup], vgroup)
         # the other dnodes go on taking writes
         assert conn.write("power.meters", _written(others[:20], 600)) == 20
         three.wait_status(victim, "offline")
