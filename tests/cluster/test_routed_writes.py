@@ -133,7 +133,7 @@ def test_a_killed_dnode_s_vgroups_are_unavailable_and_its_rows_kept(three: Clust
         # a write over the victim and the others: their parts (sent at the same time)
         # are written, then the victim's error is raised
         spread = mine[:3] + others[20:25]
-        with pytest.raises(VgroupUnavailable, match="does not answer.*other dnodes' parts"):
+        with pytest.raises(VgroupUnavailable, match=r"does not answer.*other dnodes' parts"):
             conn.write("power.meters", _written(spread, 800))
         for i, name in enumerate(spread[3:], start=3):
             vgroup = vgroup_for(db, name)
