@@ -576,6 +576,7 @@ class Coordinator:
         doc = json.loads(fences)
         now = self.clock()
         with self._lock:
+            before = self._shared_topics()
             self.members.clear()
             self._in_group.clear()
             self.owners.clear()
@@ -586,8 +587,20 @@ class Coordinator:
                 self.owners.setdefault((topic, group), {})[vgroup] = owner
             self._revoking_cache = None
             self._version += 1
+            after = self._shared_topics()
+        # sharing members gone from here, or from some topics here: their leases end
+        for consumer_id, topics in before.items():
+            gone = topics - after.get(consumer_id, set())
+            if gone:
+                self._departed(consumer_id, None if consumer_id not in after else tuple(gone))
         for listener in self.listeners:
             listener()
+
+    def _shared_topics(self) -> dict[int, set[str]]:
+        """The topics each sharing member reads, by its assignment."""
+        return {
+            m.id: {t for t, _v in m.assignment} for m in self.members.values() if shares(m.mode)
+        }
 
     def epoch_of(self, consumer_id: int) -> int:
         """The consumer's current epoch (0 once it is no member): a poll answers with it,

@@ -173,3 +173,42 @@ def test_writes_and_polls_go_on_while_the_mnode_is_down(three: Cluster) -> None:
             three.wait_status(dnode, "ready")
     finally:
         consumer.close()
+
+
+def test_a_shared_group_spanning_dnodes_leases_each_row_once(three: Cluster) -> None:
+    """A shared group on a cluster: each consumer reads every vgroup at its dnode; each
+    row is leased to one of them and acknowledged once; a consumer that closes with
+    leases unacknowledged hands them to the other; acknowledged rows stay so at the
+    dnodes for a consumer that joins later."""
+    want = _write(three, 100, 20)
+    settings = config(three.mnode.address, "s1", group_type="shared", max_poll_rows=50,
+                      share_acquire_mode="record_limit")  # fmt: skip
+    first, second = Consumer(settings), Consumer(settings)
+    try:
+        first.subscribe(["high"])
+        second.subscribe(["high"])
+        held = None
+        while held is None:  # a lease the first consumer will not acknowledge
+            held = first.poll(0.2)
+        got: list[Message] = []
+        deadline = time.monotonic() + DEADLINE_S
+        first.close()  # its lease goes back to the group
+        while _rows(got) != want:
+            assert time.monotonic() < deadline, f"{sum(_rows(got).values())} rows"
+            message = second.poll(0.2)
+            if message is not None:
+                assert second.ack(message) == message.row_count
+                got.append(message)
+        assert sum(m.row_count for m in got) == sum(want.values())  # each row once
+        assert _rows([held]) <= want  # the released rows came again, to the other
+        assert {p.vgroup for p in second.assignment()} == {1, 2, 3, 4, 5, 6}
+    finally:
+        first.close()
+        second.close()
+    more = _write(three, 200, 2)
+    later = Consumer(settings)
+    try:
+        later.subscribe(["high"])
+        assert _rows(_take([later], more)) == more  # nothing acknowledged comes again
+    finally:
+        later.close()
