@@ -115,6 +115,16 @@ def entry_runs(
     return runs
 
 
+def entry_names(batch: pa.RecordBatch, key: bytes | None = None) -> frozenset[str]:
+    """The names of the tables a data entry of either form holds rows of."""
+    meta = batch.schema.metadata or {}
+    if meta.get(TABLES_KEY) is None:
+        owner = entry_table(batch) if key is None else entry_table_keyed(batch, key)
+        return frozenset((owner.name,))
+    directory = batch.column(batch.num_columns - 1)
+    return frozenset(directory.values.field(0).to_pylist())
+
+
 @dataclass(frozen=True, slots=True)
 class EntryTable:
     """Who a data entry belongs to: table name, super table, table uid."""

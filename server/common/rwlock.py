@@ -31,6 +31,7 @@ class RWLock:
         self._writer = False
         self._writers_waiting = 0
         self._local = threading.local()  # .no_wait: set within without_waiting
+        self._shared = _Shared(self)
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -46,20 +47,24 @@ class RWLock:
         """Whether this thread is within `without_waiting`."""
         return bool(getattr(self._local, "no_wait", False))
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self) -> _Shared:
+        """The lock held shared, as a context manager (one object, made once: reads take
+        it many times a poll, and a generator-based one costs several times more)."""
+        return self._shared
+
+    def _acquire_shared(self) -> None:
         with self._cond:
             # a waiting writer goes first, so a stream of writes cannot starve DDL
-            free = not self._writer and not self._writers_waiting
-            if not free and self.no_wait:
-                raise WouldBlock
-            self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
+            if self._writer or self._writers_waiting:
+                if self.no_wait:
+                    raise WouldBlock
+                self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
+
+    def _release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:  # only an exclusive acquisition waits for readers
                 self._cond.notify_all()
 
     @contextmanager
@@ -77,6 +82,22 @@ class RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+class _Shared:
+    """`RWLock.shared()`: holds the lock shared for a `with` block. Holds no state of its
+    own, so one object serves every thread and nested block."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock._acquire_shared()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock._release_shared()
 
 
 async def here_or_worker(

@@ -188,6 +188,12 @@ class Engine:
         read it once per use)."""
         return self._state.catalog
 
+    @property
+    def generation(self) -> int:
+        """Raised by every catalog change: what was derived from the catalog at another
+        generation may be out of date."""
+        return self._state.generation
+
     def now_us(self) -> int:
         return self._state.now_us()
 
@@ -458,18 +464,23 @@ class Engine:
     def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
         """The database of `topic` and its vgroups; TopicNotFound when there is none."""
         with self._state.lock.shared():
-            found = self._state.catalog.topics.get(topic_of(topic))
-            if found is None:
-                raise no_topic(topic_of(topic))
-            return found.db, list(self._state.catalog.database(found.db).vgroups)
+            db = self._topic_db(topic)
+            return db, list(self._state.catalog.database(db).vgroups)
+
+    def _topic_db(self, topic: str) -> str:
+        found = self._state.catalog.topics.get(topic_of(topic))
+        if found is None:
+            raise no_topic(topic_of(topic))
+        return found.db
 
     def vnode_of(self, topic: str, vgroup: int) -> Vnode:
         """The vnode of one vgroup of `topic`; TopicNotFound / NotFoundError otherwise."""
-        db, vgroups = self.topic_vgroups(topic)
-        if vgroup not in vgroups:
-            raise NotFoundError(f"vgroup {vgroup} is not a vgroup of topic {topic} (database "
-                                f"{db} has vgroups {vgroups})")  # fmt: skip
         with self._state.lock.shared():
+            db = self._topic_db(topic)
+            vgroups = self._state.catalog.database(db).vgroups
+            if vgroup not in vgroups:
+                raise NotFoundError(f"vgroup {vgroup} is not a vgroup of topic {topic} "
+                                    f"(database {db} has vgroups {list(vgroups)})")  # fmt: skip
             return self._state.vnode(vgroup)
 
     def close(self) -> None:

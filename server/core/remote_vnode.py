@@ -11,6 +11,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
+from sqltopic.server.vnode.entry_names import EntryNames
 from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType
 from sqltopic.wal.codec import decode_arrow_keyed
@@ -120,6 +121,7 @@ class RemoteVnode:
         self.reads = reads
         self.wal = RemoteWal(self)
         self.offsets = RemoteOffsets(self)
+        self.entry_names = EntryNames()  # as a local vnode's (server/vnode/entry_names.py)
 
     def reader(self) -> RemoteReader:
         return RemoteReader(self)

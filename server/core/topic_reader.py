@@ -22,14 +22,15 @@ from sqltopic.server.core.batches import with_context
 from sqltopic.server.core.bindings import BindingSet
 from sqltopic.server.core.duck import SPLIT_PARTS, query
 from sqltopic.server.core.state import State
-from sqltopic.server.core.topic_tables import interest, topic_tables
+from sqltopic.server.core.topic_tables import interest, row_sql, topic_tables
+from sqltopic.server.vnode.entry_names import holds_none
 from sqltopic.sql import layout
-from sqltopic.sql.entries import EntryTable, conform, entry_runs
+from sqltopic.sql.entries import EntryTable, conform, entry_names, entry_runs
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
 from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
-from sqltopic.sql.topic.params import split_subscription, subscribed, topic_of
+from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, split_subscription, subscribed, topic_of
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
@@ -92,14 +93,22 @@ def read_topic(
     topic = state.catalog.topic(base)
     _check_vgroup(state, topic, vgroup)
     collector = _Collector(_Scope.of(state, topic, vgroup))
+    tables = collector.scope.tables
+    vnode = state.vnode(vgroup)
+    known = vnode.entry_names
     next_version = from_version
-    for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
+    for rec in bounded_records(vnode.reader(), from_version, max_bytes):
         next_version = rec.version + 1
         if rec.entry_type is EntryType.META and topic.meta != "none":
             collector.meta(rec.version, rec.json())
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
+            names = known.get(rec.version)
+            if names is not None and holds_none(names, tables):
+                continue  # another table's entry: nothing to decode
             batch, key = rec.arrow_keyed()
-            for owner, rows in entry_runs(batch, key, collector.scope.tables):
+            if names is None:
+                known.put(rec.version, entry_names(batch, key))
+            for owner, rows in entry_runs(batch, key, tables):
                 collector.data(rec.version, owner, rows)
         if collector.rows >= max_rows:
             break
@@ -125,20 +134,20 @@ def read_topics(
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
     known = state.catalog.topics
-    by_topic: dict[str, list[str]] = {}  # topic -> the subscriptions to it asked for
-    for name in topic_names:
-        if topic_of(name) in known:
-            by_topic.setdefault(topic_of(name), []).append(name)
-    topics = [known[name] for name in by_topic]
-    for topic in topics:
-        _check_vgroup(state, topic, vgroup)
     index = interest(state, vgroup)
-    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, topics, index)
+    entries, next_version = _decoded(state, vgroup, from_version, max_bytes, index)
     owners = {e.owner.name for e in entries if e.owner is not None}
     has_meta = any(e.owner is None for e in entries)
     wanted = {name for table in owners for name in index.get(table, ())}
+    # topic -> the subscriptions to it asked for: only topics with something among the
+    # entries (a thousand may wait, a write reaches a few)
+    by_topic = _asked(topic_names, None if has_meta else wanted)
     found: dict[str, list[TopicItem]] = {}
-    for topic in topics:
+    for name, names in by_topic.items():
+        topic = known.get(name)
+        if topic is None:
+            continue  # dropped meanwhile
+        _check_vgroup(state, topic, vgroup)
         if topic.name not in wanted and not (has_meta and topic.meta != "none"):
             continue
         collector = _Collector(_Scope.of(state, topic, vgroup))
@@ -150,10 +159,24 @@ def read_topics(
                 collector.data(e.version, e.owner, e.batch)
         items = collector.finish()
         if topic.params:  # one evaluation, one partition among the bindings
-            found |= _bound(state, topic, items, by_topic[topic.name])
+            found |= _bound(state, topic, items, names)
         else:
             found[topic.name] = items
     return found, next_version
+
+
+def _asked(topic_names: Collection[str], wanted: set[str] | None) -> dict[str, list[str]]:
+    """The subscriptions in `topic_names` by topic, of the topics in `wanted` (all when
+    None). Plain topic names are matched as a set; only bindings (`topic?key`) are
+    looked at one by one."""
+    names = set(topic_names)
+    plain = names if wanted is None else names & wanted
+    by_topic = {name: [name] for name in plain if SUBSCRIPTION_SEP not in name}
+    for name in [n for n in names if SUBSCRIPTION_SEP in n]:
+        topic = topic_of(name)
+        if wanted is None or topic in wanted:
+            by_topic.setdefault(topic, []).append(name)
+    return by_topic
 
 
 def _bound(
@@ -228,28 +251,27 @@ class _Decoded:
 
 
 def _decoded(
-    state: State, vgroup: int, from_version: int, max_bytes: int, topics: list[Topic],
-    keep: Container[str],
-) -> tuple[list[_Decoded], int]:  # fmt: skip
+    state: State, vgroup: int, from_version: int, max_bytes: int, keep: Container[str]
+) -> tuple[list[_Decoded], int]:
     """The entries from `from_version` (at most READ_ENTRIES, `max_bytes` of bodies),
     decoded, and the version after the last: a data entry's runs of the tables in
-    `keep` (those some topic delivers), only when a topic delivers data; events only
-    when one delivers them."""
-    data = any(t.meta != "only" for t in topics)
-    meta = any(t.meta != "none" for t in topics)
+    `keep` (those some topic delivers); an event is parsed when a topic reads it."""
     out: list[_Decoded] = []
     next_version = from_version
-    records = (
-        state.vnode(vgroup)
-        .reader()
-        .read(from_version, max_entries=READ_ENTRIES, max_bytes=max_bytes)
-    )
+    vnode = state.vnode(vgroup)
+    known = vnode.entry_names
+    records = vnode.reader().read(from_version, max_entries=READ_ENTRIES, max_bytes=max_bytes)
     for rec in records:
         next_version = rec.version + 1
-        if rec.entry_type is EntryType.META and meta:
+        if rec.entry_type is EntryType.META:
             out.append(_Decoded(rec.version, None, None, rec))
-        elif rec.entry_type is EntryType.DATA and data:
+        elif rec.entry_type is EntryType.DATA:
+            names = known.get(rec.version)
+            if names is not None and not any(name in keep for name in names):
+                continue  # no topic delivers its tables: nothing to decode
             arrow, key = rec.arrow_keyed()
+            if names is None:
+                known.put(rec.version, entry_names(arrow, key))
             for owner, rows in entry_runs(arrow, key, keep):
                 out.append(_Decoded(rec.version, owner, rows, None))
     return out, next_version
@@ -355,7 +377,7 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
         data, [e.table for e in pending], [e.batch.num_rows for e in pending], shape.tags,
         shape.precision, tbname=shape.tbname,
     )  # fmt: skip
-    out = _evaluate(state, topic, batch)
+    out = _evaluate(state, topic, batch, shape.row_sql)
     if not topic.params:  # a shared form keeps its hidden columns for the partition
         out = out.cast(shape.out)
     names = {e.table.name for e in pending}
@@ -373,6 +395,7 @@ class _Shape:
     precision: str
     tbname: bool  # the compiled SQL quotes every identifier: `"tbname"` iff it names it
     out: pa.Schema
+    row_sql: str  # what decides a row of a table the topic reads (topic_tables.row_sql)
 
     @classmethod
     def of(cls, state: State, topic: Topic) -> _Shape:
@@ -388,6 +411,7 @@ class _Shape:
             precision=db.precision,
             tbname=f'"{TBNAME}"' in topic.select_sql,
             out=topic_schema(topic, cat),
+            row_sql=row_sql(cat, topic),
         )
 
 

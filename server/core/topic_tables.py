@@ -22,8 +22,8 @@ from sqltopic.errors import SqlError
 from sqltopic.server.core.state import State
 from sqltopic.sql import layout
 from sqltopic.sql.layout import tags_schema
-from sqltopic.sql.model import TBNAME, Table, Topic
-from sqltopic.sql.topic.scope import simple_mask, table_condition
+from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
+from sqltopic.sql.topic.scope import row_select, simple_mask, table_condition
 
 # Topic conditions evaluated by one DuckDB query (one boolean column each). DuckDB's
 # planning grows faster than linearly in them (IN lists above all: 16 take 32 ms, 64
@@ -88,9 +88,24 @@ def _condition(state: State, topic: Topic) -> str | None:
         return topic.filter_sql or None
     if topic.kind != "query":
         return None
-    stb = state.catalog.stable(topic.db, topic.target or "")
-    columns = frozenset({TBNAME, *(t.name.lower() for t in stb.tags)})
-    return table_condition(topic.select_sql, columns)
+    return table_condition(topic.select_sql, per_table_columns(state.catalog, topic))
+
+
+def per_table_columns(cat: Catalog, topic: Topic) -> frozenset[str]:
+    """What a per-table conjunct of a topic over a super table reads: `tbname` and the
+    tags, lower-case."""
+    stb = cat.stable(topic.db, topic.target or "")
+    return frozenset({TBNAME, *(t.name.lower() for t in stb.tags)})
+
+
+def row_sql(cat: Catalog, topic: Topic) -> str:
+    """The SELECT that decides each row of `topic` from the tables `topic_tables` gives
+    it: without the per-table conjuncts of its WHERE, which those tables passed already
+    (only where `_compute` applied them: a query topic over a super table; a
+    parameterized topic keeps its form for the partition among its bindings)."""
+    if topic.kind != "query" or topic.params or (topic.db, topic.target) not in cat.stables:
+        return topic.select_sql
+    return row_select(topic.select_sql, per_table_columns(cat, topic))
 
 
 def _kept(state: State, db: str, stable: str) -> Kept:

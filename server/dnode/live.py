@@ -87,6 +87,9 @@ class LiveHub:
         self._at: dict[int, _Level] = {}  # position -> the waiters there
         self._kicked = False
         self._draining = False
+        # the catalog generation at which no waiting topic was dropped: the waiting
+        # topics are checked again only after a change (a thousand may wait)
+        self._checked = -1
         self._remove = vnode.wal.notifier.add_listener(self._on_versions)
 
     def close(self) -> None:
@@ -193,9 +196,14 @@ class LiveHub:
         if pending > SHARED_PASS_BYTES:
             _release(list(level.buckets.values()))
             return
-        known = self._engine.catalog.topics
-        for topic in [t for t in level.buckets if topic_of(t) not in known]:
-            _release([level.buckets.pop(topic)])  # dropped: each poll finds out itself
+        generation = self._engine.generation
+        if generation != self._checked:  # the catalog changed: a topic may be gone
+            self._checked = generation
+            known = self._engine.catalog.topics
+            for waiting in (level, *self._at.values()):
+                for topic in [t for t in waiting.buckets if topic_of(t) not in known]:
+                    # dropped: each poll finds out itself
+                    _release([waiting.buckets.pop(topic)])
         args = (list(level.buckets), self.vnode.vgroup, position)
         try:
             if pending <= INLINE_PASS_BYTES:
@@ -225,8 +233,9 @@ class LiveHub:
             return True
         if message.kind == "empty":
             return False
+        size = sum(b.data.nbytes for b in message.blocks)  # once: a hundred may wait
         for waiter in bucket.waiters:
-            if _fits(message, waiter.limits):
+            if _fits(message, size, waiter.limits):
                 _settle(waiter.future, "data", message)
             else:
                 _settle(waiter.future, "look", None)
@@ -253,10 +262,11 @@ class LiveHub:
             into.waiters |= bucket.waiters
 
 
-def _fits(message: Message, limits: PollLimits) -> bool:
+def _fits(message: Message, size: int, limits: PollLimits) -> bool:
+    """Whether `message` (`size` bytes of blocks) is within a poll's limits."""
     if limits.max_rows and message.rows > limits.max_rows:
         return False
-    return bool(sum(b.data.nbytes for b in message.blocks) <= limits.max_bytes)
+    return size <= limits.max_bytes
 
 
 def _release(buckets: Iterable[_Bucket]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqltopic.errors import SqlError
 from sqltopic.server.common.resources import FileReserve, files_exceeded, out_of_files
+from sqltopic.server.vnode.entry_names import EntryNames
 from sqltopic.server.vnode.offsets import OffsetStore
 from sqltopic.server.vnode.share_windows import ShareWindows
 from sqltopic.sql.entries import (
@@ -57,6 +58,8 @@ class Vnode:
     offsets: OffsetStore
     # shared groups' delivery windows, kept beside the committed offsets
     shares: ShareWindows = field(init=False)
+    # the tables of recent data entries, for reads that skip the entries of others
+    entry_names: EntryNames = field(init=False, default_factory=EntryNames)
 
     def __post_init__(self) -> None:
         self.shares = ShareWindows(self.offsets, wall_clock_us)

@@ -5,7 +5,8 @@ tags (and constants) have the same value for every row of one table, so a table 
 one of them is not TRUE contributes no row, whatever its data. `table_condition` returns
 the AND of those conjuncts as DuckDB SQL over the tags relation (`sql/layout.py`), for
 server/core/topic_tables.py: the vnode then reads and evaluates a topic only over the tables it can
-deliver (docs/architecture.md, "The shared pass"). Only conjuncts built from node types
+deliver (docs/architecture.md, "The shared pass"), and evaluates their rows with the rest
+of the WHERE only (`row_select`). Only conjuncts built from node types
 that cannot depend on the moment of evaluation qualify (no NOW(), no RANDOM()): a table
 left out is left out for good, until the catalog changes.
 """
@@ -42,6 +43,26 @@ def table_condition(select_sql: str, table_columns: frozenset[str]) -> str | Non
     if not kept:
         return None
     return " AND ".join(f"({c.sql(dialect='duckdb')})" for c in kept)
+
+
+@functools.lru_cache(maxsize=4096)
+def row_select(select_sql: str, table_columns: frozenset[str]) -> str:
+    """`select_sql` without the conjuncts `table_condition` takes out of its WHERE (and
+    without a WHERE when nothing else is left): what decides a row of a table for which
+    the table condition holds, as DuckDB SQL; `select_sql` itself when none qualifies."""
+    tree = parse_one(select_sql, read="duckdb")
+    where = tree.args.get("where")
+    if where is None:
+        return select_sql
+    parts = [_unwrapped(c) for c in conjuncts(where.this)]
+    rest = [c for c in parts if not _per_table(c, table_columns)]
+    if len(rest) == len(parts):
+        return select_sql
+    if rest:
+        tree.set("where", exp.Where(this=exp.and_(*(exp.Paren(this=c) for c in rest))))
+    else:
+        tree.set("where", None)
+    return str(tree.sql(dialect="duckdb"))
 
 
 def conjuncts(node: exp.Expr) -> list[exp.Expr]:

@@ -205,6 +205,36 @@ def test_a_message_over_a_polls_row_limit_is_read_by_the_poll_itself(power: Engi
     asyncio.run(scenario())
 
 
+def test_polls_of_a_topic_dropped_while_they_wait_read_for_themselves(power: Engine) -> None:
+    """The pass looks for dropped topics only after a catalog change: their polls are
+    told to read for themselves (and find out), the others served."""
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a';"
+        "CREATE TOPIC tz AS SELECT ts, voltage FROM meters WHERE location = 'z'"
+    )
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        run = asyncio.get_running_loop().run_in_executor
+        start = vnode.wal.next_version
+        wait_a = asyncio.ensure_future(hub.wait("ta", start, 1, 1, PollLimits(), 30.0))
+        wait_z = asyncio.ensure_future(hub.wait("tz", start, 2, 1, PollLimits(), 30.0))
+        await asyncio.sleep(0)
+        await run(None, power.execute, "INSERT INTO a VALUES (1, 1, 11, 1)")
+        outcome, _, position = await asyncio.wait_for(wait_a, 30)
+        assert outcome == "data"
+        await _until(lambda: _bucket_position(hub) == position)  # tz waits on, moved
+        # tz dropped while it waits; the next pass there releases it
+        await run(None, power.execute, "DROP TOPIC tz")
+        await run(None, power.execute, "INSERT INTO a VALUES (2, 1, 12, 1)")
+        assert await asyncio.wait_for(wait_z, 30) == ("look", None, position)
+        hub.close()
+
+    asyncio.run(scenario())
+
+
 def _bucket_position(hub: LiveHub) -> int | None:
     positions = [level.position for level in hub._at.values()]
     return positions[0] if len(positions) == 1 else None

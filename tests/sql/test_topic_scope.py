@@ -1,4 +1,5 @@
-"""table_condition: which conjuncts of a compiled WHERE decide per table (table-driven)."""
+"""table_condition: which conjuncts of a compiled WHERE decide per table, and row_select: the
+rest, which decides each row of a table that passed them (table-driven)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sqltopic.sql.topic.scope import simple_mask, table_condition
+from sqltopic.sql.topic.scope import row_select, simple_mask, table_condition
 
 TABLE_COLUMNS = frozenset({"tbname", "location", "groupid"})
 SELECT = 'SELECT "ts" AS "ts" FROM "__batch"'
@@ -36,6 +37,38 @@ CASES = [
 @pytest.mark.parametrize(("where", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_table_condition(where: str, expected: str | None) -> None:
     assert table_condition(f"{SELECT} {where}".strip(), TABLE_COLUMNS) == expected
+
+
+ROWS = [
+    ("no where", "", ""),
+    ("tbname list: no row condition left", "WHERE \"tbname\" IN ('a', 'b')", ""),
+    ("data column only: unchanged", 'WHERE "current" > 1', 'WHERE "current" > 1'),
+    (
+        "mixed conjuncts keep the data ones",
+        'WHERE "tbname" = \'a\' AND "current" > 1 AND "groupid" BETWEEN 1 AND 3',
+        'WHERE ("current" > 1)',
+    ),
+    (
+        "an OR with a data column stays whole",
+        'WHERE "tbname" = \'a\' OR "current" > 1',
+        'WHERE "tbname" = \'a\' OR "current" > 1',
+    ),
+    (
+        "an OR of tags goes, the data OR stays",
+        'WHERE ("location" = \'x\' OR "groupid" = 2) AND ("current" > 1 OR "v" < 0)',
+        'WHERE ("current" > 1 OR "v" < 0)',
+    ),
+    (
+        "a function stays",
+        'WHERE "groupid" < EPOCH_MS(NOW()) AND "tbname" = \'a\'',
+        'WHERE ("groupid" < EPOCH_MS(NOW()))',
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "expected"), [c[1:] for c in ROWS], ids=[c[0] for c in ROWS])
+def test_row_select(where: str, expected: str) -> None:
+    assert row_select(f"{SELECT} {where}".strip(), TABLE_COLUMNS) == f"{SELECT} {expected}".strip()
 
 
 TAGS = pa.table(
