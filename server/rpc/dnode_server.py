@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 from grpc import aio
 
 from sqltopic.errors import ConfigError, InvalidValueError
@@ -35,9 +34,9 @@ from sqltopic.server.rpc.grpc_server import COMMIT_WORKERS, WORKERS
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import (
-    NODE_CHANNEL_OPTIONS,
     SERVER_OPTIONS,
     bind,
+    node_aio_channel,
     node_channel,
     stop_on_signals,
 )
@@ -115,20 +114,6 @@ def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
         lock.release()
 
 
-def _channel(config: DnodeConfig) -> Callable[[str], aio.Channel]:
-    """How the dnode dials its mnode: TLS when given the mnode's CA (its own certificate
-    as the client's, for an mnode that asks for one), plain text otherwise."""
-    ca, tls = config.mnode_tls_ca, config.tls
-    if ca is None:
-        return lambda target: aio.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=ca,
-        private_key=tls.private_key if tls is not None else None,
-        certificate_chain=tls.cert_chain if tls is not None else None,
-    )
-    return lambda target: aio.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
-
-
 def _check_advertise(config: DnodeConfig) -> None:
     """ConfigError for an --advertise no one could dial, or none where one is needed."""
     if config.advertise is not None:
@@ -166,7 +151,8 @@ async def _serve(
     endpoint = config.advertise or f"{config.host}:{port}"
     engine.listening(endpoint.lower())
     link = MnodeLink(
-        config.mnode, secret, endpoint.lower(), config.data, host, engine, _channel(config),
+        config.mnode, secret, endpoint.lower(), config.data, host, engine,
+        node_aio_channel(config.mnode_tls_ca, config.tls),
         on_root=sessions.set_root, fences=fences,
     )  # fmt: skip
     await server.start()

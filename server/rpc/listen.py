@@ -22,17 +22,32 @@ NODE_CHANNEL_OPTIONS = [*MESSAGE_OPTIONS, ("grpc.max_reconnect_backoff_ms", 500)
 
 
 def node_channel(ca: bytes | None, tls: ServerTls | None) -> Callable[[str], grpc.Channel]:
-    """How a node's worker threads dial a peer node: TLS trusting `ca` (PEM), with the
-    node's own certificate as the client's for a peer that asks for one; plain text
-    without a CA."""
-    if ca is None:
+    """How a node's worker threads dial a peer node (`node_credentials`)."""
+    credentials = node_credentials(ca, tls)
+    if credentials is None:
         return lambda target: grpc.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
-    credentials = grpc.ssl_channel_credentials(
+    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
+
+
+def node_aio_channel(ca: bytes | None, tls: ServerTls | None) -> Callable[[str], aio.Channel]:
+    """How a node's event loop dials a peer node (`node_credentials`)."""
+    credentials = node_credentials(ca, tls)
+    if credentials is None:
+        return lambda target: aio.insecure_channel(target, options=NODE_CHANNEL_OPTIONS)
+    return lambda target: aio.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
+
+
+def node_credentials(ca: bytes | None, tls: ServerTls | None) -> grpc.ChannelCredentials | None:
+    """A node's credentials to a peer: TLS trusting `ca` (PEM), with the node's own
+    certificate as the client's for a peer that asks for one; None (plain text) without
+    a CA."""
+    if ca is None:
+        return None
+    return grpc.ssl_channel_credentials(
         root_certificates=ca,
         private_key=tls.private_key if tls is not None else None,
         certificate_chain=tls.cert_chain if tls is not None else None,
     )
-    return lambda target: grpc.secure_channel(target, credentials, options=NODE_CHANNEL_OPTIONS)
 
 
 def bind(server: aio.Server, host: str, port: int, tls: ServerTls | None) -> int:
