@@ -11,7 +11,7 @@ META topics also return the DDL events, in WAL order among the blocks.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Container, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +23,8 @@ from sqltopic.server.core.bindings import BindingSet
 from sqltopic.server.core.duck import SPLIT_PARTS, query
 from sqltopic.server.core.state import State
 from sqltopic.server.core.topic_tables import interest, row_sql, topic_tables
-from sqltopic.server.vnode.entry_names import holds_none
 from sqltopic.sql import layout
-from sqltopic.sql.entries import EntryTable, conform, entry_names, entry_runs
+from sqltopic.sql.entries import EntryTable, conform
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
 from sqltopic.sql.topic import topic_schema
@@ -93,7 +92,6 @@ def read_topic(
     topic = state.catalog.topic(base)
     _check_vgroup(state, topic, vgroup)
     collector = _Collector(_Scope.of(state, topic, vgroup))
-    tables = collector.scope.tables
     vnode = state.vnode(vgroup)
     known = vnode.entry_names
     next_version = from_version
@@ -102,13 +100,7 @@ def read_topic(
         if rec.entry_type is EntryType.META and topic.meta != "none":
             collector.meta(rec.version, rec.json())
         elif rec.entry_type is EntryType.DATA and topic.meta != "only":
-            names = known.get(rec.version)
-            if names is not None and holds_none(names, tables):
-                continue  # another table's entry: nothing to decode
-            batch, key = rec.arrow_keyed()
-            if names is None:
-                known.put(rec.version, entry_names(batch, key))
-            for owner, rows in entry_runs(batch, key, tables):
+            for owner, rows in known.runs(rec, collector.scope.tables):
                 collector.data(rec.version, owner, rows)
         if collector.rows >= max_rows:
             break
@@ -251,7 +243,7 @@ class _Decoded:
 
 
 def _decoded(
-    state: State, vgroup: int, from_version: int, max_bytes: int, keep: Container[str]
+    state: State, vgroup: int, from_version: int, max_bytes: int, keep: Mapping[str, object]
 ) -> tuple[list[_Decoded], int]:
     """The entries from `from_version` (at most READ_ENTRIES, `max_bytes` of bodies),
     decoded, and the version after the last: a data entry's runs of the tables in
@@ -266,13 +258,7 @@ def _decoded(
         if rec.entry_type is EntryType.META:
             out.append(_Decoded(rec.version, None, None, rec))
         elif rec.entry_type is EntryType.DATA:
-            names = known.get(rec.version)
-            if names is not None and not any(name in keep for name in names):
-                continue  # no topic delivers its tables: nothing to decode
-            arrow, key = rec.arrow_keyed()
-            if names is None:
-                known.put(rec.version, entry_names(arrow, key))
-            for owner, rows in entry_runs(arrow, key, keep):
+            for owner, rows in known.runs(rec, keep):
                 out.append(_Decoded(rec.version, owner, rows, None))
     return out, next_version
 

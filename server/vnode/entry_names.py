@@ -13,6 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
+from sqltopic.sql.entries import EntryRun, entry_names, entry_runs
+from sqltopic.wal import WalRecord
+
 # Entries remembered per vnode: minutes of writes at tens of entries a second, a few
 # hundred bytes each.
 ENTRY_NAMES_KEPT = 4096
@@ -28,6 +31,18 @@ class EntryNames:
 
     def get(self, version: int) -> frozenset[str] | None:
         return self._names.get(version)
+
+    def runs(self, rec: WalRecord, tables: Mapping[str, object]) -> list[EntryRun]:
+        """The runs of data entry `rec` of the tables in `tables` (`entry_runs`): none,
+        without decoding it, when it is known to hold none of them; its tables are
+        remembered at its first decode."""
+        names = self.get(rec.version)
+        if names is not None and holds_none(names, tables):
+            return []
+        batch, key = rec.arrow_keyed()
+        if names is None:
+            self.put(rec.version, entry_names(batch, key))
+        return entry_runs(batch, key, tables)
 
     def put(self, version: int, names: frozenset[str]) -> None:
         with self._lock:
