@@ -66,7 +66,7 @@ def write_history(address: str, rows: int) -> tuple[Backlog, float]:
             f"CREATE TOPIC {TOPIC} AS SELECT ts, current, voltage, location FROM power.meters "
             f"WHERE voltage > {SELECTIVITIES[PERCENT]}"
         )
-    return Backlog(rows, matching), rows / seconds
+    return Backlog(rows, matching, []), rows / seconds
 
 
 def backfill(data_dir: Path, out: Path, expected: int) -> tuple[float, Report]:

@@ -52,6 +52,8 @@ from harness import Report, Side, alternate
 from sqltopic.cli.spawn import ServerChild
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
+from sqltopic.client.message import TopicPartition
+from sqltopic.sql.entries import vnode_dir
 
 # The bench's server binds loopback only, where the default root password is allowed.
 ROOT_PASSWORD = "taosdata"
@@ -138,9 +140,15 @@ def make_certificates(directory: Path) -> Certificates:
     return files
 
 
-def create_schema(conn: Connection, db: str, level: int) -> None:
-    """Database `db` (VGROUPS 4, WAL_LEVEL `level`) with meters and children d0.."""
-    conn.execute(SCHEMA_SQL.format(db=db, vgroups=VGROUPS, level=level))
+def create_schema(conn: Connection, db: str, level: int, segment_kb: int | None = None) -> None:
+    """Database `db` (VGROUPS 4, WAL_LEVEL `level`, WAL_SEGMENT_SIZE `segment_kb` when
+    given) with meters and children d0.."""
+    sql = SCHEMA_SQL.format(db=db, vgroups=VGROUPS, level=level)
+    if segment_kb is not None:
+        sql = sql.replace(
+            f"WAL_LEVEL {level};", f"WAL_LEVEL {level} WAL_SEGMENT_SIZE {segment_kb};"
+        )
+    conn.execute(sql)
     conn.execute(
         "; ".join(
             f"CREATE TABLE d{i} USING meters TAGS ('{LOCATIONS[i % len(LOCATIONS)]}', {i % GROUPS})"
@@ -294,20 +302,32 @@ DRAIN_POLL_S = 0.1
 DRAIN_DEADLINE_S = 900.0
 
 
+# The backlog's WAL segments (KB): ~60 MB per vgroup of the full backlog in several
+# segments, so that seeking by time crosses segments as a long-lived vnode's WAL has.
+BACKLOG_SEGMENT_KB = 8 * 1024
+# Every this many backlog writes, the wall clock (ms) before the write is kept: the
+# times the seek phase looks up.
+MARK_EVERY = 10
+
+
 @dataclass(frozen=True)
 class Backlog:
     rows: int
     matching: dict[int, int]  # selectivity in percent -> rows with voltage > X
+    marks: list[int]  # wall-clock ms taken before some writes, rising
 
 
 def build_backlog(conn: Connection, port: int, rows: int) -> tuple[Backlog, Report]:
     """The same `rows` rows written to database `power` (WAL_LEVEL 1; ROWS_PER_WRITE
     per write, write k into child k % CHILDREN) and XADDed to Redis' BACKLOG_STREAM."""
-    create_schema(conn, "power", 1)
+    create_schema(conn, "power", 1, BACKLOG_SEGMENT_KB)
     matching = dict.fromkeys(SELECTIVITIES, 0)
     seconds = {"write": 0.0, "xadd": 0.0}
+    marks: list[int] = []
     with rp.Resp(port) as client:
         for k in range(rows // ROWS_PER_WRITE):
+            if k % MARK_EVERY == 0:
+                marks.append(time.time_ns() // 1_000_000)
             child = k % CHILDREN
             data = meters_table(START_MS + k * ROWS_PER_WRITE, ROWS_PER_WRITE, 3 * k + 1000)
             tbname = pa.repeat(pa.scalar(f"d{child}"), ROWS_PER_WRITE)
@@ -326,7 +346,7 @@ def build_backlog(conn: Connection, port: int, rows: int) -> tuple[Backlog, Repo
         "backlog_write_rows_s": round(rows / seconds["write"]),
         "backlog_xadd_rows_s": round(rows / seconds["xadd"]),
     }
-    return Backlog(rows, matching), meta
+    return Backlog(rows, matching, marks), meta
 
 
 def drain_topic(
@@ -418,6 +438,59 @@ def run_consume(
         sel = "" if percent == 50 else f"_sel{percent}"
         keys[f"consume_rows_delivered{sel}"] = backlog.matching[percent]
         meta[f"topic_sql{sel}"] = TOPIC_SQL.format(x=SELECTIVITIES[percent])
+    return keys, meta
+
+
+# --- seek by time ----------------------------------------------------------------------
+
+# Look-ups timed per side: one offsets_for_times call over every vgroup of the backlog
+# (Redis: one XRANGE of the stream from the time, COUNT 1).
+SEEK_SAMPLES = 200
+SEEK_TIME_GOAL_MS = 5.0
+
+
+def run_seek(
+    conn: Connection, data_dir: Path, port: int, backlog: Backlog
+) -> tuple[Report, Report]:  # fmt: skip
+    """Milliseconds per look-up by time over the backlog: Consumer.offsets_for_times of
+    every vgroup, and Redis' XRANGE from the same time; the answers checked to rise
+    with the time and to lie in the retained ranges."""
+    conn.execute("CREATE TOPIC IF NOT EXISTS seek_all AS SELECT * FROM power.meters")
+    vgroups = sorted(int(r[1]) for r in conn.execute("SHOW power.VGROUPS").rows)
+    times = sorted(random.Random(SEEK_SAMPLES).choices(backlog.marks, k=SEEK_SAMPLES))
+    ours: list[float] = []
+    with Consumer({"server": conn.address, "group.id": "bench_seek"}) as consumer:
+        found: list[list[int]] = []
+        for when in times:
+            parts = [TopicPartition("seek_all", v, when) for v in vgroups]
+            start = time.perf_counter()
+            answer = consumer.offsets_for_times(parts)
+            ours.append((time.perf_counter() - start) * 1000)
+            assert all(p.begin is not None and p.end is not None for p in answer)
+            assert all(p.begin <= p.offset <= p.end for p in answer)  # type: ignore[operator]
+            found.append([p.offset for p in answer])  # type: ignore[misc]
+    for column in zip(*found, strict=True):
+        if list(column) != sorted(column):
+            raise RuntimeError("offsets_for_times went back as the time rose")
+    theirs: list[float] = []
+    with rp.Resp(port) as client:
+        for when in times:
+            start = time.perf_counter()
+            client.call("XRANGE", BACKLOG_STREAM, f"{when}-0", "+", "COUNT", 1)
+            theirs.append((time.perf_counter() - start) * 1000)
+    segments = {v: len(list((vnode_dir(data_dir, v) / "wal").glob("*.log"))) for v in vgroups}
+    keys = {
+        "seek_time_ms": round(statistics.median(ours), 3),
+        "seek_time_ms_redis": round(statistics.median(theirs), 3),
+        "ratio_seek_time": round(statistics.median(ours) / statistics.median(theirs), 2),
+    }
+    log(f"seek by time: {keys['seek_time_ms']} ms (Redis XRANGE {keys['seek_time_ms_redis']} "
+        f"ms), segments per vgroup {segments}")  # fmt: skip
+    meta = {
+        "seek_time_ms_p99": round(sorted(ours)[int(0.99 * len(ours))], 3),
+        "seek_wal_segments": segments,
+        "seek_samples": SEEK_SAMPLES,
+    }
     return keys, meta
 
 
@@ -631,6 +704,7 @@ def goals(report: Report) -> Report:
         "latency_p50_goal_met": report["latency_ms_p50"] <= LATENCY_P50_GOAL_MS,
         "latency_p99_goal_met": report["latency_ms_p99"] <= LATENCY_P99_GOAL_MS,
         "ingest_arrow_tls_goal_met": report["ratio_ingest_arrow_tls"] >= TLS_GOAL_SHARE,
+        "seek_time_goal_met": report["seek_time_ms"] <= SEEK_TIME_GOAL_MS,
     }
     return met | {
         "all_goals_met": all(met.values()),
@@ -640,6 +714,7 @@ def goals(report: Report) -> Report:
         "latency_p50_goal_ms": LATENCY_P50_GOAL_MS,
         "latency_p99_goal_ms": LATENCY_P99_GOAL_MS,
         "ingest_arrow_tls_goal_share": TLS_GOAL_SHARE,
+        "seek_time_goal_ms": SEEK_TIME_GOAL_MS,
     }
 
 
@@ -667,6 +742,10 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             meta |= more
         with harness.phase(log, "consume", seconds):
             keys, more = run_consume(conn, peers[1], backlog, sizes.consume_rounds)
+            report |= keys
+            meta |= more
+        with harness.phase(log, "seek", seconds):
+            keys, more = run_seek(conn, root / "sqltopic-data", peers[1], backlog)
             report |= keys
             meta |= more
         with harness.phase(log, "latency", seconds):

@@ -28,6 +28,7 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from sqltopic.cli.connect import (
@@ -44,8 +45,10 @@ from sqltopic.client.tls import TlsHandshakeError
 from sqltopic.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqltopic.client.consumer import Consumer
-    from sqltopic.client.message import Message
+    from sqltopic.client.message import Message, TopicPartition
 
 Start = Literal["earliest", "latest"]
 GROUP_PREFIX = "sqltopic-cli-"
@@ -89,10 +92,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--from",
         dest="start",
-        choices=("earliest", "latest"),
+        type=start_of,
         default="latest",
-        help="where to start on vgroups the group has no committed offset for "
-        "(default: latest, only new rows)",
+        metavar="earliest|latest|TIME",
+        help="where to start on vgroups the group has no committed offset for: earliest, "
+        "or latest (the default: only new rows); or a TIME, where every assigned vgroup "
+        "starts, committed offset or not: the first row ingested at or after it "
+        "('2026-11-25 09:00:00' in local time, ISO 8601 such as 2026-11-25T09:00:00Z, or "
+        "milliseconds since the epoch)",
     )
     parser.add_argument("--format", choices=FORMATS, default="table", help="default: table")
     parser.add_argument("--max-rows", type=positive_int, metavar="N", help="stop after N rows")
@@ -118,6 +125,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(run=run)
 
 
+def start_of(text: str) -> Start | int:
+    """`--from`: earliest, latest, or a time as milliseconds since the epoch."""
+    if text in ("earliest", "latest"):
+        return text  # type: ignore[return-value]
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not earliest, latest or a time: give '2026-11-25 09:00:00' "
+            "(local time), ISO 8601 such as 2026-11-25T09:00:00+08:00, or milliseconds "
+            "since the epoch"
+        ) from None
+    ms = int(when.timestamp() * 1000)  # a naive time is local, as TDengine's shell reads it
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is before 1970-01-01 UTC")
+    return ms
+
+
 def param(text: str) -> tuple[str, Any]:
     """`NAME=VALUE` of --param: the value as JSON when it is JSON, else the text."""
     name, sep, value = text.partition("=")
@@ -133,7 +160,7 @@ def param(text: str) -> tuple[str, Any]:
 class Settings:
     topic: str
     group: str
-    start: Start
+    start: Start | int  # an int: a time, ms since the epoch
     fmt: Format
     max_rows: int | None
     timeout: float | None
@@ -170,7 +197,7 @@ class Settings:
                 "group.id": self.group,
                 "group.type": self.group_type,
                 "client.id": self.client_id or f"sqltopic-cli-{os.getpid()}",
-                "auto.offset.reset": self.start,
+                "auto.offset.reset": self.start if isinstance(self.start, str) else "latest",
                 "enable.auto.commit": "false",
             }
             | ({"group.key": self.group_key} if self.group_key is not None else {})
@@ -187,11 +214,29 @@ def run(args: argparse.Namespace) -> int:
     with stop_requests() as stop:
         try:
             with Consumer(settings.config(options)) as consumer:
-                consumer.subscribe([settings.topic], params=settings.params)
+                consumer.subscribe(
+                    [settings.topic], params=settings.params, on_assign=_on_assign(settings)
+                )
                 follow(consumer, Printer(settings.fmt, sys.stdout, sys.stderr), settings, stop)
         except TlsHandshakeError as exc:  # named as the consumer's ssl.* keys: say --tls-*
             raise tls_failure(options, exc) from None
     return 0
+
+
+def _on_assign(settings: Settings) -> Callable[[Consumer, list[TopicPartition]], None] | None:
+    """With `--from TIME`: each vgroup assigned starts at the time (vgroups assigned by
+    a later rebalance too; those kept keep their positions)."""
+    when = settings.start
+    if isinstance(when, str):
+        return None
+    from sqltopic.client.message import TopicPartition  # noqa: PLC0415 (as Consumer)
+
+    def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
+        asked = [TopicPartition(p.topic, p.vgroup, when) for p in parts]
+        for found in consumer.offsets_for_times(asked):
+            consumer.seek(found)
+
+    return assigned
 
 
 def follow(consumer: Consumer, printer: Printer, settings: Settings, stop: StopRequest) -> int:

@@ -13,6 +13,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -150,6 +151,14 @@ class Consumer:
 
     async def seek(self, part: TopicPartition) -> None:
         await self._run(self._core.seek(part))
+
+    async def offsets_for_times(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        return await self._run(self._core.offsets_for_times(parts, timeout))
+
+    async def seek_to_time(self, when: int | datetime) -> list[TopicPartition]:
+        return await self._run(self._core.seek_to_time(when))
 
     async def close(self) -> None:
         if self._core.closed:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -197,6 +198,19 @@ class Consumer:
         """Next poll of `part`'s vgroup reads from `part.offset` (OffsetOutOfRange outside
         the vnode's [begin, end]); the committed offset is unchanged."""
         self._run(self._core.seek(part))
+
+    def offsets_for_times(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """Kafka's offsets_for_times: copies of `parts`, whose `offset` is a time in
+        milliseconds since the epoch, with `offset` the first version ingested at or
+        after it (the vnode's `end` when none was) and the retained range."""
+        return self._run(self._core.offsets_for_times(parts, timeout))
+
+    def seek_to_time(self, when: int | datetime) -> list[TopicPartition]:
+        """Every assigned vgroup's next poll reads from the first version ingested at or
+        after `when` (ms since the epoch, or a datetime); the positions set."""
+        return self._run(self._core.seek_to_time(when))
 
     def close(self) -> None:
         """Commit (with auto-commit), leave the group, log out. Idempotent."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 
 from sqltopic.client.acks import Acks
@@ -134,6 +135,11 @@ class Offsets(Acks):
                 begin=begin,
                 end=end,
             )
+        yield from self._move(key, target)
+
+    def _move(self, key: Key, target: int) -> Flow[None]:
+        """The position of assigned vgroup `key` to `target`; what was fetched from the
+        old one is dropped."""
         held = self.held.get(key)
         if held is not None:
             stale, held.ticket = held.ticket, None
@@ -141,6 +147,59 @@ class Offsets(Acks):
             if stale is not None:
                 self._in_flight.pop(stale, None)
                 yield Cancel((stale,))
+
+    def offsets_for_times(
+        self, parts: Sequence[TopicPartition], timeout: float | None = None
+    ) -> Flow[list[TopicPartition]]:
+        """Kafka's offsetsForTimes: `parts` with `offset` a time in milliseconds since
+        the epoch; answers them with `offset` the first version ingested at or after it
+        (the vnode's `end` when none was; its first retained version for a time before
+        it), and `begin`/`end` the retained range. Any vgroup of a topic the user may
+        consume, assigned or not."""
+        self.check_open()
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(
+                f"offsets_for_times: timeout {timeout} is not a number of seconds > 0"
+            )
+        for part in parts:
+            check_time_ms("offsets_for_times", part.offset, part)
+        numbered = list(enumerate(parts))
+        found: dict[int, pb.VgroupTimeOffset] = {}
+        for endpoint, items in self._by_endpoint(numbered, lambda n: (n[1].topic, n[1].vgroup)):
+            request = pb.OffsetsForTimesRequest(
+                vgroups=[
+                    pb.TopicVgroupTime(topic=p.topic, vgroup=p.vgroup, time_ms=p.offset or 0)
+                    for _, p in items
+                ]
+            )
+            answer: pb.OffsetsForTimesResponse = yield from self._rpc(
+                "vnode", "OffsetsForTimes", request, endpoint, timeout
+            )
+            if len(answer.offsets) != len(items):
+                raise Error(
+                    f"offsets_for_times: the server answered {len(answer.offsets)} look-ups "
+                    f"of {len(items)}"
+                )
+            found.update((i, o) for (i, _), o in zip(items, answer.offsets, strict=True))
+        return [
+            replace(p, offset=found[i].offset, begin=found[i].begin, end=found[i].end)
+            for i, p in numbered
+        ]
+
+    def seek_to_time(self, when: int | datetime) -> Flow[list[TopicPartition]]:
+        """Every assigned vgroup's position to the first version ingested at or after
+        `when` (milliseconds since the epoch, or a datetime: naive ones are local time;
+        see offsets_for_times); the positions set, with the retained ranges."""
+        self.check_open()
+        when_ms = time_ms(when)
+        check_time_ms("seek_to_time", when_ms, None)
+        assert isinstance(when_ms, int)
+        parts = [TopicPartition(t, v, when_ms) for t, v in self.held]
+        found = yield from self.offsets_for_times(parts)
+        for part in found:
+            assert part.offset is not None
+            yield from self._move((part.topic, part.vgroup), part.offset)
+        return found
 
     def _ranges(self, keys: Sequence[Key]) -> Flow[dict[Key, tuple[int, int]]]:
         ranges: dict[Key, tuple[int, int]] = {}
@@ -152,3 +211,25 @@ class Offsets(Acks):
             )
             ranges.update({(r.topic, r.vgroup): (r.begin, r.end) for r in answer.ranges})
         return ranges
+
+
+def time_ms(when: object) -> object:
+    """A datetime as milliseconds since the epoch (naive: local time, as Python reads
+    it); anything else as given, for `check_time_ms` to judge."""
+    if isinstance(when, datetime):
+        return int(when.timestamp() * 1000)
+    return when
+
+
+def check_time_ms(call: str, value: object, part: TopicPartition | None) -> None:
+    """ConfigError unless `value` is milliseconds since the epoch (an int >= 0)."""
+    where = f" of {part}" if part is not None else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"{call}: the time{where} is {value!r}; give milliseconds since the epoch (an int)"
+        )
+    if value < 0:
+        raise ConfigError(
+            f"{call}: the time{where} is {value}, before the epoch; give milliseconds "
+            "since 1970-01-01 UTC"
+        )

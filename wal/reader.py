@@ -157,6 +157,20 @@ class WalReader:
                 total += seg.end_of(count - 1) - seg.index.offsets[i]
         return total
 
+    def version_at(self, time_us: int) -> int:
+        """The first readable version whose entry was ingested at or after `time_us`
+        (µs since the epoch; Kafka's offsetsForTimes), or next_version when none was.
+        A time before the first retained entry gives that entry. Reads O(log n) record
+        headers, never a body: ingest times never fall from one version to the next
+        (the writer keeps them so), so both the segment and the entry are found by
+        bisection."""
+        for _ in range(3):
+            try:
+                return _version_at(self._state(), time_us)
+            except FileNotFoundError:
+                continue  # retention deleted a segment under us: look again
+        return _version_at(self._state(), time_us)
+
     def state(self) -> WalState:
         """The snapshot this reader would read now."""
         return self._state()
@@ -193,3 +207,16 @@ class WalReader:
                     return out
                 i += 1
         return out
+
+
+def _version_at(st: WalState, time_us: int) -> int:
+    """`WalReader.version_at` over one snapshot."""
+    counts = [seg.index.position(st.next_version) for seg in st.segments]
+    held = [(seg, n) for seg, n in zip(st.segments, counts, strict=True) if n]
+    # the first segment whose last readable entry was ingested at or after the time
+    at = bisect.bisect_left(held, time_us, key=lambda sn: sn[0].ingest_of(sn[1] - 1))
+    if at == len(held):
+        return st.next_version
+    seg, count = held[at]
+    i = bisect.bisect_left(range(count), time_us, key=seg.ingest_of)
+    return seg.index.versions[i]

@@ -322,6 +322,14 @@ class Segment:
             )
         self.index = result.index
 
+    def ingest_of(self, i: int) -> int:
+        """Entry i's ingest time, from its header alone (checked by the header's own
+        hash; the body is not read): what a look-up by time probes."""
+        header = decode_header(self.view(self.end_of(i)), self.index.offsets[i])
+        if header is None or header.version != self.index.versions[i]:
+            header = self.record(i, self.end_of(i))[0]  # rebuilds a damaged index, or raises
+        return header.ingest_us
+
     def end_of(self, i: int) -> int:
         """The byte offset where entry i's record ends (the next one starts)."""
         if i + 1 < len(self.index):

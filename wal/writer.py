@@ -69,6 +69,9 @@ class Wal:
         self._removed_below = recovered.removed_below
         self._next = recovered.next_version  # the next version to assign
         self._last = segs[-1].last_version if segs else self._next - 1
+        # the newest entry's ingest time: appends never stamp an earlier one (a clock
+        # stepped back), so entries are ordered by time as by version (`version_at`)
+        self._last_ingest = _last_ingest(segs)
         self._written_seq = 0  # bytes appended since open; fsync coverage is tracked in it
         self._synced_seq = 0
         self._visible_seq = 0  # readers see the entries within these bytes
@@ -246,7 +249,7 @@ class Wal:
         return versions
 
     def _write(self, prepared: list[tuple[WalEntry, int, int]], versions: list[int]) -> None:
-        now = self._clock()
+        now = self._last_ingest = max(self._clock(), self._last_ingest)
         if self._active is None:
             self._active = Segment.create(self.directory, versions[0], now)
         buffers: list[object] = []
@@ -515,3 +518,11 @@ def _tick(opts: WalOptions) -> float:
     if opts.level == 1 and opts.fsync_period_ms > 0:
         return min(opts.fsync_period_ms / 1000, MAINTENANCE_INTERVAL_S)
     return MAINTENANCE_INTERVAL_S
+
+
+def _last_ingest(segments: Sequence[Segment]) -> int:
+    """The ingest time of the newest entry among `segments` (0 when they hold none)."""
+    for seg in reversed(segments):
+        if len(seg.index):
+            return seg.ingest_of(len(seg.index) - 1)
+    return 0

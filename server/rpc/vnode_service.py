@@ -24,6 +24,7 @@ from typing import TypeVar
 from sqltopic.errors import (
     ConfigError,
     ConsumerFenced,
+    LimitExceeded,
     OffsetOutOfRange,
     TooLarge,
     TopicDropped,
@@ -78,6 +79,9 @@ class Executors:
 READ_ENTRIES_BYTES = 4 << 20
 # Entries read from the WAL per step of a ReadEntries call.
 READ_ENTRIES_BATCH = 1024
+# Look-ups one OffsetsForTimes call may make: every vgroup of many topics, while one
+# call's work (O(log n) header reads each) stays a few milliseconds.
+MAX_TIME_LOOKUPS = 65_536
 
 
 class VnodeService(pb_grpc.VnodeServicer):
@@ -469,6 +473,31 @@ class VnodeService(pb_grpc.VnodeServicer):
             )  # fmt: skip
         return ranges
 
+    @unary
+    async def OffsetsForTimes(
+        self, request: pb.OffsetsForTimesRequest, context: Context
+    ) -> pb.OffsetsForTimesResponse:
+        user = self._sessions.session(context.invocation_metadata()).user
+        check_lookups(request)
+        offsets = await self._run(self._times, request, user)
+        return pb.OffsetsForTimesResponse(offsets=offsets)
+
+    def _times(self, request: pb.OffsetsForTimesRequest, user: str) -> list[pb.VgroupTimeOffset]:
+        out = []
+        for item in request.vgroups:
+            self._engine.check_subscribe(user, item.topic)
+            # (on a cluster's mnode, a vgroup of a dnode is VgroupUnavailable: ask there)
+            reader = self._engine.vnode_of(item.topic, item.vgroup).reader()
+            offset = reader.version_at(item.time_ms * 1000)
+            state = reader.state()  # after: the answer's end is at or above its offset
+            out.append(
+                pb.VgroupTimeOffset(
+                    topic=item.topic, vgroup=item.vgroup, offset=offset,
+                    begin=state.first_version, end=state.next_version,
+                )
+            )  # fmt: skip
+        return out
+
     @streaming
     async def ReadEntries(
         self, request: pb.ReadEntriesRequest, context: Context
@@ -484,6 +513,22 @@ class VnodeService(pb_grpc.VnodeServicer):
             if not frame.entries:
                 return
             yield frame
+
+
+def check_lookups(request: pb.OffsetsForTimesRequest) -> None:
+    """LimitExceeded for too many look-ups in one call, ConfigError for a time before
+    the epoch."""
+    if len(request.vgroups) > MAX_TIME_LOOKUPS:
+        raise LimitExceeded(
+            f"OffsetsForTimes: {len(request.vgroups)} look-ups in one call; at most "
+            f"{MAX_TIME_LOOKUPS} are allowed (MAX_TIME_LOOKUPS): split the request"
+        )
+    for item in request.vgroups:
+        if item.time_ms < 0:
+            raise ConfigError(
+                f"OffsetsForTimes: time_ms {item.time_ms} of topic {item.topic} vgroup "
+                f"{item.vgroup} is before the epoch; give milliseconds since 1970-01-01 UTC"
+            )
 
 
 def _entries_frame(vnode: Vnode, version: int, end: int) -> tuple[pb.ReadEntriesResponse, int]:

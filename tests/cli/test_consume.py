@@ -8,7 +8,9 @@ import json
 import re
 import signal
 import struct
+import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -17,6 +19,7 @@ import pytest
 from sqltopic.cli.format import iso_timestamps
 from sqltopic.client import Connection
 from tests.cli.support import RUN_DEADLINE_S, Lines, parse_table, run_on, start_cli
+from tests.client.test_seek_time import clock_past
 from tests.live_server import ServerProcess
 
 COLUMNS = "ts, current, voltage, location, tbname"
@@ -220,3 +223,42 @@ def test_a_shared_group_acknowledges_what_it_printed_and_releases_the_rest(
     shown = topic.execute("SHOW SUBSCRIPTIONS")
     acked = shown.columns.index("acked")
     assert sum(r[acked] for r in shown.rows) == total
+
+
+def _mark_then_insert(conn: Connection, first: int, count: int) -> datetime:
+    """A time after every entry so far and at or before the entries of `_insert(first,
+    count)` made now (the server's ingest clock is this machine's wall clock)."""
+    mark = clock_past(time.time_ns() // 1000) // 1000 + 1  # ms, above all written so far
+    clock_past(mark * 1000 - 1)
+    _insert(conn, first, count)
+    return datetime.fromtimestamp(mark / 1000, tz=UTC)
+
+
+@pytest.mark.parametrize("form", ["ms", "iso", "local"])
+def test_from_a_time_prints_the_rows_ingested_since(
+    topic: Connection, server: ServerProcess, form: str
+) -> None:
+    before = _expected(topic)
+    mark = _mark_then_insert(topic, 1_600_000_000_000, 40)
+    since = _expected(topic) - before
+    value = {
+        "ms": str(int(mark.timestamp() * 1000)),
+        "iso": mark.isoformat(),  # 2026-11-26T23:10:00.123000+00:00
+        "local": mark.astimezone().replace(tzinfo=None).isoformat(sep=" "),
+    }[form]
+    if form == "ms":  # the group commits everything first: the time still rules
+        every = str(sum(_expected(topic).values()))
+        done = run_on(server, "consume", "over", "--group", "g", "--from", "earliest",
+                      "--format", "jsonl", "--max-rows", every, "--timeout", IDLE_S)  # fmt: skip
+        assert len(done.stdout.splitlines()) == int(every), done.stderr
+    done = run_on(server, "consume", "over", "--group", "g", "--from", value, "--format",
+                  "jsonl", "--max-rows", str(sum(since.values())), "--timeout", IDLE_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _normal([json.loads(line) for line in done.stdout.splitlines()]) == since
+
+
+def test_a_bad_from_value_is_one_line(topic: Connection, server: ServerProcess) -> None:
+    done = run_on(server, "consume", "over", "--from", "yesterday", "--timeout", "1")
+    assert done.returncode == 2
+    assert "argument --from: 'yesterday' is not earliest, latest or a time" in done.stderr
+    assert "Traceback" not in done.stderr

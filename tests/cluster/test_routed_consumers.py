@@ -15,7 +15,8 @@ import pytest
 
 from sqltopic.aio import Consumer as AsyncConsumer
 from sqltopic.client.consumer import Consumer
-from sqltopic.client.message import Message
+from sqltopic.client.message import Message, TopicPartition
+from sqltopic.errors import VgroupUnavailable
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from tests.client.support import config
@@ -100,8 +101,14 @@ def test_a_group_spanning_dnodes_gets_every_row_once_and_commits_there(three: Cl
     try:
         again.subscribe(["high"])
         assert _rows(_take([again], more)) == more
+        # seeking by time asks each vgroup's dnode: from the epoch, everything again
+        assert {p.offset for p in again.seek_to_time(0)} == {1}
+        assert _rows(_take([again], want + more)) == want + more
     finally:
         again.close()
+    # not subscribed: its look-ups go to the mnode, which hosts no vgroup
+    with Consumer(settings) as idle, pytest.raises(VgroupUnavailable, match="hosted by a dnode"):
+        idle.offsets_for_times([TopicPartition("high", 1, 0)])
 
 
 def test_an_asyncio_consumer_reads_from_the_dnodes(three: Cluster) -> None:

@@ -48,6 +48,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "Acknowledge": (False, False),
         "Committed": (False, False),
         "OffsetRange": (False, False),
+        "OffsetsForTimes": (False, False),
         "ReadEntries": (False, True),
     },
     "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},

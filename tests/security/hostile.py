@@ -90,6 +90,13 @@ class UserWire:
         found = self.vnode.OffsetRange(request, metadata=self.md, timeout=CALL_TIMEOUT_S).ranges[0]
         return found.begin, found.end
 
+    def offsets_for_times(self, topic: str, vgroup: int, *times_ms: int) -> list[int]:
+        request = pb.OffsetsForTimesRequest(
+            vgroups=[pb.TopicVgroupTime(topic=topic, vgroup=vgroup, time_ms=t) for t in times_ms]
+        )
+        found = self.vnode.OffsetsForTimes(request, metadata=self.md, timeout=CALL_TIMEOUT_S)
+        return [o.offset for o in found.offsets]
+
     def execute(self, sql: str) -> list[pb.ExecuteResponse]:
         request = pb.ExecuteRequest(sql=sql)
         return list(self.sql.Execute(request, metadata=self.md, timeout=CALL_TIMEOUT_S))

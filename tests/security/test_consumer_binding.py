@@ -121,7 +121,11 @@ def test_committed_and_offset_range_need_the_right_to_consume(
     alice: UserWire, server: ServerProcess, users: Connection
 ) -> None:
     with UserWire(server.address, "carol", PASSWORD) as carol:
-        calls = (lambda: carol.committed("g", "t1", 1), lambda: carol.offset_range("t1", 1))
+        calls = (
+            lambda: carol.committed("g", "t1", 1),
+            lambda: carol.offset_range("t1", 1),
+            lambda: carol.offsets_for_times("t1", 1, 0),
+        )
         for call in calls:  # carol may not even read what t1 reads: t1 does not exist for her
             code, error, message = refusal(call)
             assert (code, error) == (grpc.StatusCode.NOT_FOUND, "TopicNotFound")
@@ -134,6 +138,23 @@ def test_committed_and_offset_range_need_the_right_to_consume(
     begin, end = alice.offset_range("t1", 1)
     assert 1 <= begin < end
     assert alice.committed("g", "t1", 1) is None
+    assert alice.offsets_for_times("t1", 1, 0, 2**62) == [begin, end]
+
+
+def test_bad_time_look_ups_are_refused(alice: UserWire) -> None:
+    code, error, message = refusal(lambda: alice.offsets_for_times("t1", 1, 0, -5))
+    assert (code, error) == BAD
+    assert message == (
+        "OffsetsForTimes: time_ms -5 of topic t1 vgroup 1 is before the epoch; give "
+        "milliseconds since 1970-01-01 UTC"
+    )
+    code, error, message = refusal(lambda: alice.offsets_for_times("t1", 1, *[0] * 65_537))
+    assert (code, error) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LimitExceeded")
+    assert "65537 look-ups in one call; at most 65536 are allowed" in message
+    code, error, message = refusal(lambda: alice.offsets_for_times("t1", 999, 0))
+    assert (code, error) == (grpc.StatusCode.NOT_FOUND, "NotFoundError")
+    assert "vgroup 999 is not a vgroup of topic t1" in message
+    assert alice.offsets_for_times("t1", 1, *[0] * 65_536)[-1] >= 1  # the limit itself is fine
 
 
 @pytest.mark.parametrize(

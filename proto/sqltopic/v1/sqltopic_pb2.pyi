@@ -2201,6 +2201,127 @@ class OffsetRangeResponse(_message.Message):
 Global___OffsetRangeResponse: _TypeAlias = OffsetRangeResponse  # noqa: Y015
 
 @_typing.final
+class OffsetsForTimesRequest(_message.Message):
+    """Asks for the versions at given times."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VGROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicVgroupTime]:
+        """The vgroups and times to look up, at most 65,536."""
+
+    def __init__(
+        self,
+        *,
+        vgroups: _abc.Iterable[Global___TopicVgroupTime] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["vgroups", b"vgroups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetsForTimesRequest: _TypeAlias = OffsetsForTimesRequest  # noqa: Y015
+
+@_typing.final
+class TopicVgroupTime(_message.Message):
+    """A time to look up on one vgroup of one topic."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    TIME_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    vgroup: _builtins.int
+    """Vgroup id."""
+    time_ms: _builtins.int
+    """Milliseconds since the Unix epoch (UTC), at least 0."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        time_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["time_ms", b"time_ms", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicVgroupTime: _TypeAlias = TopicVgroupTime  # noqa: Y015
+
+@_typing.final
+class VgroupTimeOffset(_message.Message):
+    """The version at a time on one vgroup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    BEGIN_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic name."""
+    vgroup: _builtins.int
+    """Vgroup id."""
+    offset: _builtins.int
+    """The first version whose entry was ingested at or after `time_ms`: `begin` for a
+    time before the first retained entry, `end` when no entry is that recent (a seek
+    there reads what is written next). Ingest times never fall from one version to
+    the next: the server stamps an entry with the newest time so far if its clock
+    stepped back.
+    """
+    begin: _builtins.int
+    """The first retained version at the look-up, as OffsetRange answers it."""
+    end: _builtins.int
+    """The next version to write at the look-up."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        begin: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "end", b"end", "offset", b"offset", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VgroupTimeOffset: _TypeAlias = VgroupTimeOffset  # noqa: Y015
+
+@_typing.final
+class OffsetsForTimesResponse(_message.Message):
+    """Versions at times, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___VgroupTimeOffset]:
+        """One entry per requested vgroup."""
+
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___VgroupTimeOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetsForTimesResponse: _TypeAlias = OffsetsForTimesResponse  # noqa: Y015
+
+@_typing.final
 class EntriesRequest(_message.Message):
     """Entries the mnode reads."""
 

@@ -841,6 +841,11 @@ class VnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
                 _registered_method=True)
+        self.OffsetsForTimes = channel.unary_unary(
+                '/sqltopic.v1.Vnode/OffsetsForTimes',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesResponse.FromString,
+                _registered_method=True)
         self.ReadEntries = channel.unary_stream(
                 '/sqltopic.v1.Vnode/ReadEntries',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.SerializeToString,
@@ -922,6 +927,15 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetsForTimes(self, request, context):
+        """For each vgroup, the first version whose entry was ingested at or after a time
+        (Kafka's offsetsForTimes): where to seek to read "from 09:00". Needs the right to
+        subscribe to each topic, as OffsetRange. Looks at O(log n) record headers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadEntries(self, request, context):
         """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
         order, for readers of history (Spark's tasks). Needs READ on all of the database
@@ -973,6 +987,11 @@ def add_VnodeServicer_to_server(servicer, server):
                     servicer.OffsetRange,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.SerializeToString,
+            ),
+            'OffsetsForTimes': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForTimes,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesResponse.SerializeToString,
             ),
             'ReadEntries': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadEntries,
@@ -1154,6 +1173,33 @@ class Vnode:
             '/sqltopic.v1.Vnode/OffsetRange',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForTimes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Vnode/OffsetsForTimes',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsForTimesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -529,6 +529,11 @@ class VnodeStub:
     """The group's committed offsets."""
     OffsetRange: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]
     """Each vgroup's retained version range: [begin, end)."""
+    OffsetsForTimes: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetsForTimesRequest, _sqltopic_pb2.OffsetsForTimesResponse]
+    """For each vgroup, the first version whose entry was ingested at or after a time
+    (Kafka's offsetsForTimes): where to seek to read "from 09:00". Needs the right to
+    subscribe to each topic, as OffsetRange. Looks at O(log n) record headers.
+    """
     ReadEntries: _grpc.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]
     """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
     order, for readers of history (Spark's tasks). Needs READ on all of the database
@@ -585,6 +590,11 @@ class VnodeAsyncStub(VnodeStub):
     """The group's committed offsets."""
     OffsetRange: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetRangeRequest, _sqltopic_pb2.OffsetRangeResponse]  # type: ignore[assignment]
     """Each vgroup's retained version range: [begin, end)."""
+    OffsetsForTimes: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetsForTimesRequest, _sqltopic_pb2.OffsetsForTimesResponse]  # type: ignore[assignment]
+    """For each vgroup, the first version whose entry was ingested at or after a time
+    (Kafka's offsetsForTimes): where to seek to read "from 09:00". Needs the right to
+    subscribe to each topic, as OffsetRange. Looks at O(log n) record headers.
+    """
     ReadEntries: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ReadEntriesRequest, _sqltopic_pb2.ReadEntriesResponse]  # type: ignore[assignment]
     """A vgroup's raw WAL entries from `from_version` to `to_version` (excluded), in
     order, for readers of history (Spark's tasks). Needs READ on all of the database
@@ -674,6 +684,17 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sqltopic_pb2.OffsetRangeResponse, _abc.Awaitable[_sqltopic_pb2.OffsetRangeResponse]]:
         """Each vgroup's retained version range: [begin, end)."""
+
+    @_abc_1.abstractmethod
+    def OffsetsForTimes(
+        self,
+        request: _sqltopic_pb2.OffsetsForTimesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.OffsetsForTimesResponse, _abc.Awaitable[_sqltopic_pb2.OffsetsForTimesResponse]]:
+        """For each vgroup, the first version whose entry was ingested at or after a time
+        (Kafka's offsetsForTimes): where to seek to read "from 09:00". Needs the right to
+        subscribe to each topic, as OffsetRange. Looks at O(log n) record headers.
+        """
 
     @_abc_1.abstractmethod
     def ReadEntries(
