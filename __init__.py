@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from sqltopic import aio, taos
     from sqltopic.client import connect
     from sqltopic.client.consumer import Consumer
-    from sqltopic.client.message import Block, Message, TopicPartition
+    from sqltopic.client.message import Block, Message, TopicPartition, VgroupLag
 
 __version__ = "0.1.0"
 
@@ -77,6 +77,7 @@ __all__ = [
     "UnsupportedStatement",
     "VersionNotRetained",
     "VersionOrderError",
+    "VgroupLag",
     "WalClosedError",
     "WalCorruptionError",
     "WalError",
@@ -94,6 +95,7 @@ _LAZY = {
     "Message": "sqltopic.client.message",
     "Block": "sqltopic.client.message",
     "TopicPartition": "sqltopic.client.message",
+    "VgroupLag": "sqltopic.client.message",
 }
 
 

@@ -37,7 +37,7 @@ from sqltopic.client.consumer import (
     is_beat,
 )
 from sqltopic.client.core import ConsumerCore
-from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.message import Message, TopicPartition, VgroupLag
 from sqltopic.errors import Error, ServerUnavailable, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
@@ -151,6 +151,9 @@ class Consumer:
 
     async def seek(self, part: TopicPartition) -> None:
         await self._run(self._core.seek(part))
+
+    async def lag(self) -> list[VgroupLag]:
+        return await self._run(self._core.lag())
 
     async def offsets_for_times(
         self, parts: Sequence[TopicPartition], timeout: float | None = None

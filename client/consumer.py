@@ -30,7 +30,7 @@ from sqltopic.client import beats, streams
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import _error_of, _translated, unimplemented
 from sqltopic.client.core import ConsumerCore
-from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.message import Message, TopicPartition, VgroupLag
 from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -198,6 +198,11 @@ class Consumer:
         """Next poll of `part`'s vgroup reads from `part.offset` (OffsetOutOfRange outside
         the vnode's [begin, end]); the committed offset is unchanged."""
         self._run(self._core.seek(part))
+
+    def lag(self) -> list[VgroupLag]:
+        """How far behind this consumer is on each assigned vgroup: data rows to the
+        vnode's end and milliseconds since the first of them was written."""
+        return self._run(self._core.lag())
 
     def offsets_for_times(
         self, parts: Sequence[TopicPartition], timeout: float | None = None

@@ -268,3 +268,19 @@ def _with_int_ids(value: Any) -> Any:
 
 def _rows(table: pa.Table) -> list[Row]:
     return table_rows(table)
+
+
+@dataclass(frozen=True)
+class VgroupLag:
+    """How far a consumer is behind on one assigned vgroup (`Consumer.lag()`): its
+    `position`, the vnode's `end`, the data rows in the WAL between them (`rows`: every
+    table's rows, those the topic will look at) and the milliseconds since the first of
+    them was written (`ms`; 0 when caught up). `rows` and `ms` are None while the vgroup
+    has no position (before its first poll)."""
+
+    topic: str
+    vgroup: int
+    position: int | None
+    end: int
+    rows: int | None
+    ms: int | None

@@ -12,7 +12,7 @@ from functools import partial
 
 from sqltopic.client.acks import Acks
 from sqltopic.client.effects import Cancel, Flow
-from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.message import Message, TopicPartition, VgroupLag
 from sqltopic.client.state import Key, offset_of
 from sqltopic.errors import ConfigError, ConsumerFenced, Error, OffsetOutOfRange
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -147,6 +147,29 @@ class Offsets(Acks):
             if stale is not None:
                 self._in_flight.pop(stale, None)
                 yield Cancel((stale,))
+
+    def lag(self) -> Flow[list[VgroupLag]]:
+        """Each assigned vgroup's lag from this consumer's position (see VgroupLag), in
+        (topic, vgroup) order: one OffsetRange call per vnode host."""
+        self.check_open()
+        keys = sorted(self.held)
+        found: dict[Key, VgroupLag] = {}
+        for endpoint, items in self._by_endpoint(keys, lambda key: key):
+            positions = [self._position_of(key) for key in items]
+            request = pb.OffsetRangeRequest(
+                vgroups=[pb.TopicVgroup(topic=t, vgroup=v) for t, v in items],
+                positions=[-1 if p is None else p for p in positions],
+            )
+            answer: pb.OffsetRangeResponse = yield from self._rpc(
+                "vnode", "OffsetRange", request, endpoint
+            )
+            for key, position, r in zip(items, positions, answer.ranges, strict=True):
+                known = position is not None
+                found[key] = VgroupLag(
+                    key[0], key[1], position, r.end, r.lag_rows if known else None,
+                    r.lag_ms if known else None,
+                )  # fmt: skip
+        return [found[key] for key in keys]
 
     def offsets_for_times(
         self, parts: Sequence[TopicPartition], timeout: float | None = None

@@ -44,6 +44,15 @@ class WalState:
         return self.next_version
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What a reader has left: data rows, and the ingest time (µs) of the first entry
+    it has not read (None when it read everything readable)."""
+
+    rows: int
+    first_ingest_us: int | None
+
+
 class WalRecord(NamedTuple):
     """One entry as read back. `body` is a read-only view into the mapped segment;
     `segment` and `slot` say where it lies, for an error about it. (A named tuple: one
@@ -171,6 +180,18 @@ class WalReader:
                 continue  # retention deleted a segment under us: look again
         return _version_at(self._state(), time_us)
 
+    def backlog(self, position: int) -> Backlog:
+        """What a reader at `position` has not read: the data rows from there to the
+        readable end (of retained entries: those retention deleted are not counted),
+        and the ingest time of the first entry there (None when caught up). Two row
+        look-ups and one record header per segment, no scan."""
+        for _ in range(3):
+            try:
+                return _backlog(self._state(), position)
+            except FileNotFoundError:
+                continue  # retention deleted a segment under us: look again
+        return _backlog(self._state(), position)
+
     def state(self) -> WalState:
         """The snapshot this reader would read now."""
         return self._state()
@@ -220,3 +241,18 @@ def _version_at(st: WalState, time_us: int) -> int:
     seg, count = held[at]
     i = bisect.bisect_left(range(count), time_us, key=seg.ingest_of)
     return seg.index.versions[i]
+
+
+def _backlog(st: WalState, position: int) -> Backlog:
+    """`WalReader.backlog` over one snapshot."""
+    rows = 0
+    first: int | None = None
+    for seg in st.segments:
+        count = seg.index.position(st.next_version)
+        start = seg.index.position(position, count)
+        if start >= count:
+            continue
+        if first is None:
+            first = seg.ingest_of(start)
+        rows += seg.rows.before(seg, count) - seg.rows.before(seg, start)
+    return Backlog(rows, first)

@@ -25,6 +25,7 @@ from sqltopic.wal.record import (
     body_ok,
     decode_header,
 )
+from sqltopic.wal.rows import RowCounts
 
 NAME_DIGITS = 20
 LOG_SUFFIX = ".log"
@@ -141,6 +142,7 @@ class Segment:
         # record, and building the Path costs more than the mmap call
         self._log_name = os.fspath(self.log_path)
         self.broken = False  # a failed write could not be cut back
+        self.rows = RowCounts()  # data rows before each record (lag in rows)
 
     # --- names and facts -------------------------------------------------------------
 

@@ -276,6 +276,9 @@ class Wal:
                 self._active.delete_files()
                 self._active = None
             raise
+        self._active.rows.noted(
+            len(self._active.index) - len(versions), [entry.rows for entry, _, _ in prepared]
+        )
         self._written_seq += sum(sizes)
         self._next, self._last = versions[-1] + 1, versions[-1]
 

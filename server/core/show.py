@@ -51,7 +51,8 @@ SUBSCRIPTIONS = pa.schema(
      ("consumer_id", pa.string()), ("user", pa.string()), ("fqdn", pa.string()),
      ("offset", pa.string()), ("rows", pa.int64()), ("lag", pa.int64()),
      ("mode", pa.string()), ("in_flight", pa.int64()), ("acked", pa.int64()),
-     ("redelivered", pa.int64()), ("dead_lettered", pa.int64())]
+     ("redelivered", pa.int64()), ("dead_lettered", pa.int64()), ("lag_rows", pa.int64()),
+     ("lag_ms", pa.int64()), ("last_poll", TS), ("last_commit", TS)]
 )  # fmt: skip
 USERS = pa.schema([("name", pa.string()), ("super", pa.bool_()), ("create_time", TS)])
 USER_PRIVILEGES = pa.schema(

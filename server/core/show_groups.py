@@ -6,6 +6,11 @@ row per (topic, group, vgroup) for every group that has a live consumer on the t
 a committed offset on one of its vgroups, unassigned vgroups included (NULL consumer);
 each consumer of a broadcast group has rows of its own, under its lane `group:client`.
 `mode` is the group's group.type (NULL for a group with only committed offsets left).
+`lag_rows` counts the data rows in the WAL from the position to the end (every table's:
+the rows the topic will look at, not those it will deliver), `lag_ms` how long ago the
+first of them was written (0 when caught up): both from running counts and one record
+header (wal/rows.py), never a scan. `last_poll` is the group's last poll of the vgroup
+since the server started, `last_commit` its last commit there.
 `offset` is `log:<position>/<end>`: the holder's reported position (else the group's
 committed offset) and the vgroup's next version to write; `lag` is their difference.
 A shared group has no holder: its position is the start of its window (every row
@@ -26,6 +31,7 @@ from sqltopic.server.common.group_names import LANE_SEP
 from sqltopic.server.common.result import Result
 from sqltopic.server.core.state import State
 from sqltopic.server.mnode.coordinator import Coordinator, Member, Owner
+from sqltopic.server.vnode.vnode import Vnode
 from sqltopic.sql.topic.params import topic_of
 
 Row = tuple[Any, ...]
@@ -60,13 +66,29 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
         for vgroup in db.vgroups:
             owner = owners.get((topic, group), {}).get(vgroup)
             holder = by_id.get(owner.consumer) if owner else None
-            row = _subscription(state, coordinator, topic, group, vgroup, holder)
+            row, position = _subscription(state, coordinator, topic, group, vgroup, holder)
             figures = shared.get(vgroup, {}).get((topic, group))
             counts = astuple(figures) if figures is not None else (None,) * 4
             if mode is None and figures is not None:
                 mode = "shared"  # no member left, but its window on the vgroup is open
-            rows.append((*row, mode, *counts))
+            rows.append((*row, mode, *counts, *_lag(state, topic, group, vgroup, position)))
     return Result.of_rows(schema, rows)
+
+
+def _lag(state: State, topic: str, group: str, vgroup: int, position: int | None) -> Row:
+    """lag_rows, lag_ms, last_poll, last_commit of a row at `position`: the data rows
+    from there to the end, and how long ago the first of them was written (0 when caught
+    up). A cluster's mnode shows NULLs for the vgroups of its dnodes."""
+    vnode = state.view(vgroup)
+    if not isinstance(vnode, Vnode):
+        return (None, None, None, None)
+    last_poll, last_commit = (
+        vnode.poll_times.last(topic, group),
+        vnode.offsets.committed_at(topic, group),
+    )
+    if position is None:
+        return (None, None, last_poll, last_commit)
+    return (*vnode.lag(position, state.now_us()), last_poll, last_commit)
 
 
 def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tuple[str, str]]:
@@ -86,7 +108,8 @@ def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tupl
 def _subscription(
     state: State, coordinator: Coordinator | None, topic: str, group: str, vgroup: int,
     holder: Member | None,
-) -> Row:  # fmt: skip
+) -> tuple[Row, int | None]:  # fmt: skip
+    """The row's first columns, and the position they show (None: none known)."""
     vnode = state.view(vgroup)
     end = vnode.wal.next_version
     report = coordinator.progress_of(topic, group, vgroup) if coordinator and holder else None
@@ -101,7 +124,7 @@ def _subscription(
         f"log:{position}/{end}" if position is not None else None,
         rows,
         end - position if position is not None else None,
-    )  # fmt: skip
+    ), position  # fmt: skip
 
 
 def _time(us: int) -> int | None:

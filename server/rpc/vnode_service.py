@@ -197,13 +197,17 @@ class VnodeService(pb_grpc.VnodeServicer):
         to the worker pool."""
         share = self._shares.settings_of(request.consumer_id, request.group_id)
         if share is not None:  # the checks read the catalog: here unless DDL holds it
-            await here_or_worker(self._engine.lock, self._run, self._check_poller, request, user)
+            vnode: Vnode = await here_or_worker(
+                self._engine.lock, self._run, self._check_poller, request, user
+            )
+            vnode.poll_times.note(request.topic, request.group_id, self._engine.now_us())
             return await self._shares.poll(request, share, wait, max_bytes, self._stopping)
         self._check_not_sharing(request)
         deadline = time.monotonic() + wait
         fence = (request.consumer_id, request.group_id, request.topic, request.vgroup,
                  request.epoch)  # fmt: skip
         vnode, position, limits, (message, frames) = await self._begin(request, user, max_bytes)
+        vnode.poll_times.note(request.topic, request.group_id, self._engine.now_us())
         first = position
         while True:
             epoch = self._coordinator.epoch_of(request.consumer_id)
@@ -449,6 +453,10 @@ class VnodeService(pb_grpc.VnodeServicer):
             offset = vnode.offsets.get(item.topic, request.group_id)
             if offset is not None:
                 answer.offset = offset
+                answer.lag_rows, answer.lag_ms = vnode.lag(offset, self._engine.now_us())
+                at = vnode.offsets.committed_at(item.topic, request.group_id)
+                if at is not None:
+                    answer.committed_ms = at // 1000
             found.append(answer)
         return found
 
@@ -461,16 +469,19 @@ class VnodeService(pb_grpc.VnodeServicer):
         return pb.OffsetRangeResponse(ranges=ranges)
 
     def _ranges(self, request: pb.OffsetRangeRequest, user: str) -> list[pb.VgroupRange]:
+        positions = check_positions(request)
         ranges = []
-        for item in request.vgroups:
+        for item, position in zip(request.vgroups, positions, strict=True):
             self._engine.check_subscribe(user, item.topic)
-            wal = self._engine.vnode_of(item.topic, item.vgroup).wal
-            ranges.append(
-                pb.VgroupRange(
-                    topic=item.topic, vgroup=item.vgroup, begin=wal.first_version,
-                    end=wal.next_version,
-                )
+            vnode = self._engine.vnode_of(item.topic, item.vgroup)
+            wal = vnode.wal
+            answer = pb.VgroupRange(
+                topic=item.topic, vgroup=item.vgroup, begin=wal.first_version,
+                end=wal.next_version,
             )  # fmt: skip
+            if position >= 0:
+                answer.lag_rows, answer.lag_ms = vnode.lag(position, self._engine.now_us())
+            ranges.append(answer)
         return ranges
 
     @unary
@@ -513,6 +524,26 @@ class VnodeService(pb_grpc.VnodeServicer):
             if not frame.entries:
                 return
             yield frame
+
+
+def check_positions(request: pb.OffsetRangeRequest) -> list[int]:
+    """The position of each vgroup asked (-1: none given); ConfigError for a list of
+    another length or a position below -1."""
+    given = list(request.positions)
+    if not given:
+        return [-1] * len(request.vgroups)
+    if len(given) != len(request.vgroups):
+        raise ConfigError(
+            f"OffsetRange: {len(given)} positions for {len(request.vgroups)} vgroups; give "
+            "one per vgroup (-1 for none), or none at all"
+        )
+    for item, position in zip(request.vgroups, given, strict=True):
+        if position < -1:
+            raise ConfigError(
+                f"OffsetRange: position {position} of topic {item.topic} vgroup "
+                f"{item.vgroup} is below -1; give a version, or -1 for none"
+            )
+    return given
 
 
 def check_lookups(request: pb.OffsetsForTimesRequest) -> None:

@@ -72,6 +72,8 @@ _UPSERT = (
 # rows acknowledged at or past the next version (`encode_acked`) and the delivery counts
 # of the rows not done (`encode_counts`); None for other groups.
 _Row = tuple[str, str, int, int, bytes | None, bytes | None]
+# (subscription, group): what a stored row is keyed by
+_Key = tuple[str, str]
 # A shared group's window as stored: acknowledged rows and delivery counts, encoded.
 _Encoded = tuple[bytes, bytes | None]
 # A shared group's stored window: its start, acknowledged rows, delivery counts.
@@ -114,7 +116,7 @@ class OffsetStore:
         )
         try:
             with damage_reported(path, OFFSETS_DAMAGED):
-                self._cache, self._acked = _prepare(self._con)
+                self._cache, self._acked, self._updated = _prepare(self._con)
         except BaseException:
             self._con.close()
             raise
@@ -128,6 +130,11 @@ class OffsetStore:
         """The group's committed offset on this vnode, or None if it never committed."""
         with self._mutex:
             return self._cache.get((topic, group))
+
+    def committed_at(self, topic: str, group: str) -> int | None:
+        """When the group last committed on this vnode (µs since the epoch), or None."""
+        with self._mutex:
+            return self._updated.get((topic, group))
 
     def commit(self, offsets: Iterable[tuple[str, str, int]], now_us: int) -> None:
         """Store (topic, group, next_version) rows durably and all or none; returns once
@@ -217,8 +224,9 @@ class OffsetStore:
             return exc
         self.transactions += 1
         with self._mutex:
-            for topic, group, offset, _, acked, counts in rows:
+            for topic, group, offset, updated_us, acked, counts in rows:
                 self._cache[topic, group] = offset
+                self._updated[topic, group] = updated_us
                 if acked is None:
                     self._acked.pop((topic, group), None)
                 else:
@@ -250,6 +258,7 @@ class OffsetStore:
                 for key in gone:
                     del self._cache[key]
                     self._acked.pop(key, None)
+                    self._updated.pop(key, None)
 
     def groups(self, topic: str) -> dict[str, int]:
         """Every group with an offset on `topic` here, and that offset."""
@@ -279,9 +288,10 @@ class OffsetStore:
 
 def _prepare(
     con: sqlite3.Connection,
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], _Encoded]]:
-    """Set the connection up and read every committed offset, and the acknowledged rows
-    of shared groups (still encoded: decoded when their window is made)."""
+) -> tuple[dict[_Key, int], dict[_Key, _Encoded], dict[_Key, int]]:
+    """Set the connection up and read every committed offset, the acknowledged rows of
+    shared groups (still encoded: decoded when their window is made), and when each
+    was committed."""
     # Before the first access: only then does SQLite keep the WAL index in memory. The
     # vnode's WAL lock already keeps any other writer away from this directory.
     con.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -293,14 +303,15 @@ def _prepare(
         con.execute("ALTER TABLE committed ADD COLUMN acked BLOB")
     if "counts" not in columns:  # a file from before delivery counts were kept
         con.execute("ALTER TABLE committed ADD COLUMN counts BLOB")
-    offsets, acked = {}, {}
-    for topic, group, offset, rows, counts in con.execute(
-        "SELECT topic, grp, next_version, acked, counts FROM committed"
+    offsets, acked, updated = {}, {}, {}
+    for topic, group, offset, updated_us, rows, counts in con.execute(
+        "SELECT topic, grp, next_version, updated_us, acked, counts FROM committed"
     ):
         offsets[topic, group] = offset
+        updated[topic, group] = updated_us
         if rows is not None:
             acked[topic, group] = (bytes(rows), bytes(counts) if counts is not None else None)
-    return offsets, acked
+    return offsets, acked, updated
 
 
 def encode_acked(runs: Iterable[Run]) -> bytes:

@@ -19,6 +19,7 @@ from sqltopic.errors import SqlError
 from sqltopic.server.common.resources import FileReserve, files_exceeded, out_of_files
 from sqltopic.server.vnode.entry_names import EntryNames
 from sqltopic.server.vnode.offsets import OffsetStore
+from sqltopic.server.vnode.poll_times import PollTimes
 from sqltopic.server.vnode.share_windows import ShareWindows
 from sqltopic.sql.entries import (
     vnode_dir,
@@ -60,9 +61,18 @@ class Vnode:
     shares: ShareWindows = field(init=False)
     # the tables of recent data entries, for reads that skip the entries of others
     entry_names: EntryNames = field(init=False, default_factory=EntryNames)
+    # when each (subscription, group) last polled here (SHOW SUBSCRIPTIONS)
+    poll_times: PollTimes = field(init=False, default_factory=PollTimes)
 
     def __post_init__(self) -> None:
         self.shares = ShareWindows(self.offsets, wall_clock_us)
+
+    def lag(self, position: int, now_us: int) -> tuple[int, int]:
+        """A reader at `position`: the data rows from there to the WAL's end, and the
+        milliseconds since the first of its entries was written (0 when caught up)."""
+        backlog = self.wal.reader().backlog(position)
+        waited = backlog.first_ingest_us
+        return backlog.rows, 0 if waited is None else max(0, (now_us - waited) // 1000)
 
     @classmethod
     def open(

@@ -104,6 +104,10 @@ def test_a_group_spanning_dnodes_gets_every_row_once_and_commits_there(three: Cl
         # seeking by time asks each vgroup's dnode: from the epoch, everything again
         assert {p.offset for p in again.seek_to_time(0)} == {1}
         assert _rows(_take([again], want + more)) == want + more
+        _write(three, 160, 5)  # 5 rows per device, not polled yet
+        lags = again.lag()  # asked of each vgroup's dnode, from the consumer's positions
+        assert {lag.vgroup for lag in lags} == {1, 2, 3, 4, 5, 6}
+        assert sum(lag.rows or 0 for lag in lags) == 5 * len(DEVICES)
     finally:
         again.close()
     # not subscribed: its look-ups go to the mnode, which hosts no vgroup

@@ -114,6 +114,7 @@ def test_show_users_consumers_subscriptions(catalog: Engine) -> None:
     assert subscriptions.columns == [
         "topic_name", "consumer_group", "vgroup_id", "consumer_id", "user", "fqdn", "offset",
         "rows", "lag", "mode", "in_flight", "acked", "redelivered", "dead_lettered",
+        "lag_rows", "lag_ms", "last_poll", "last_commit",
     ]  # fmt: skip
     assert subscriptions.rows == []
 

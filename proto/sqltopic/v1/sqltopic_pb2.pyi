@@ -2071,25 +2071,54 @@ class CommittedOffset(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     VGROUP_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_ROWS_FIELD_NUMBER: _builtins.int
+    LAG_MS_FIELD_NUMBER: _builtins.int
+    COMMITTED_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     vgroup: _builtins.int
     """Vgroup id."""
     offset: _builtins.int
     """The committed offset; absent when the group never committed on this vgroup."""
+    lag_rows: _builtins.int
+    """With an offset: the data rows in the WAL from it to the end (every table's rows:
+    what the topic will look at), from running counts, never a scan.
+    """
+    lag_ms: _builtins.int
+    """With an offset: milliseconds since the first entry not yet read (at the offset)
+    was written; 0 when the group read everything.
+    """
+    committed_ms: _builtins.int
+    """With an offset: when the group committed it, in ms since the epoch."""
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         vgroup: _builtins.int = ...,
         offset: _builtins.int | None = ...,
+        lag_rows: _builtins.int | None = ...,
+        lag_ms: _builtins.int | None = ...,
+        committed_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "offset", b"offset"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_committed_ms", b"_committed_ms", "_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "_offset", b"_offset", "committed_ms", b"committed_ms", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows", "offset", b"offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "offset", b"offset", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_committed_ms", b"_committed_ms", "_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "_offset", b"_offset", "committed_ms", b"committed_ms", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows", "offset", b"offset", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__committed_ms: _TypeAlias = _typing.Literal["committed_ms"]  # noqa: Y015
+    _WhichOneofArgType__committed_ms: _TypeAlias = _typing.Literal["_committed_ms", b"_committed_ms"]  # noqa: Y015
+    _WhichOneofReturnType__lag_ms: _TypeAlias = _typing.Literal["lag_ms"]  # noqa: Y015
+    _WhichOneofArgType__lag_ms: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms"]  # noqa: Y015
+    _WhichOneofReturnType__lag_rows: _TypeAlias = _typing.Literal["lag_rows"]  # noqa: Y015
+    _WhichOneofArgType__lag_rows: _TypeAlias = _typing.Literal["_lag_rows", b"_lag_rows"]  # noqa: Y015
     _WhichOneofReturnType__offset: _TypeAlias = _typing.Literal["offset"]  # noqa: Y015
     _WhichOneofArgType__offset: _TypeAlias = _typing.Literal["_offset", b"_offset"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__committed_ms) -> _WhichOneofReturnType__committed_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_ms) -> _WhichOneofReturnType__lag_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_rows) -> _WhichOneofReturnType__lag_rows | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__offset) -> _WhichOneofReturnType__offset | None: ...
 
 Global___CommittedOffset: _TypeAlias = CommittedOffset  # noqa: Y015
@@ -2125,18 +2154,26 @@ class OffsetRangeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VGROUPS_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def vgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicVgroup]:
         """The vgroups to look up (the topic names the database and is checked for rights)."""
+
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Optional: a consumer's position on each vgroup, in order (as many as `vgroups`;
+        -1 for none): each answer then carries the lag from it (Consumer.lag()).
+        """
 
     def __init__(
         self,
         *,
         vgroups: _abc.Iterable[Global___TopicVgroup] | None = ...,
+        positions: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["vgroups", b"vgroups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions", "vgroups", b"vgroups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2152,6 +2189,8 @@ class VgroupRange(_message.Message):
     VGROUP_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    LAG_ROWS_FIELD_NUMBER: _builtins.int
+    LAG_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     vgroup: _builtins.int
@@ -2160,6 +2199,12 @@ class VgroupRange(_message.Message):
     """First retained version (equals `end` when nothing is retained)."""
     end: _builtins.int
     """Next version the vnode will write. Valid seek targets are begin..end inclusive."""
+    lag_rows: _builtins.int
+    """For a position the request gave: the data rows in the WAL from it to the end."""
+    lag_ms: _builtins.int
+    """For a position the request gave: milliseconds since the first entry at or after it
+    was written; 0 when it is the end.
+    """
     def __init__(
         self,
         *,
@@ -2167,12 +2212,21 @@ class VgroupRange(_message.Message):
         vgroup: _builtins.int = ...,
         begin: _builtins.int = ...,
         end: _builtins.int = ...,
+        lag_rows: _builtins.int | None = ...,
+        lag_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "end", b"end", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "begin", b"begin", "end", b"end", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__lag_ms: _TypeAlias = _typing.Literal["lag_ms"]  # noqa: Y015
+    _WhichOneofArgType__lag_ms: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms"]  # noqa: Y015
+    _WhichOneofReturnType__lag_rows: _TypeAlias = _typing.Literal["lag_rows"]  # noqa: Y015
+    _WhichOneofArgType__lag_rows: _TypeAlias = _typing.Literal["_lag_rows", b"_lag_rows"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_ms) -> _WhichOneofReturnType__lag_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_rows) -> _WhichOneofReturnType__lag_rows | None: ...
 
 Global___VgroupRange: _TypeAlias = VgroupRange  # noqa: Y015
 
