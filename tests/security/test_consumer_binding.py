@@ -141,6 +141,26 @@ def test_committed_and_offset_range_need_the_right_to_consume(
     assert alice.offsets_for_times("t1", 1, 0, 2**62) == [begin, end]
 
 
+@pytest.mark.parametrize(
+    ("positions", "words"),
+    [
+        ([1, 1], "2 positions for 1 vgroups; give one per vgroup (-1 for none)"),
+        ([-2], "position -2 of topic t1 vgroup 1 is below -1"),
+    ],
+)
+def test_bad_lag_positions_are_refused(alice: UserWire, positions: list[int], words: str) -> None:
+    request = pb.OffsetRangeRequest(
+        vgroups=[pb.TopicVgroup(topic="t1", vgroup=1)], positions=positions
+    )
+    code, error, message = refusal(lambda: alice.vnode.OffsetRange(request, metadata=alice.md))
+    assert (code, error) == BAD
+    assert words in message
+    fine = pb.OffsetRangeRequest(vgroups=[pb.TopicVgroup(topic="t1", vgroup=1)], positions=[1])
+    (found,) = alice.vnode.OffsetRange(fine, metadata=alice.md).ranges
+    assert found.HasField("lag_rows")
+    assert found.lag_rows >= 0
+
+
 def test_bad_time_look_ups_are_refused(alice: UserWire) -> None:
     code, error, message = refusal(lambda: alice.offsets_for_times("t1", 1, 0, -5))
     assert (code, error) == BAD
