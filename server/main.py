@@ -10,7 +10,6 @@ on stderr and exit code 1.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from typing import Literal
 
 from sqltopic.errors import Error
 from sqltopic.proto.pem import read_pem
-from sqltopic.server.common import limits
+from sqltopic.server.common import limits, logs
 from sqltopic.server.common.cluster_secret import CLUSTER_SECRET_ENV
 from sqltopic.server.mnode.passwords import DEFAULT_ROOT_PASSWORD, ROOT_PASSWORD_ENV
 from sqltopic.server.rpc.tls import (
@@ -90,6 +89,13 @@ def add_dnode_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=DEFAULT_DATA, help="data directory")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default="text",
+        help="text (default: one readable line per record) or json (one JSON object per "
+        "line: ts, level, logger, message and the event's fields)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=6030, help="port to listen on")
 
@@ -178,9 +184,7 @@ def serve_dnode(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> Path:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_format)
     # what the server creates (the data directory, WAL segments, catalog.sqlite with
     # its password hashes, offsets) is for its own user only
     os.umask(PRIVATE_UMASK)

@@ -14,6 +14,7 @@ state is saved in the data directory (`coordinator_store`), so a restart keeps g
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -38,10 +39,13 @@ from sqltopic.server.common.group_names import (
     of_group,
     shares,
 )
+from sqltopic.server.common.logs import event_fields
 from sqltopic.server.mnode.assign import assign
 from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
 from sqltopic.server.mnode.share_settings import ShareSettings
 from sqltopic.sql.topic.params import topic_of
+
+log = logging.getLogger("sqltopic.groups")
 
 Status = Literal["ready", "rebalancing", "removed"]
 Clock = Callable[[], float]
@@ -202,6 +206,10 @@ class Coordinator:
         self._in_group.setdefault(member.group_id, {})[member.id] = member
 
     def _drop_member(self, member: Member) -> None:
+        log.info(
+            "consumer %d left group %s", member.id, member.group,
+            extra=event_fields("leave", consumer_id=member.id, group=member.group),
+        )  # fmt: skip
         del self.members[member.id]
         group = self._in_group[member.group_id]
         del group[member.id]
@@ -386,6 +394,14 @@ class Coordinator:
                     mode=mode,
                 )  # fmt: skip
                 self._add_member(member)
+                log.info(
+                    "consumer %d (%s) of user %s joined group %s as %s", member.id,
+                    client_id or "no client.id", user, key, mode,
+                    extra=event_fields(
+                        "join", consumer_id=member.id, group=key, client_id=client_id,
+                        user=user, mode=mode,
+                    ),
+                )  # fmt: skip
             member.mode, member.share = mode, share  # its group's only member may change them
             self._touch(key)
             member.last_heartbeat = member.last_poll = now
@@ -856,6 +872,7 @@ class Coordinator:
                 member.epoch += 1
                 member.rebalanced_us = now_us
                 changed = True
+                _log_assigned(member, topic, {v for _, v in mine})
             member.status = "ready"
         if changed:
             for listener in self.listeners:
@@ -879,6 +896,7 @@ class Coordinator:
                 changed.add(member.id)
                 member.epoch += 1
                 member.rebalanced_us = now_us
+                _log_assigned(member, topic, mine)
             kept = {(t, v) for t, v in member.assignment if t != topic}
             member.assignment = frozenset(kept | {(topic, v) for v in mine})
         for vgroup, owner in after.items():
@@ -1001,3 +1019,16 @@ def _of(key: tuple[str, str, *tuple[object, ...]], topic: str, group: str | None
     """Whether a (subscription, group, ...) key is of `topic` (and `group` or one of its
     lanes, if given)."""
     return topic_of(key[0]) == topic and (group is None or of_group(key[1], group))
+
+
+def _log_assigned(member: Member, topic: str, vgroups: set[int]) -> None:
+    """The `assign` event: the member now serves these vgroups of `topic`, at its new
+    epoch (a vgroup it gave up is being revoked, or moved: the others' events say)."""
+    log.info(
+        "rebalance: consumer %d of group %s serves vgroups %s of topic %s at epoch %d",
+        member.id, member.group, sorted(vgroups), topic, member.epoch,
+        extra=event_fields(
+            "assign", consumer_id=member.id, group=member.group, topic=topic,
+            vgroups=sorted(vgroups), epoch=member.epoch,
+        ),
+    )  # fmt: skip
