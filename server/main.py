@@ -37,6 +37,10 @@ PRIVATE_UMASK = 0o077
 DEFAULT_MNODE = "127.0.0.1:6030"
 
 
+# The highest TCP port.
+MAX_PORT = 65_535
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's options, for `sqltopic server` and `python -m sqltopic.server`."""
     _add_common_arguments(parser)
@@ -90,6 +94,18 @@ def add_dnode_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=DEFAULT_DATA, help="data directory")
     parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (0: any free "
+        "port, named on stdout; default: not served)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics endpoint listens on (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=logs.LOG_FORMATS,
         default="text",
@@ -125,6 +141,20 @@ def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0..{MAX_PORT}")
+    return port
+
+
+def _metrics(args: argparse.Namespace) -> tuple[str, int] | None:
+    return None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
+
+
 def _interval_ms(text: str) -> int:
     """100..60000 ms: below, the timer would only burn CPU; above, dead consumers would
     keep their vgroups for minutes."""
@@ -148,6 +178,7 @@ def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-
             data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
             limits=limits.Limits.of(args), tls=tls, allow_plaintext=args.allow_plaintext,
             role=role, cluster_secret=getattr(args, "cluster_secret", None),
+            metrics=_metrics(args),
             dnode_tls_ca=read_pem("--dnode-tls-ca", args.dnode_tls_ca, "CA certificate")
             if getattr(args, "dnode_tls_ca", None) else None,
         )  # fmt: skip
@@ -172,7 +203,7 @@ def serve_dnode(args: argparse.Namespace) -> int:
 
         config = DnodeConfig(
             data, args.mnode, args.cluster_secret, args.host, args.port, args.advertise,
-            tls=tls, allow_plaintext=args.allow_plaintext,
+            tls=tls, allow_plaintext=args.allow_plaintext, metrics=_metrics(args),
             mnode_tls_ca=read_pem("--mnode-tls-ca", args.mnode_tls_ca, "CA certificate")
             if args.mnode_tls_ca else None,
         )  # fmt: skip

@@ -64,6 +64,7 @@ class ServerProcess:
             env=dict(os.environ) if env is None else env,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self.before_ready: list[str] = []  # stdout lines before the ready line
         self._errors: list[str] = []
         self._errors_done = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -91,6 +92,8 @@ class ServerProcess:
             line = self._lines.get(timeout=START_DEADLINE_S)
             if line is None:
                 raise AssertionError(f"server exited: {self.stderr()}")
+            if not line.startswith(self.ready):
+                self.before_ready.append(line)  # e.g. the metrics endpoint's line
             if line.startswith(self.ready):
                 bound = line[len(self.ready) :].split(",", 1)[0].strip()
                 self.port = int(bound.rsplit(":", 1)[1])

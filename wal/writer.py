@@ -38,6 +38,7 @@ from sqltopic.wal.record import (
 from sqltopic.wal.recovery import Recovered, TailCut, recover
 from sqltopic.wal.retention import SegmentFacts, deletable_prefix
 from sqltopic.wal.segment import Segment
+from sqltopic.wal.stats import WalStats
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Wal:
         # the newest entry's ingest time: appends never stamp an earlier one (a clock
         # stepped back), so entries are ordered by time as by version (`version_at`)
         self._last_ingest = _last_ingest(segs)
+        self.stats = WalStats()  # what /metrics reads (wal/stats.py)
         self._written_seq = 0  # bytes appended since open; fsync coverage is tracked in it
         self._synced_seq = 0
         self._visible_seq = 0  # readers see the entries within these bytes
@@ -211,6 +213,7 @@ class Wal:
         """
         if not entries:
             return []
+        began = time.perf_counter()
         prepared = [_prepare(e) for e in entries]  # checksums outside the lock
         with self._lock:
             self._check_writable()
@@ -227,6 +230,9 @@ class Wal:
         else:
             self._sync_to(ticket)
         self._publish(self._state.next_version)
+        elapsed = time.perf_counter() - began
+        with self._lock:
+            self.stats.appends.observe(elapsed)
         return versions
 
     def _check_writable(self) -> None:
@@ -276,9 +282,10 @@ class Wal:
                 self._active.delete_files()
                 self._active = None
             raise
-        self._active.rows.noted(
-            len(self._active.index) - len(versions), [entry.rows for entry, _, _ in prepared]
-        )
+        rows = [entry.rows for entry, _, _ in prepared]
+        self._active.rows.noted(len(self._active.index) - len(versions), rows)
+        self.stats.rows += sum(n for n in rows if n is not None)
+        self.stats.bytes += sum(length for _, length, _ in prepared)
         self._written_seq += sum(sizes)
         self._next, self._last = versions[-1] + 1, versions[-1]
 
@@ -325,6 +332,7 @@ class Wal:
                 self._refresh_state(seq)
                 return seq
             fd = seg.dup_log_fd()
+        began = time.perf_counter()
         try:
             os.fsync(fd)
         except OSError as exc:
@@ -334,6 +342,7 @@ class Wal:
         finally:
             os.close(fd)
         with self._lock:
+            self.stats.fsyncs.observe(time.perf_counter() - began)
             # Entries appended while this sync ran stay hidden until their own sync.
             self._refresh_state(seq)
             if seg is self._active:  # recorded with the next metadata write

@@ -64,6 +64,7 @@ from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType, Scheduler, WalEntry
 from sqltopic.wal.fsutil import DirectoryLock
 from sqltopic.wal.options import Clock, wall_clock_us
+from sqltopic.wal.stats import WalStats
 
 log = logging.getLogger("sqltopic.server")
 
@@ -301,6 +302,11 @@ class Engine:
     def serve(self) -> None:
         """A dnode caught up with its mnode's catalog: serve its vgroups."""
         self._state.serving = True
+
+    def wal_stats(self) -> list[tuple[str, int, WalStats]]:
+        """(database, vgroup, its WAL's counts) of every vnode open here (/metrics)."""
+        with self._state.lock.shared():
+            return [(n.db, v, n.wal.stats) for v, n in sorted(self._state.vnodes.items())]
 
     def listening(self, endpoint: str) -> None:
         """The address clients reach this server at, once bound (SHOW DNODES)."""

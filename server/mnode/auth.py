@@ -76,6 +76,7 @@ class Sessions:
         # the session its user used least recently
         self._by_user: dict[str, OrderedDict[str, None]] = {}
         self._lock = threading.Lock()
+        self.login_failures = 0  # wrong user or password, since the start (/metrics)
 
     def login(self, user: str, password: str, peer: str = "") -> tuple[str, Session]:
         """A new token and its session; AuthenticationFailed on a wrong user or password,
@@ -86,6 +87,7 @@ class Sessions:
             salt = self._check(name, password)
         except AuthenticationFailed:
             self._throttle.failed(name, peer)
+            self.login_failures += 1
             raise
         self._throttle.succeeded(name)
         token = secrets.token_urlsafe(TOKEN_BYTES)

@@ -185,6 +185,10 @@ class Coordinator:
     # a dnode's copy of its mnode's assignments (`follow`): it fences polls and commits
     # but decides nothing, and a consumer it does not know yet is told to retry
     follower: bool = False
+    # members' assignments changed by rebalances since the start (/metrics)
+    assignment_changes: int = 0
+    # members removed for missing heartbeats or polls since the start (/metrics)
+    removed: int = 0
     _next_id: int = 1
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
@@ -711,6 +715,7 @@ class Coordinator:
             for member in dead:
                 member.status = "removed"
                 self._leave(member)
+            self.removed += len(dead)
             self._expire_revocations(now)
             return dead
 
@@ -872,6 +877,7 @@ class Coordinator:
                 member.epoch += 1
                 member.rebalanced_us = now_us
                 changed = True
+                self.assignment_changes += 1
                 _log_assigned(member, topic, {v for _, v in mine})
             member.status = "ready"
         if changed:
@@ -896,6 +902,7 @@ class Coordinator:
                 changed.add(member.id)
                 member.epoch += 1
                 member.rebalanced_us = now_us
+                self.assignment_changes += 1
                 _log_assigned(member, topic, mine)
             kept = {(t, v) for t, v in member.assignment if t != topic}
             member.assignment = frozenset(kept | {(topic, v) for v in mine})

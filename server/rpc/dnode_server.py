@@ -40,6 +40,7 @@ from sqltopic.server.rpc.listen import (
     node_channel,
     stop_on_signals,
 )
+from sqltopic.server.rpc.metrics import Sources, start_metrics
 from sqltopic.server.rpc.mnode_calls import MnodeCalls
 from sqltopic.server.rpc.mnode_link import MnodeLink
 from sqltopic.server.rpc.reflection import enable_reflection
@@ -78,6 +79,8 @@ class DnodeConfig:
     allow_plaintext: bool = False
     mnode_tls_ca: bytes | None = None  # speak TLS to the mnode, trusting this CA (PEM)
     limits: Limits = field(default_factory=Limits)
+    # --metrics-host/--metrics-port: /metrics for Prometheus (None: not served)
+    metrics: tuple[str, int] | None = None
 
 
 def run(config: DnodeConfig, ready: Callable[[str], None]) -> None:
@@ -155,6 +158,7 @@ async def _serve(
         node_aio_channel(config.mnode_tls_ca, config.tls),
         on_root=sessions.set_root, fences=fences,
     )  # fmt: skip
+    metrics = start_metrics(config.metrics, Sources(engine, sessions, vnodes, groups=False))
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))
@@ -164,5 +168,7 @@ async def _serve(
     stopping.set()
     await health.shut_down()
     await server.stop(SHUTDOWN_GRACE_S)
+    if metrics is not None:
+        metrics.stop()
     await vnodes.flush()
     await beating

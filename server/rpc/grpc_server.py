@@ -34,6 +34,7 @@ from sqltopic.server.rpc.dnode_calls import DnodeCalls
 from sqltopic.server.rpc.health import SERVICE_NAME as HEALTH_SERVICE
 from sqltopic.server.rpc.health import add_health
 from sqltopic.server.rpc.listen import SERVER_OPTIONS, bind, node_channel, stop_on_signals
+from sqltopic.server.rpc.metrics import Sources, start_metrics
 from sqltopic.server.rpc.mnode_service import REBALANCE_INTERVAL_S, MnodeService, rebalance_timer
 from sqltopic.server.rpc.reflection import enable_reflection
 from sqltopic.server.rpc.rpc import add_service
@@ -76,6 +77,8 @@ class ServerConfig:
     role: Literal["all-in-one", "mnode"] = "all-in-one"
     cluster_secret: str | None = None  # an mnode's (checked by run)
     dnode_tls_ca: bytes | None = None  # an mnode speaks TLS to its dnodes, trusting it
+    # --metrics-host/--metrics-port: /metrics for Prometheus (None: not served)
+    metrics: tuple[str, int] | None = None
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
@@ -148,6 +151,7 @@ async def _serve(
     health = add_health(server, services)
     enable_reflection(server, (*services, HEALTH_SERVICE), stopping)
     port = bind(server, config.host, config.port, config.tls)
+    metrics = start_metrics(config.metrics, Sources(engine, sessions, vnodes, groups=True))
     await server.start()
     stop = stop_on_signals()
     timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
@@ -158,6 +162,8 @@ async def _serve(
     stopping.set()
     await health.shut_down()  # open Watch streams end now, not at the grace's end
     await server.stop(SHUTDOWN_GRACE_S)
+    if metrics is not None:
+        metrics.stop()
     await vnodes.flush()
     if cluster is not None:
         cluster.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -155,12 +156,19 @@ async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
 
 
 async def fail(context: Context, exc: Exception) -> NoReturn:
-    """End the call with the status that describes `exc`."""
+    """End the call with the status that describes `exc` (counted in FAILED_CALLS)."""
     err = exc if isinstance(exc, Error) else client_caused(exc)
     if err is not None:
         code, message, trailers = to_status(err)
+        FAILED_CALLS[code.name] += 1
         await context.abort(code, message, trailing_metadata=tuple(trailers))
+    FAILED_CALLS[grpc.StatusCode.INTERNAL.name] += 1
     await context.abort(grpc.StatusCode.INTERNAL, internal_error(exc))
+
+
+# Calls this process ended with an error, by status code name (/metrics): one count for
+# the process, as every call's errors pass through `fail`.
+FAILED_CALLS: Counter[str] = Counter()
 
 
 def peer_error(exc: grpc.RpcError) -> Error:

@@ -97,6 +97,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         self._committer = executors.commits
         self._stopping = stopping
         self._hubs: dict[int, LiveHub] = {}  # vgroup -> its held polls
+        self.polls = 0  # polls started since the start (/metrics)
         self._reassign_due = False  # a scan of the held polls is scheduled
         loop = asyncio.get_running_loop()
 
@@ -195,6 +196,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         """The answer's frames, waiting up to `wait` seconds for rows. Each read (and
         its framing) is one step, on the event loop when small (`_soon`), else one trip
         to the worker pool."""
+        self.polls += 1
         share = self._shares.settings_of(request.consumer_id, request.group_id)
         if share is not None:  # the checks read the catalog: here unless DDL holds it
             vnode: Vnode = await here_or_worker(
@@ -231,6 +233,11 @@ class VnodeService(pb_grpc.VnodeServicer):
                 served = Message("empty", position, position)
             message = dataclasses.replace(served, offset=first)
             frames = frames_of(message, with_names(request))
+
+    @property
+    def held_polls(self) -> int:
+        """Polls waiting for rows now, in every vnode's shared pass."""
+        return sum(hub.waiting for hub in list(self._hubs.values()))
 
     def _check_not_sharing(self, request: pb.PollRequest) -> None:
         """ConfigError for a shared group's fields on the poll of a member of another

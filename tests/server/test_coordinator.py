@@ -150,6 +150,8 @@ def test_silent_and_idle_consumers_expire(coord: Coordinator, clock: Clock) -> N
         coord.heartbeat(a.id, polled=False)
     assert [m.id for m in coord.expire()] == [a.id]
     assert not coord.held("g", "t", 1)
+    assert coord.removed == 2  # what /metrics counts
+    assert coord.assignment_changes >= 3  # a, then a and b, then a alone again
 
 
 def test_the_next_deadline_is_the_earliest_expiry_of_a_member_or_revocation(
