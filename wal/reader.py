@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 
@@ -24,6 +24,11 @@ from sqltopic.wal.segment import Segment
 # cost, few enough bytes that a batch stays well inside a gRPC message.
 DEFAULT_MAX_ENTRIES = 4096
 DEFAULT_MAX_BYTES = 16 << 20
+# Snapshots a read looks at before it lets retention's FileNotFoundError out: a segment
+# deleted under one read is rare, under four in a row would mean a broken directory.
+STALE_LOOKS = 4
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +138,7 @@ class WalReader:
 
         Raises `VersionNotRetained` when retention deleted versions at `from_version`.
         """
-        for _ in range(3):
-            try:
-                return self._read(self._state(), from_version, max_entries, max_bytes)
-            except FileNotFoundError:
-                continue  # retention deleted a segment under us: look again
-        return self._read(self._state(), from_version, max_entries, max_bytes)
+        return self._fresh(lambda st: self._read(st, from_version, max_entries, max_bytes))
 
     def batches(
         self,
@@ -173,24 +173,24 @@ class WalReader:
         headers, never a body: ingest times never fall from one version to the next
         (the writer keeps them so), so both the segment and the entry are found by
         bisection."""
-        for _ in range(3):
-            try:
-                return _version_at(self._state(), time_us)
-            except FileNotFoundError:
-                continue  # retention deleted a segment under us: look again
-        return _version_at(self._state(), time_us)
+        return self._fresh(lambda st: _version_at(st, time_us))
 
     def backlog(self, position: int) -> Backlog:
         """What a reader at `position` has not read: the data rows from there to the
         readable end (of retained entries: those retention deleted are not counted),
         and the ingest time of the first entry there (None when caught up). Two row
         look-ups and one record header per segment, no scan."""
-        for _ in range(3):
+        return self._fresh(lambda st: _backlog(st, position))
+
+    def _fresh(self, look: Callable[[WalState], T]) -> T:
+        """`look` at the current snapshot, at a newer one when retention deleted one
+        of its segments meanwhile (FileNotFoundError), at most STALE_LOOKS times."""
+        for _ in range(STALE_LOOKS - 1):
             try:
-                return _backlog(self._state(), position)
+                return look(self._state())
             except FileNotFoundError:
                 continue  # retention deleted a segment under us: look again
-        return _backlog(self._state(), position)
+        return look(self._state())
 
     def state(self) -> WalState:
         """The snapshot this reader would read now."""

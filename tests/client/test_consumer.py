@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -23,6 +22,7 @@ from sqltopic.errors import (
     OffsetOutOfRange,
     TopicNotFound,
 )
+from tests.client.conftest import Make
 from tests.client.support import (
     BIG_ROWS,
     SELECT,
@@ -34,24 +34,8 @@ from tests.client.support import (
 )
 from tests.live_server import ServerProcess
 
-Make = Callable[..., Consumer]
 # Longer than any poll() of these tests: an answer within one can only be a push.
 HOLD_MS = 600_000
-
-
-@pytest.fixture
-def make(server: ServerProcess) -> Iterator[Make]:
-    """`make(group, **config)`: a consumer on the test server, closed at the end."""
-    made: list[Consumer] = []
-
-    def factory(group: str = "g1", **extra: Any) -> Consumer:
-        consumer = Consumer(config(server.address, group, **extra))
-        made.append(consumer)
-        return consumer
-
-    yield factory
-    for consumer in made:
-        consumer.close()
 
 
 def _subscribed(make: Make, group: str = "g1", **extra: Any) -> Consumer:

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from sqltopic import aio
 from sqltopic.client import Connection
-from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import TopicPartition
 from sqltopic.errors import ConfigError
+from tests.client.conftest import Make
 from tests.client.support import config, drain, drain_async, later_rows, rows_of
 from tests.live_server import ServerProcess
 
-Make = Callable[..., Consumer]
 # The clock must pass a mark within this (it moves every microsecond)
 CLOCK_DEADLINE_S = 5.0
 LATER_ROWS = 5
@@ -42,20 +39,6 @@ def mark_then_write(power: Connection) -> int:
     clock_past(mark_ms * 1000 - 1)  # the write below is stamped at mark_ms or later
     power.execute(later_rows(1_700_000_000_000, LATER_ROWS))
     return mark_ms
-
-
-@pytest.fixture
-def make(server: ServerProcess) -> Iterator[Make]:
-    made: list[Consumer] = []
-
-    def factory(group: str = "g1", **extra: Any) -> Consumer:
-        consumer = Consumer(config(server.address, group, **extra))
-        made.append(consumer)
-        return consumer
-
-    yield factory
-    for consumer in made:
-        consumer.close()
 
 
 def test_offsets_for_times_finds_the_first_version_at_or_after_a_time(
