@@ -24,7 +24,9 @@ import contextlib
 import random
 import statistics
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +248,14 @@ def tls_side(conn: Connection, work: IngestWork) -> dict[str, Side]:
     return {"ingest_arrow_rows_s_tls": lambda r: arrow_round(conn, "ingest2", work.tables[r])}
 
 
+def metrics_side(conn: Connection, work: IngestWork) -> dict[str, Side]:
+    """Arrow writes at WAL level 2 as `ingest_arrow_rows_s` does, to the server whose
+    /metrics is scraped every SCRAPE_PERIOD_S."""
+    create_schema(conn, "ingest2", 2)
+    arrow_round(conn, "ingest2", work.tables[0][:2])  # unmeasured warm-up
+    return {"ingest_arrow_rows_s_metrics": lambda r: arrow_round(conn, "ingest2", work.tables[r])}
+
+
 def next_to(sides: dict[str, Side], key: str, more: dict[str, Side]) -> dict[str, Side]:
     """`sides` with `more` inserted right after `key`."""
     placed: dict[str, Side] = {}
@@ -257,10 +267,12 @@ def next_to(sides: dict[str, Side], key: str, more: dict[str, Side]) -> dict[str
 
 
 def run_ingest(
-    conn: Connection, peers: dict[int, int], sizes: Sizes, seed: int, tls_conn: Connection
-) -> tuple[Report, Report]:
+    conn: Connection, peers: dict[int, int], sizes: Sizes, seed: int, tls_conn: Connection,
+    metered: Connection,
+) -> tuple[Report, Report]:  # fmt: skip
     """sqltopic and Redis ingest at both durability levels; `peers`: WAL level -> port;
-    Arrow writes to the TLS server of `tls_conn` in the same rounds."""
+    Arrow writes to the TLS server of `tls_conn` and to the scraped one of `metered` in
+    the same rounds."""
     for level in peers:
         create_schema(conn, f"ingest{level}", level)
     tables, statements = ingest_data(sizes, seed)
@@ -271,7 +283,8 @@ def run_ingest(
             sides |= work.sides(conn, level, stack.enter_context(rp.Resp(port)))
         # next to the plain-text writes it is compared with, in every round's order, so
         # that the machine's drift during a round falls on both alike
-        sides = next_to(sides, "ingest_arrow_rows_s", tls_side(tls_conn, work))
+        more = tls_side(tls_conn, work) | metrics_side(metered, work)
+        sides = next_to(sides, "ingest_arrow_rows_s", more)
         rates = alternate(sides, sizes.ingest_rounds)
     keys = {name: harness.median_rate(r) for name, r in rates.items()}
     for name in sorted(keys):
@@ -280,6 +293,7 @@ def run_ingest(
     for level in peers:
         conn.execute(f"DROP DATABASE ingest{level}")
     tls_conn.execute("DROP DATABASE ingest2")
+    metered.execute("DROP DATABASE ingest2")
     return keys, meta
 
 
@@ -582,13 +596,22 @@ def latency_figures(
     return keys, meta
 
 
-def run_latency(conn: Connection, port: int, samples: int) -> tuple[Report, Report]:
-    conn.execute(LATENCY_DB_SQL.format(vgroups=VGROUPS))
-    conn.execute("; ".join(f"CREATE TABLE p{n} USING probe TAGS ({n})" for n in range(PROBES)))
+def run_latency(
+    conn: Connection, port: int, samples: int, metered: Connection
+) -> tuple[Report, Report]:  # fmt: skip
+    for server in (conn, metered):
+        server.execute(LATENCY_DB_SQL.format(vgroups=VGROUPS))
+        server.execute(
+            "; ".join(f"CREATE TABLE p{n} USING probe TAGS ({n})" for n in range(PROBES))
+        )
     keys, meta = latency_figures(
         latencies_sqltopic(conn.address, samples, PERIOD_S, "latency", START_MS)
     )
     for figures in (
+        latency_figures(
+            latencies_sqltopic(metered.address, samples, PERIOD_S, "latency", START_MS),
+            suffix="_metrics",
+        ),
         latency_figures(latencies_redis(port, samples), prefix="redis_"),
         latency_figures(
             latencies_sqltopic(
@@ -604,6 +627,38 @@ def run_latency(conn: Connection, port: int, samples: int) -> tuple[Report, Repo
     for name, value in (keys | meta).items():
         log(f"{name}: {value}")
     return keys, meta
+
+
+# --- metrics on and off ------------------------------------------------------------------
+
+# How often the bench scrapes the metered server's /metrics: 15 times Prometheus' default.
+SCRAPE_PERIOD_S = 1.0
+# With metrics scraped, ingest and latency p50 stay within this share of the plain
+# server's (issue 17: 3 %).
+METRICS_GOAL_SHARE = 0.97
+# One scrape answers within this (loopback).
+SCRAPE_TIMEOUT_S = 30.0
+
+
+@contextlib.contextmanager
+def scraping(url: str) -> Iterator[list[int]]:
+    """Scrape `url` every SCRAPE_PERIOD_S until the block ends; [scrapes made]."""
+    made = [0]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(SCRAPE_PERIOD_S):
+            with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
+                answer.read()
+            made[0] += 1
+
+    thread = threading.Thread(target=loop, name="scraper", daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        stop.set()
+        thread.join(SCRAPE_TIMEOUT_S)
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -622,6 +677,11 @@ RATIOS = {
 }
 # ratio key -> (TLS key, plain-text key)
 TLS_RATIOS = {"ratio_ingest_arrow_tls": ("ingest_arrow_rows_s_tls", "ingest_arrow_rows_s")}
+# ratio key -> (metrics-on key, metrics-off key)
+METRICS_RATIOS = {
+    "ratio_ingest_arrow_metrics": ("ingest_arrow_rows_s_metrics", "ingest_arrow_rows_s"),
+    "ratio_latency_p50_metrics": ("latency_ms_p50_metrics", "latency_ms_p50"),
+}
 
 NOTES = {
     "method": (
@@ -671,6 +731,14 @@ NOTES = {
         "certificate for 127.0.0.1), through connect(tls_ca=...). ratio_ingest_arrow_tls "
         f"= TLS / plain text; goal: at least {TLS_GOAL_SHARE}."
     ),
+    "metrics": (
+        "ingest_arrow_rows_s_metrics and latency_ms_*_metrics: the same work against a "
+        "third server started with --metrics-port, whose /metrics the bench scrapes every "
+        f"{SCRAPE_PERIOD_S:g} s for the whole run (Prometheus' default is 15 s); its "
+        "Arrow rounds alternate with the plain server's, its latency samples follow. "
+        "Goals: ratio_ingest_arrow_metrics >= 0.97 and ratio_latency_p50_metrics <= "
+        "1/0.97."
+    ),
     "rebalance": "not measured here: bench/rebalance_bench.py",
 }
 
@@ -705,6 +773,8 @@ def goals(report: Report) -> Report:
         "latency_p99_goal_met": report["latency_ms_p99"] <= LATENCY_P99_GOAL_MS,
         "ingest_arrow_tls_goal_met": report["ratio_ingest_arrow_tls"] >= TLS_GOAL_SHARE,
         "seek_time_goal_met": report["seek_time_ms"] <= SEEK_TIME_GOAL_MS,
+        "metrics_ingest_goal_met": report["ratio_ingest_arrow_metrics"] >= METRICS_GOAL_SHARE,
+        "metrics_latency_goal_met": (report["ratio_latency_p50_metrics"] <= 1 / METRICS_GOAL_SHARE),
     }
     return met | {
         "all_goals_met": all(met.values()),
@@ -715,6 +785,7 @@ def goals(report: Report) -> Report:
         "latency_p99_goal_ms": LATENCY_P99_GOAL_MS,
         "ingest_arrow_tls_goal_share": TLS_GOAL_SHARE,
         "seek_time_goal_ms": SEEK_TIME_GOAL_MS,
+        "metrics_goal_share": METRICS_GOAL_SHARE,
     }
 
 
@@ -733,8 +804,13 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             }
             conn = stack.enter_context(connect(server.address))
             tls_conn = stack.enter_context(connect(tls.address, tls_ca=certificates.ca))
+            metrics_port = rp.free_port()
+            extra = ["--metrics-port", str(metrics_port)]
+            metered = stack.enter_context(sqltopic_server(root / "metered", extra))
+            metered_conn = stack.enter_context(connect(metered.address))
+            scrapes = stack.enter_context(scraping(f"http://127.0.0.1:{metrics_port}/metrics"))
         with harness.phase(log, "ingest", seconds):
-            keys, more = run_ingest(conn, peers, sizes, seed, tls_conn)
+            keys, more = run_ingest(conn, peers, sizes, seed, tls_conn, metered_conn)
             report |= keys
             meta |= more
         with harness.phase(log, "backlog", seconds):
@@ -749,10 +825,11 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             report |= keys
             meta |= more
         with harness.phase(log, "latency", seconds):
-            keys, more = run_latency(conn, peers[1], sizes.latency_samples)
+            keys, more = run_latency(conn, peers[1], sizes.latency_samples, metered_conn)
             report |= keys
             meta |= more
-    ratios = RATIOS | TLS_RATIOS
+    meta["metrics_scrapes"] = scrapes[0]
+    ratios = RATIOS | TLS_RATIOS | METRICS_RATIOS
     report |= {name: round(report[a] / report[b], 4) for name, (a, b) in ratios.items()}
     return report | goals(report) | {"meta": meta | {"phase_seconds": seconds}}
 
