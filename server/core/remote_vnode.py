@@ -35,6 +35,17 @@ class DnodeReads(Protocol):
         """(subscription, group, offset) committed there on `topic` and its bindings."""
         ...
 
+    def lags(
+        self, endpoint: str, vgroup: int, subscriptions: list[tuple[str, str, int | None]]
+    ) -> list[Lag]:
+        """The Lag of each (subscription, group, position) there."""
+        ...
+
+
+# A subscription's lag_rows, lag_ms, last poll and last commit (µs) on a vgroup; None
+# where not known (no position, no poll or commit yet)
+Lag = tuple[int | None, int | None, int | None, int | None]
+
 
 @dataclass(frozen=True)
 class RemoteRecord:
@@ -125,3 +136,7 @@ class RemoteVnode:
 
     def reader(self) -> RemoteReader:
         return RemoteReader(self)
+
+    def lags(self, subscriptions: list[tuple[str, str, int | None]]) -> list[Lag]:
+        """The lag of each (subscription, group, position) here, asked of the dnode."""
+        return self.reads.lags(self.endpoint, self.vgroup, subscriptions)

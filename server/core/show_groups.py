@@ -9,8 +9,9 @@ each consumer of a broadcast group has rows of its own, under its lane `group:cl
 `lag_rows` counts the data rows in the WAL from the position to the end (every table's:
 the rows the topic will look at, not those it will deliver), `lag_ms` how long ago the
 first of them was written (0 when caught up): both from running counts and one record
-header (wal/rows.py), never a scan. `last_poll` is the group's last poll of the vgroup
-since the server started, `last_commit` its last commit there.
+header (wal/rows.py), never a scan (a cluster's mnode asks each dnode, `Dnode.Lags`).
+`last_poll` is the group's last poll of the vgroup since the server started,
+`last_commit` its last commit there.
 `offset` is `log:<position>/<end>`: the holder's reported position (else the group's
 committed offset) and the vgroup's next version to write; `lag` is their difference.
 A shared group has no holder: its position is the start of its window (every row
@@ -27,8 +28,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from sqltopic.errors import ServerUnavailable
 from sqltopic.server.common.group_names import LANE_SEP
 from sqltopic.server.common.result import Result
+from sqltopic.server.core.remote_vnode import Lag
 from sqltopic.server.core.state import State
 from sqltopic.server.mnode.coordinator import Coordinator, Member, Owner
 from sqltopic.server.vnode.vnode import Vnode
@@ -36,6 +39,8 @@ from sqltopic.sql.topic.params import topic_of
 
 Row = tuple[Any, ...]
 Owners = dict[tuple[str, str], dict[int, Owner]]
+# (subscription, group, position or None): a row whose lag is asked
+Asked = tuple[str, str, int | None]
 
 
 def consumers(state: State, schema: pa.Schema) -> Result:
@@ -59,6 +64,7 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
     by_id = {m.id: m for m in members}
     modes = {m.group: m.mode for m in members}
     rows: list[Row] = []
+    asked: dict[int, list[Asked]] = {}  # vgroup -> its rows' lags to find
     shared = {vgroup: vnode.shares.stats() for vgroup, vnode in state.vnodes.items()}
     for topic, group in sorted(_pairs(state, members, owners)):
         db = state.catalog.databases[state.catalog.topics[topic_of(topic)].db]
@@ -71,24 +77,41 @@ def subscriptions(state: State, schema: pa.Schema) -> Result:
             counts = astuple(figures) if figures is not None else (None,) * 4
             if mode is None and figures is not None:
                 mode = "shared"  # no member left, but its window on the vgroup is open
-            rows.append((*row, mode, *counts, *_lag(state, topic, group, vgroup, position)))
+            rows.append((*row, mode, *counts))
+            asked.setdefault(vgroup, []).append((topic, group, position))
+    lags = {vgroup: iter(found) for vgroup, found in _lags(state, asked).items()}
+    rows = [(*row, *next(lags[row[2]])) for row in rows]  # each vgroup's in row order
     return Result.of_rows(schema, rows)
 
 
-def _lag(state: State, topic: str, group: str, vgroup: int, position: int | None) -> Row:
-    """lag_rows, lag_ms, last_poll, last_commit of a row at `position`: the data rows
-    from there to the end, and how long ago the first of them was written (0 when caught
-    up). A cluster's mnode shows NULLs for the vgroups of its dnodes."""
-    vnode = state.view(vgroup)
-    if not isinstance(vnode, Vnode):
-        return (None, None, None, None)
+def _lags(state: State, asked: dict[int, list[Asked]]) -> dict[int, list[Lag]]:
+    """For each vgroup, the lag_rows, lag_ms, last_poll and last_commit of each asked
+    (subscription, group, position), in order: the data rows from the position to the
+    end, how long ago the first of them was written (0 when caught up). A cluster's mnode
+    asks each dnode once for all of its vgroup's rows (NULLs if it does not answer)."""
+    out: dict[int, list[Lag]] = {}
+    now_us = state.now_us()
+    for vgroup, subscriptions in asked.items():
+        vnode = state.view(vgroup)
+        if isinstance(vnode, Vnode):
+            out[vgroup] = [_local_lag(vnode, sub, now_us) for sub in subscriptions]
+            continue
+        try:
+            out[vgroup] = vnode.lags(subscriptions)
+        except ServerUnavailable:  # the dnode is away: its rows' other columns say so
+            out[vgroup] = [(None, None, None, None)] * len(subscriptions)
+    return out
+
+
+def _local_lag(vnode: Vnode, sub: tuple[str, str, int | None], now_us: int) -> Lag:
+    topic, group, position = sub
     last_poll, last_commit = (
         vnode.poll_times.last(topic, group),
         vnode.offsets.committed_at(topic, group),
     )
     if position is None:
         return (None, None, last_poll, last_commit)
-    return (*vnode.lag(position, state.now_us()), last_poll, last_commit)
+    return (*vnode.lag(position, now_us), last_poll, last_commit)
 
 
 def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tuple[str, str]]:

@@ -15,11 +15,13 @@ from sqltopic.errors import ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import NONCE_BYTES, prove
+from sqltopic.server.core.remote_vnode import Lag
 from sqltopic.server.core.state import Forwarded
 from sqltopic.server.rpc.dnode_service import (
     MAX_READ_ENTRIES,
     append_fields,
     entries_fields,
+    lags_fields,
     offsets_fields,
 )
 from sqltopic.server.rpc.rpc import peer_error
@@ -88,6 +90,26 @@ class DnodeCalls:
             raise self._failed(exc, endpoint, vgroup, "cannot be read") from None
         return [(o.topic, o.group, o.offset) for o in answer.offsets]
 
+    def lags(
+        self, endpoint: str, vgroup: int, subscriptions: list[tuple[str, str, int | None]]
+    ) -> list[Lag]:
+        """(lag_rows, lag_ms, last_poll_us, last_commit_us) of each (subscription, group,
+        position) on the vgroup (None where not known)."""
+        request = pb.LagsRequest(sent_ms=int(time.time() * 1000), vgroup=vgroup)
+        for topic, group, position in subscriptions:
+            request.subscriptions.add(topic=topic, group=group, position=position)
+        request.proof = prove(self._secret, request.sent_ms, *lags_fields(request))
+        try:
+            answer = self._stub(endpoint).Lags(request, timeout=READ_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise self._failed(exc, endpoint, vgroup, "cannot be read") from None
+        if len(answer.lags) != len(subscriptions):
+            raise VgroupUnavailable(
+                f"vgroup {vgroup}: dnode {endpoint} answered {len(answer.lags)} lags of "
+                f"{len(subscriptions)}"
+            )
+        return [_lag(lag) for lag in answer.lags]
+
     def _stub(self, endpoint: str) -> pb_grpc.DnodeStub:
         with self._lock:
             found = self._stubs.get(endpoint)
@@ -122,3 +144,13 @@ def _error(exc: grpc.RpcError, endpoint: str, vgroup: int, what: str) -> Excepti
             f"{what}: retry once it is back (SHOW DNODES)"
         )
     return error
+
+
+def _lag(lag: pb.SubscriptionLag) -> Lag:
+    """A dnode's answer for one subscription, None for the fields it left out."""
+    return (
+        lag.lag_rows if lag.HasField("lag_rows") else None,
+        lag.lag_ms if lag.HasField("lag_ms") else None,
+        lag.last_poll_us if lag.HasField("last_poll_us") else None,
+        lag.last_commit_us if lag.HasField("last_commit_us") else None,
+    )

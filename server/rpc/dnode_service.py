@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 import time
 
-from sqltopic.errors import ConfigError, VersionNotRetained, VgroupUnavailable
+from sqltopic.errors import ConfigError, LimitExceeded, VersionNotRetained, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import NONCE_BYTES, Nonces, verify
@@ -23,6 +23,9 @@ MAX_APPEND_ENTRIES = 100_000
 # answer within gRPC's default 4 MiB message.
 MAX_READ_ENTRIES = 4096
 READ_BYTES = 4 << 20
+# Subscriptions one Lags call may ask about: every (subscription, group) of a vgroup in
+# one SHOW SUBSCRIPTIONS (10,000 bindings x a few groups), a few ms of work.
+MAX_LAG_LOOKUPS = 65_536
 
 
 class DnodeService(pb_grpc.DnodeServicer):
@@ -79,6 +82,32 @@ class DnodeService(pb_grpc.DnodeServicer):
             pb.GroupOffset(topic=t, group=g, offset=o) for t, g, o in found if o is not None
         ])  # fmt: skip
 
+    @unary
+    async def Lags(self, request: pb.LagsRequest, context: Context) -> pb.LagsResponse:
+        self._check_proof(request.proof, request.sent_ms, lags_fields(request))
+        if len(request.subscriptions) > MAX_LAG_LOOKUPS:
+            raise LimitExceeded(
+                f"Lags: {len(request.subscriptions)} subscriptions in one call; at most "
+                f"{MAX_LAG_LOOKUPS} (MAX_LAG_LOOKUPS)"
+            )
+        return await asyncio.to_thread(self._lags, request)
+
+    def _lags(self, request: pb.LagsRequest) -> pb.LagsResponse:
+        vnode = self._engine.hosted(request.vgroup)
+        now_us = self._engine.now_us()
+        answer = pb.LagsResponse()
+        for sub in request.subscriptions:
+            lag = answer.lags.add()
+            if sub.HasField("position"):
+                lag.lag_rows, lag.lag_ms = vnode.lag(sub.position, now_us)
+            polled = vnode.poll_times.last(sub.topic, sub.group)
+            if polled is not None:
+                lag.last_poll_us = polled
+            committed = vnode.offsets.committed_at(sub.topic, sub.group)
+            if committed is not None:
+                lag.last_commit_us = committed
+        return answer
+
     def _check_proof(
         self, proof: bytes, sent_ms: int, fields: tuple[str | int | bytes, ...]
     ) -> None:
@@ -114,6 +143,19 @@ def entries_fields(request: pb.EntriesRequest) -> tuple[str | int | bytes, ...]:
 def offsets_fields(request: pb.OffsetsRequest) -> tuple[str | int | bytes, ...]:
     """What an Offsets request's proof covers after its send time."""
     return ("dnode-offsets", request.vgroup, request.topic)
+
+
+def lags_fields(request: pb.LagsRequest) -> tuple[str | int | bytes, ...]:
+    """What a Lags request's proof covers after its send time: its vgroup and a digest
+    of its subscriptions and positions (both sides build it here)."""
+    digest = hashlib.sha256()
+    for sub in request.subscriptions:
+        position = str(sub.position) if sub.HasField("position") else ""
+        for part in (sub.topic, sub.group, position):
+            data = part.encode()
+            digest.update(len(data).to_bytes(8, "big"))
+            digest.update(data)
+    return ("dnode-lags", request.vgroup, digest.hexdigest())
 
 
 def append_fields(request: pb.AppendRequest) -> tuple[str | int | bytes, ...]:

@@ -21,6 +21,7 @@ from sqltopic.server.rpc.dnode_service import (
     MAX_READ_ENTRIES,
     append_fields,
     entries_fields,
+    lags_fields,
     offsets_fields,
 )
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
@@ -127,6 +128,16 @@ def _offsets(secret: str = SECRET, vgroup: int = 1) -> pb.OffsetsRequest:
     return request
 
 
+def _lags(
+    secret: str = SECRET, vgroup: int = 1, position: int | None = 1, count: int = 1
+) -> pb.LagsRequest:
+    request = pb.LagsRequest(sent_ms=int(time.time() * 1000), vgroup=vgroup)
+    for _ in range(count):
+        request.subscriptions.add(topic="t", group="g", position=position)
+    request.proof = prove(secret, request.sent_ms, *lags_fields(request))
+    return request
+
+
 def test_the_mnode_s_reads_of_a_dnode_need_the_secret(one: Cluster) -> None:
     with grpc.insecure_channel(one.dnodes[0].address) as channel:
         stub = pb_grpc.DnodeStub(channel)
@@ -139,3 +150,14 @@ def test_the_mnode_s_reads_of_a_dnode_need_the_secret(one: Cluster) -> None:
         assert answer.first_version == 1
         assert [e.version for e in answer.entries] == list(range(1, answer.next_version))
         assert stub.Offsets(_offsets(), timeout=30).offsets == []
+        _fails(stub.Lags, _lags("wrong-secret-wrong-secret"), UNAUTHENTICATED, "match")
+        _fails(stub.Lags, _lags(vgroup=99), grpc.StatusCode.UNAVAILABLE, "not hosted")
+        _fails(stub.Lags, _lags(count=65_537), grpc.StatusCode.RESOURCE_EXHAUSTED, "at most")
+        forged = _lags(position=1)
+        forged.subscriptions[0].position = 2  # changed after the proof: refused
+        _fails(stub.Lags, forged, UNAUTHENTICATED, "match")
+        (lag,) = stub.Lags(_lags(), timeout=30).lags
+        assert lag.lag_rows >= 0
+        assert not lag.HasField("last_commit_us")  # group g never committed
+        (unknown,) = stub.Lags(_lags(position=None), timeout=30).lags
+        assert not unknown.HasField("lag_rows")

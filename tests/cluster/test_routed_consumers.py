@@ -108,8 +108,14 @@ def test_a_group_spanning_dnodes_gets_every_row_once_and_commits_there(three: Cl
         lags = again.lag()  # asked of each vgroup's dnode, from the consumer's positions
         assert {lag.vgroup for lag in lags} == {1, 2, 3, 4, 5, 6}
         assert sum(lag.rows or 0 for lag in lags) == 5 * len(DEVICES)
+        again.commit(asynchronous=False)  # where SHOW SUBSCRIPTIONS counts from once it left
     finally:
         again.close()
+    # the mnode asks each dnode for its vgroups' lags, from the committed offsets
+    shown = [r for r in three.sql("SHOW SUBSCRIPTIONS") if r[1] == "g1"]
+    assert len(shown) == 6
+    assert sum(int(str(r[14])) for r in shown) == 5 * len(DEVICES)  # lag_rows
+    assert all(r[17] is not None for r in shown)  # last_commit
     # not subscribed: its look-ups go to the mnode, which hosts no vgroup
     with Consumer(settings) as idle, pytest.raises(VgroupUnavailable, match="hosted by a dnode"):
         idle.offsets_for_times([TopicPartition("high", 1, 0)])

@@ -52,7 +52,12 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "ReadEntries": (False, True),
     },
     "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},
-    "Dnode": {"Append": (False, False), "Entries": (False, False), "Offsets": (False, False)},
+    "Dnode": {
+        "Append": (False, False),
+        "Entries": (False, False),
+        "Offsets": (False, False),
+        "Lags": (False, False),
+    },
 }
 
 

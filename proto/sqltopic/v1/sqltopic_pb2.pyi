@@ -2536,6 +2536,147 @@ class GroupOffset(_message.Message):
 Global___GroupOffset: _TypeAlias = GroupOffset  # noqa: Y015
 
 @_typing.final
+class LagsRequest(_message.Message):
+    """Lags the mnode shows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENT_MS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    sent_ms: _builtins.int
+    """When the mnode sent it, in ms since the epoch (the proof's freshness)."""
+    proof: _builtins.bytes
+    """HMAC-SHA256 keyed with the cluster secret over the request's other fields."""
+    vgroup: _builtins.int
+    """The vgroup."""
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionAt]:
+        """The subscriptions asked about, at most 65,536."""
+
+    def __init__(
+        self,
+        *,
+        sent_ms: _builtins.int = ...,
+        proof: _builtins.bytes = ...,
+        vgroup: _builtins.int = ...,
+        subscriptions: _abc.Iterable[Global___SubscriptionAt] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proof", b"proof", "sent_ms", b"sent_ms", "subscriptions", b"subscriptions", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LagsRequest: _TypeAlias = LagsRequest  # noqa: Y015
+
+@_typing.final
+class SubscriptionAt(_message.Message):
+    """A subscription (topic or binding, and group) and where it is."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The subscription: the topic, or one binding of it."""
+    group: _builtins.str
+    """The group."""
+    position: _builtins.int
+    """Its position (the holder's, else the committed offset); absent: none known."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        group: _builtins.str = ...,
+        position: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "position", b"position"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_position", b"_position", "group", b"group", "position", b"position", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__position: _TypeAlias = _typing.Literal["position"]  # noqa: Y015
+    _WhichOneofArgType__position: _TypeAlias = _typing.Literal["_position", b"_position"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__position) -> _WhichOneofReturnType__position | None: ...
+
+Global___SubscriptionAt: _TypeAlias = SubscriptionAt  # noqa: Y015
+
+@_typing.final
+class LagsResponse(_message.Message):
+    """The lags, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def lags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionLag]:
+        """One per subscription asked about."""
+
+    def __init__(
+        self,
+        *,
+        lags: _abc.Iterable[Global___SubscriptionLag] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lags", b"lags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LagsResponse: _TypeAlias = LagsResponse  # noqa: Y015
+
+@_typing.final
+class SubscriptionLag(_message.Message):
+    """One subscription's lag on the vgroup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAG_ROWS_FIELD_NUMBER: _builtins.int
+    LAG_MS_FIELD_NUMBER: _builtins.int
+    LAST_POLL_US_FIELD_NUMBER: _builtins.int
+    LAST_COMMIT_US_FIELD_NUMBER: _builtins.int
+    lag_rows: _builtins.int
+    """With a position: the data rows in the WAL from it to the end."""
+    lag_ms: _builtins.int
+    """With a position: milliseconds since the first entry at it was written (0: none)."""
+    last_poll_us: _builtins.int
+    """The group's last poll of the vgroup here, µs since the epoch; absent: none yet."""
+    last_commit_us: _builtins.int
+    """The group's last commit here, µs since the epoch; absent: it never committed."""
+    def __init__(
+        self,
+        *,
+        lag_rows: _builtins.int | None = ...,
+        lag_ms: _builtins.int | None = ...,
+        last_poll_us: _builtins.int | None = ...,
+        last_commit_us: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "_last_commit_us", b"_last_commit_us", "_last_poll_us", b"_last_poll_us", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows", "last_commit_us", b"last_commit_us", "last_poll_us", b"last_poll_us"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms", "_lag_rows", b"_lag_rows", "_last_commit_us", b"_last_commit_us", "_last_poll_us", b"_last_poll_us", "lag_ms", b"lag_ms", "lag_rows", b"lag_rows", "last_commit_us", b"last_commit_us", "last_poll_us", b"last_poll_us"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__lag_ms: _TypeAlias = _typing.Literal["lag_ms"]  # noqa: Y015
+    _WhichOneofArgType__lag_ms: _TypeAlias = _typing.Literal["_lag_ms", b"_lag_ms"]  # noqa: Y015
+    _WhichOneofReturnType__lag_rows: _TypeAlias = _typing.Literal["lag_rows"]  # noqa: Y015
+    _WhichOneofArgType__lag_rows: _TypeAlias = _typing.Literal["_lag_rows", b"_lag_rows"]  # noqa: Y015
+    _WhichOneofReturnType__last_commit_us: _TypeAlias = _typing.Literal["last_commit_us"]  # noqa: Y015
+    _WhichOneofArgType__last_commit_us: _TypeAlias = _typing.Literal["_last_commit_us", b"_last_commit_us"]  # noqa: Y015
+    _WhichOneofReturnType__last_poll_us: _TypeAlias = _typing.Literal["last_poll_us"]  # noqa: Y015
+    _WhichOneofArgType__last_poll_us: _TypeAlias = _typing.Literal["_last_poll_us", b"_last_poll_us"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_ms) -> _WhichOneofReturnType__lag_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_rows) -> _WhichOneofReturnType__lag_rows | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_commit_us) -> _WhichOneofReturnType__last_commit_us | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_poll_us) -> _WhichOneofReturnType__last_poll_us | None: ...
+
+Global___SubscriptionLag: _TypeAlias = SubscriptionLag  # noqa: Y015
+
+@_typing.final
 class AppendRequest(_message.Message):
     """Rows the mnode forwards."""
 

@@ -1428,6 +1428,11 @@ class DnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.FromString,
                 _registered_method=True)
+        self.Lags = channel.unary_unary(
+                '/sqltopic.v1.Dnode/Lags',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsResponse.FromString,
+                _registered_method=True)
 
 
 class DnodeServicer:
@@ -1461,6 +1466,15 @@ class DnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Lags(self, request, context):
+        """The lag of subscriptions on a vgroup, each from a position the mnode knows: what
+        the mnode's SHOW SUBSCRIPTIONS shows as lag_rows, lag_ms, last_poll, last_commit.
+        Same proof and errors as Append.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DnodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1478,6 +1492,11 @@ def add_DnodeServicer_to_server(servicer, server):
                     servicer.Offsets,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.SerializeToString,
+            ),
+            'Lags': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lags,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1563,6 +1582,33 @@ class Dnode:
             '/sqltopic.v1.Dnode/Offsets',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.OffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lags(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sqltopic.v1.Dnode/Lags',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.LagsResponse.FromString,
             options,
             channel_credentials,
             insecure,

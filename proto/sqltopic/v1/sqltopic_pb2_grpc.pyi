@@ -829,6 +829,11 @@ class DnodeStub:
     """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
     SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
     """
+    Lags: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.LagsRequest, _sqltopic_pb2.LagsResponse]
+    """The lag of subscriptions on a vgroup, each from a position the mnode knows: what
+    the mnode's SHOW SUBSCRIPTIONS shows as lag_rows, lag_ms, last_poll, last_commit.
+    Same proof and errors as Append.
+    """
 
 @_typing.type_check_only
 class DnodeAsyncStub(DnodeStub):
@@ -850,6 +855,11 @@ class DnodeAsyncStub(DnodeStub):
     Offsets: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.OffsetsRequest, _sqltopic_pb2.OffsetsResponse]  # type: ignore[assignment]
     """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
     SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
+    """
+    Lags: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.LagsRequest, _sqltopic_pb2.LagsResponse]  # type: ignore[assignment]
+    """The lag of subscriptions on a vgroup, each from a position the mnode knows: what
+    the mnode's SHOW SUBSCRIPTIONS shows as lag_rows, lag_ms, last_poll, last_commit.
+    Same proof and errors as Append.
     """
 
 class DnodeServicer(metaclass=_abc_1.ABCMeta):
@@ -887,6 +897,17 @@ class DnodeServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sqltopic_pb2.OffsetsResponse, _abc.Awaitable[_sqltopic_pb2.OffsetsResponse]]:
         """The offsets committed on a vgroup for a topic (and its bindings): what the mnode's
         SHOW SUBSCRIPTIONS shows. Same proof and errors as Append.
+        """
+
+    @_abc_1.abstractmethod
+    def Lags(
+        self,
+        request: _sqltopic_pb2.LagsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sqltopic_pb2.LagsResponse, _abc.Awaitable[_sqltopic_pb2.LagsResponse]]:
+        """The lag of subscriptions on a vgroup, each from a position the mnode knows: what
+        the mnode's SHOW SUBSCRIPTIONS shows as lag_rows, lag_ms, last_poll, last_commit.
+        Same proof and errors as Append.
         """
 
 def add_DnodeServicer_to_server(servicer: DnodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
