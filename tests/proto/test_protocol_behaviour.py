@@ -7,6 +7,7 @@ import json
 import queue
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,6 +271,19 @@ def test_fetch_too_large_names_the_version_it_read_from() -> None:
     assert "version 0" not in message
 
 
+def _polled(address: str, group: str) -> None:
+    """Wait until `group` polled a vgroup (SHOW SUBSCRIPTIONS' last_poll is set: the poll
+    reached the server, which notes it before holding it)."""
+    deadline = time.monotonic() + STOP_DEADLINE_S
+    with connect(address) as conn:
+        while True:
+            rows = conn.query("SHOW SUBSCRIPTIONS").to_pylist()
+            if any(r["consumer_group"] == group and r["last_poll"] for r in rows):
+                return
+            assert time.monotonic() < deadline, f"group {group} never polled: {rows}"
+            time.sleep(0.01)
+
+
 def test_sigterm_ends_open_watches_reflection_streams_and_held_polls_cleanly(
     tmp_path: Path,
 ) -> None:
@@ -317,6 +331,7 @@ def test_sigterm_ends_open_watches_reflection_streams_and_held_polls_cleanly(
 
         poller = threading.Thread(target=hold)
         poller.start()
+        _polled(proc.address, "stop")  # held at the server, not still connecting
         proc.proc.send_signal(signal.SIGTERM)
         rest = [r.status for r in watch]  # ends (OK) once the shutdown starts
         assert rest[-1:] == [health_pb2.HealthCheckResponse.NOT_SERVING]
