@@ -16,16 +16,26 @@ BUCKETS = (
 )  # fmt: skip
 
 
+# Bounds (seconds) for how long a rebalance takes to settle for a consumer: from a
+# vgroup at once to a holder letting go after its commit or its poll timeout.
+SETTLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
 @dataclass
 class Timings:
-    """A latency histogram: `counts[i]` events at or below BUCKETS[i] and above the one
+    """A latency histogram: `counts[i]` events at or below buckets[i] and above the one
     before (the last: above every bound), their `total` seconds."""
 
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+    buckets: tuple[float, ...] = BUCKETS
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets) + 1)
+
     def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
         self.total += seconds
 
     @property

@@ -44,6 +44,7 @@ from sqltopic.server.mnode.assign import assign
 from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
 from sqltopic.server.mnode.share_settings import ShareSettings
 from sqltopic.sql.topic.params import topic_of
+from sqltopic.wal.stats import SETTLE_BUCKETS, Timings
 
 log = logging.getLogger("sqltopic.groups")
 
@@ -116,6 +117,8 @@ class Member:
     assignment: frozenset[tuple[str, int]] = frozenset()
     mode: GroupType = DEFAULT_GROUP_TYPE  # the group's group.type
     share: ShareSettings | None = None  # a shared group's settings (None in the others)
+    # since when (coordinator clock) it waits for vgroups a holder still lets go
+    rebalancing_since: float | None = None
 
     @property
     def group_id(self) -> str:
@@ -189,6 +192,8 @@ class Coordinator:
     assignment_changes: int = 0
     # members removed for missing heartbeats or polls since the start (/metrics)
     removed: int = 0
+    # how long members waited in `rebalancing` for vgroups to be let go (/metrics)
+    settles: Timings = field(default_factory=lambda: Timings(buckets=SETTLE_BUCKETS))
     _next_id: int = 1
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
@@ -879,7 +884,7 @@ class Coordinator:
                 changed = True
                 self.assignment_changes += 1
                 _log_assigned(member, topic, {v for _, v in mine})
-            member.status = "ready"
+            self._set_status(member, "ready")
         if changed:
             for listener in self.listeners:
                 listener()
@@ -917,8 +922,18 @@ class Coordinator:
         else:
             self.owners.pop((topic, group), None)
         for member in members:  # after the owners: status reads them
-            member.status = "rebalancing" if self._incoming(member) else "ready"
+            self._set_status(member, "rebalancing" if self._incoming(member) else "ready")
         return changed
+
+    def _set_status(self, member: Member, status: Status) -> None:
+        """`member`'s status; the time it was `rebalancing` goes to `settles` when it
+        turns `ready` (how long a rebalance took to settle for it: /metrics)."""
+        if status == "rebalancing" and member.status != "rebalancing":
+            member.rebalancing_since = self.clock()
+        elif status == "ready" and member.rebalancing_since is not None:
+            self.settles.observe(max(0.0, self.clock() - member.rebalancing_since))
+            member.rebalancing_since = None
+        member.status = status
 
     def _incoming(self, member: Member) -> bool:
         """Whether the member waits for a vgroup that its holder is still letting go

@@ -126,6 +126,13 @@ class ServerCollector:
             "max.poll.interval.ms)",
             value=removed,
         )
+        settle = HistogramMetricFamily(
+            f"{PREFIX}_rebalance_settle_seconds",
+            "How long a consumer waited in `rebalancing` for vgroups their holders let go",
+        )
+        if coordinator is not None:
+            settle.add_metric([], *_histogram([coordinator.settles]))
+        yield settle
         yield CounterMetricFamily(
             f"{PREFIX}_rebalance_assignment_changes",
             "Consumers' assignments changed by rebalances (one per consumer and topic)",
@@ -164,10 +171,11 @@ def _subscriptions(rows: Iterable[dict[str, Any]]) -> Iterator[Metric]:
 
 def _histogram(timings: list[Timings]) -> tuple[list[tuple[str, float]], float]:
     """Cumulative buckets (Prometheus' `le` bounds, +Inf last) and the sum, of several
-    WALs' timings together."""
-    counts = [sum(t.counts[i] for t in timings) for i in range(len(BUCKETS) + 1)]
+    timings with the same bounds together."""
+    bounds = timings[0].buckets if timings else BUCKETS
+    counts = [sum(t.counts[i] for t in timings) for i in range(len(bounds) + 1)]
     out, running = [], 0
-    for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts, strict=True):
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts, strict=True):
         running += count
         out.append((bound, float(running)))
     return out, sum(t.total for t in timings)

@@ -67,7 +67,7 @@ def _beat(coord: Coordinator, member: Member) -> None:
 
 
 def test_a_joining_consumer_gets_vgroups_only_once_their_holder_lets_go(
-    coord: Coordinator,
+    coord: Coordinator, clock: Clock
 ) -> None:
     a = coord.subscribe(0, "g", ["t"])
     epoch_a = a.epoch
@@ -82,12 +82,18 @@ def test_a_joining_consumer_gets_vgroups_only_once_their_holder_lets_go(
     coord.check_owner(a.id, "g", "t", moving[0], a.epoch, commit=True)  # may commit it
     (_, kept), *_ = sorted(_held(coord, a.id))
     coord.check_owner(a.id, "g", "t", kept, epoch_a)  # kept vgroups stay valid at the old epoch
+    clock.now += 1.5
     coord.release(a.id, "g", "t", moving[0])  # a committed it
     assert _held(coord, b.id) == {("t", moving[0])}
     assert b.status == "rebalancing"
+    assert coord.settles.count == 0
+    clock.now += 1.0
     _beat(coord, a)  # a no longer lists the other one
     assert _held(coord, b.id) == {("t", v) for v in moving}
     assert (a.status, b.status) == ("ready", "ready")
+    # b waited 2.5 s in `rebalancing` (/metrics' rebalance settle time)
+    assert coord.settles.count == 1
+    assert coord.settles.total == pytest.approx(2.5)
     coord.check_owner(b.id, "g", "t", moving[1], b.epoch)
     with pytest.raises(ConsumerFenced):
         coord.check_owner(a.id, "g", "t", moving[1], a.epoch, commit=True)

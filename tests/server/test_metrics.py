@@ -87,6 +87,7 @@ def test_the_figures_follow_the_work_done(metered: tuple[ServerProcess, str]) ->
     assert found[("sqltopic_consumers", (("state", "ready"),))] == 1
     assert found[("sqltopic_consumers_removed_total", ())] == 0
     assert found[("sqltopic_rebalance_assignment_changes_total", ())] >= 1
+    assert ("sqltopic_rebalance_settle_seconds_count", ()) in found  # none waited here
     lag = {
         dict(labels)["vgroup"]: value
         for (name, labels), value in found.items()
