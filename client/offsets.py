@@ -184,15 +184,14 @@ class Offsets(Acks):
             raise ConfigError(
                 f"offsets_for_times: timeout {timeout} is not a number of seconds > 0"
             )
-        for part in parts:
-            check_time_ms("offsets_for_times", part.offset, part)
+        times = [check_time_ms("offsets_for_times", part.offset, part) for part in parts]
         numbered = list(enumerate(parts))
         found: dict[int, pb.VgroupTimeOffset] = {}
         for endpoint, items in self._by_endpoint(numbered, lambda n: (n[1].topic, n[1].vgroup)):
             request = pb.OffsetsForTimesRequest(
                 vgroups=[
-                    pb.TopicVgroupTime(topic=p.topic, vgroup=p.vgroup, time_ms=p.offset or 0)
-                    for _, p in items
+                    pb.TopicVgroupTime(topic=p.topic, vgroup=p.vgroup, time_ms=times[i])
+                    for i, p in items
                 ]
             )
             answer: pb.OffsetsForTimesResponse = yield from self._rpc(
@@ -214,9 +213,7 @@ class Offsets(Acks):
         `when` (milliseconds since the epoch, or a datetime: naive ones are local time;
         see offsets_for_times); the positions set, with the retained ranges."""
         self.check_open()
-        when_ms = time_ms(when)
-        check_time_ms("seek_to_time", when_ms, None)
-        assert isinstance(when_ms, int)
+        when_ms = check_time_ms("seek_to_time", time_ms(when), None)
         parts = [TopicPartition(t, v, when_ms) for t, v in self.held]
         found = yield from self.offsets_for_times(parts)
         for part in found:
@@ -244,8 +241,8 @@ def time_ms(when: object) -> object:
     return when
 
 
-def check_time_ms(call: str, value: object, part: TopicPartition | None) -> None:
-    """ConfigError unless `value` is milliseconds since the epoch (an int >= 0)."""
+def check_time_ms(call: str, value: object, part: TopicPartition | None) -> int:
+    """`value`, milliseconds since the epoch; ConfigError unless it is an int >= 0."""
     where = f" of {part}" if part is not None else ""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(
@@ -256,3 +253,4 @@ def check_time_ms(call: str, value: object, part: TopicPartition | None) -> None
             f"{call}: the time{where} is {value}, before the epoch; give milliseconds "
             "since 1970-01-01 UTC"
         )
+    return value

@@ -14,7 +14,7 @@ from array import array
 from typing import TYPE_CHECKING
 
 from sqltopic.wal.codec import row_count
-from sqltopic.wal.record import HEADER_SIZE, EntryType, decode_header
+from sqltopic.wal.record import HEADER_SIZE, EntryType
 
 if TYPE_CHECKING:
     from sqltopic.wal.segment import Segment
@@ -58,14 +58,8 @@ class RowCounts:
 def _rows_of(segment: Segment, slot: int) -> int:
     """The data rows of record `slot`, from its header and its Arrow metadata (0 for a
     meta or control record); the body's checksum is the readers' business."""
-    buf = segment.view(segment.end_of(slot))
-    offset = segment.index.offsets[slot]
-    header = decode_header(buf, offset)
-    if header is None or header.version != segment.index.versions[slot]:
-        header, body = segment.record(slot, segment.end_of(slot))  # rebuilds, or raises
-    else:
-        start = offset + HEADER_SIZE
-        body = buf[start : start + header.body_len]
+    header = segment.header_of(slot)  # (a damaged index is rebuilt first)
     if header.entry_type != EntryType.DATA:
         return 0
-    return row_count(body)
+    start = segment.index.offsets[slot] + HEADER_SIZE
+    return row_count(segment.view(segment.end_of(slot))[start : start + header.body_len])

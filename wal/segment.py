@@ -324,13 +324,17 @@ class Segment:
             )
         self.index = result.index
 
-    def ingest_of(self, i: int) -> int:
-        """Entry i's ingest time, from its header alone (checked by the header's own
-        hash; the body is not read): what a look-up by time probes."""
+    def header_of(self, i: int) -> Header:
+        """Entry i's header alone, checked by its own hash (the body is neither read
+        nor checked): what look-ups by time and row counts probe."""
         header = decode_header(self.view(self.end_of(i)), self.index.offsets[i])
         if header is None or header.version != self.index.versions[i]:
             header = self.record(i, self.end_of(i))[0]  # rebuilds a damaged index, or raises
-        return header.ingest_us
+        return header
+
+    def ingest_of(self, i: int) -> int:
+        """Entry i's ingest time (from its header)."""
+        return self.header_of(i).ingest_us
 
     def end_of(self, i: int) -> int:
         """The byte offset where entry i's record ends (the next one starts)."""

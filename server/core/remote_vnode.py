@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from sqltopic.errors import VersionNotRetained
 from sqltopic.server.vnode.entry_names import EntryNames
+from sqltopic.server.vnode.vnode import Lag
 from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import EntryType
 from sqltopic.wal.codec import decode_arrow_keyed
@@ -40,11 +41,6 @@ class DnodeReads(Protocol):
     ) -> list[Lag]:
         """The Lag of each (subscription, group, position) there."""
         ...
-
-
-# A subscription's lag_rows, lag_ms, last poll and last commit (µs) on a vgroup; None
-# where not known (no position, no poll or commit yet)
-Lag = tuple[int | None, int | None, int | None, int | None]
 
 
 @dataclass(frozen=True)

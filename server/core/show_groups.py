@@ -31,10 +31,9 @@ import pyarrow as pa
 from sqltopic.errors import ServerUnavailable
 from sqltopic.server.common.group_names import LANE_SEP
 from sqltopic.server.common.result import Result
-from sqltopic.server.core.remote_vnode import Lag
 from sqltopic.server.core.state import State
 from sqltopic.server.mnode.coordinator import Coordinator, Member, Owner
-from sqltopic.server.vnode.vnode import Vnode
+from sqltopic.server.vnode.vnode import Lag, Vnode
 from sqltopic.sql.topic.params import topic_of
 
 Row = tuple[Any, ...]
@@ -94,24 +93,13 @@ def _lags(state: State, asked: dict[int, list[Asked]]) -> dict[int, list[Lag]]:
     for vgroup, subscriptions in asked.items():
         vnode = state.view(vgroup)
         if isinstance(vnode, Vnode):
-            out[vgroup] = [_local_lag(vnode, sub, now_us) for sub in subscriptions]
+            out[vgroup] = [vnode.subscription_lag(*sub, now_us) for sub in subscriptions]
             continue
         try:
             out[vgroup] = vnode.lags(subscriptions)
         except ServerUnavailable:  # the dnode is away: its rows' other columns say so
             out[vgroup] = [(None, None, None, None)] * len(subscriptions)
     return out
-
-
-def _local_lag(vnode: Vnode, sub: tuple[str, str, int | None], now_us: int) -> Lag:
-    topic, group, position = sub
-    last_poll, last_commit = (
-        vnode.poll_times.last(topic, group),
-        vnode.offsets.committed_at(topic, group),
-    )
-    if position is None:
-        return (None, None, last_poll, last_commit)
-    return (*vnode.lag(position, now_us), last_poll, last_commit)
 
 
 def _pairs(state: State, members: list[Member], owners: Owners) -> Iterator[tuple[str, str]]:

@@ -15,7 +15,6 @@ from sqltopic.errors import ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.cluster_secret import NONCE_BYTES, prove
-from sqltopic.server.core.remote_vnode import Lag
 from sqltopic.server.core.state import Forwarded
 from sqltopic.server.rpc.dnode_service import (
     MAX_READ_ENTRIES,
@@ -25,6 +24,7 @@ from sqltopic.server.rpc.dnode_service import (
     offsets_fields,
 )
 from sqltopic.server.rpc.rpc import peer_error
+from sqltopic.server.vnode.vnode import Lag
 
 # A dnode waits up to engine.DNODE_APPLY_WAIT_S (5 s) for the change the rows need,
 # then appends (an fsync at most): room for both, and a dead dnode still fails the call.

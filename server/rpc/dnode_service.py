@@ -97,15 +97,11 @@ class DnodeService(pb_grpc.DnodeServicer):
         now_us = self._engine.now_us()
         answer = pb.LagsResponse()
         for sub in request.subscriptions:
-            lag = answer.lags.add()
-            if sub.HasField("position"):
-                lag.lag_rows, lag.lag_ms = vnode.lag(sub.position, now_us)
-            polled = vnode.poll_times.last(sub.topic, sub.group)
-            if polled is not None:
-                lag.last_poll_us = polled
-            committed = vnode.offsets.committed_at(sub.topic, sub.group)
-            if committed is not None:
-                lag.last_commit_us = committed
+            position = sub.position if sub.HasField("position") else None
+            rows, ms, polled, committed = vnode.subscription_lag(
+                sub.topic, sub.group, position, now_us
+            )
+            answer.lags.add(lag_rows=rows, lag_ms=ms, last_poll_us=polled, last_commit_us=committed)
         return answer
 
     def _check_proof(

@@ -51,6 +51,11 @@ def wal_options(options: dict[str, int]) -> WalOptions:
         raise SqlError(f"bad database option: {exc}") from None
 
 
+# A subscription's lag_rows, lag_ms, last poll and last commit (µs) on a vgroup; None
+# where not known (no position, no poll or commit yet)
+Lag = tuple[int | None, int | None, int | None, int | None]
+
+
 @dataclass
 class Vnode:
     vgroup: int
@@ -73,6 +78,15 @@ class Vnode:
         backlog = self.wal.reader().backlog(position)
         waited = backlog.first_ingest_us
         return backlog.rows, 0 if waited is None else max(0, (now_us - waited) // 1000)
+
+    def subscription_lag(self, topic: str, group: str, position: int | None, now_us: int) -> Lag:
+        """SHOW SUBSCRIPTIONS' lag_rows, lag_ms, last_poll and last_commit of (subscription,
+        group) here, the first two from `position` (None: not known)."""
+        last_poll = self.poll_times.last(topic, group)
+        last_commit = self.offsets.committed_at(topic, group)
+        if position is None:
+            return (None, None, last_poll, last_commit)
+        return (*self.lag(position, now_us), last_poll, last_commit)
 
     @classmethod
     def open(
