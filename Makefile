@@ -10,7 +10,7 @@ NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup clean bench bench-server bench-fanout bench-rebalance bench-backfill bench-replication bench-cluster proto
+.PHONY: run test lint typecheck pytest setup browser clean bench bench-server bench-fanout bench-rebalance bench-backfill bench-replication bench-cluster proto
 
 setup: $(STAMP) $(NODE_STAMP)
 
@@ -35,6 +35,15 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 		echo "make: npm not found: tests/node's modules are not installed"; \
 	fi
 
+# The web console's browser test (tests/console/test_browser.py) runs headless Chromium
+# from Debian's packages: installed when missing and apt-get can (root); otherwise the
+# test skips itself, saying so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+		|| (command -v apt-get >/dev/null 2>&1 && apt-get update -qq >/dev/null \
+			&& apt-get install -y -qq chromium >/dev/null) \
+		|| echo "make: chromium not installed; the console's browser test will skip"
+
 run: $(STAMP)
 	$(BIN)/sqltopic server --data $(DATA)
 
@@ -47,7 +56,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p sqltopic
 	$(BIN)/mypy tests bench
 
-pytest: $(STAMP) $(NODE_STAMP)
+pytest: $(STAMP) $(NODE_STAMP) browser
 	$(BIN)/pytest
 
 test: lint typecheck pytest

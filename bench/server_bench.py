@@ -21,6 +21,7 @@ stdout (progress goes to stderr), otherwise a table; `--quick` is a small smoke 
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import statistics
 import sys
@@ -661,6 +662,42 @@ def scraping(url: str) -> Iterator[list[int]]:
         thread.join(SCRAPE_TIMEOUT_S)
 
 
+# How often the bench reads the console's /api/overview: what an open console tab does
+# (its refresh_ms).
+CONSOLE_PERIOD_S = 2.0
+
+
+@contextlib.contextmanager
+def watching(url: str) -> Iterator[list[int]]:
+    """Log in to the console at `url` and read its overview every CONSOLE_PERIOD_S
+    until the block ends; [overviews read]."""
+    login = urllib.request.Request(
+        url + "api/session", data=json.dumps({"user": "root", "password": "taosdata"}).encode(),
+        method="POST", headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(login, timeout=SCRAPE_TIMEOUT_S) as answer:
+        token = json.load(answer)["token"]
+    overview = urllib.request.Request(
+        url + "api/overview", headers={"Authorization": f"Bearer {token}"}
+    )
+    made = [0]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(CONSOLE_PERIOD_S):
+            with urllib.request.urlopen(overview, timeout=SCRAPE_TIMEOUT_S) as answer:
+                answer.read()
+            made[0] += 1
+
+    thread = threading.Thread(target=loop, name="console", daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        stop.set()
+        thread.join(SCRAPE_TIMEOUT_S)
+
+
 # --- the run ---------------------------------------------------------------------------
 
 # ratio key -> (sqltopic key, Redis key)
@@ -733,8 +770,10 @@ NOTES = {
     ),
     "metrics": (
         "ingest_arrow_rows_s_metrics and latency_ms_*_metrics: the same work against a "
-        "third server started with --metrics-port, whose /metrics the bench scrapes every "
-        f"{SCRAPE_PERIOD_S:g} s for the whole run (Prometheus' default is 15 s); its "
+        "third server started with --metrics-port and --http-port, whose /metrics the "
+        f"bench scrapes every {SCRAPE_PERIOD_S:g} s for the whole run (Prometheus' default "
+        "is 15 s) and whose console it keeps open (/api/overview every "
+        f"{CONSOLE_PERIOD_S:g} s, as a browser tab; the console samples lag itself); its "
         "Arrow rounds alternate with the plain server's, its latency samples follow. "
         "Goals: ratio_ingest_arrow_metrics >= 0.97 and ratio_latency_p50_metrics <= "
         "1/0.97."
@@ -804,11 +843,12 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             }
             conn = stack.enter_context(connect(server.address))
             tls_conn = stack.enter_context(connect(tls.address, tls_ca=certificates.ca))
-            metrics_port = rp.free_port()
-            extra = ["--metrics-port", str(metrics_port)]
+            metrics_port, console_port = rp.free_port(), rp.free_port()
+            extra = ["--metrics-port", str(metrics_port), "--http-port", str(console_port)]
             metered = stack.enter_context(sqltopic_server(root / "metered", extra))
             metered_conn = stack.enter_context(connect(metered.address))
             scrapes = stack.enter_context(scraping(f"http://127.0.0.1:{metrics_port}/metrics"))
+            overviews = stack.enter_context(watching(f"http://127.0.0.1:{console_port}/"))
         with harness.phase(log, "ingest", seconds):
             keys, more = run_ingest(conn, peers, sizes, seed, tls_conn, metered_conn)
             report |= keys
@@ -829,6 +869,7 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             report |= keys
             meta |= more
     meta["metrics_scrapes"] = scrapes[0]
+    meta["console_overviews"] = overviews[0]
     ratios = RATIOS | TLS_RATIOS | METRICS_RATIOS
     report |= {name: round(report[a] / report[b], 4) for name, (a, b) in ratios.items()}
     return report | goals(report) | {"meta": meta | {"phase_seconds": seconds}}

@@ -55,6 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often the mnode looks for consumers past their session timeout or max "
         "poll interval (TDengine: 2000; joins and leaves rebalance at once anyway)",
     )  # fmt: skip
+    parser.add_argument(
+        "--http-port", type=_port, metavar="PORT",
+        help="serve the read-only web console at http://HTTP_HOST:PORT/ (https with "
+        "--tls-cert; 0: any free port, named on stdout; default: not served)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--http-host", default="127.0.0.1",
+        help="address the web console listens on (default 127.0.0.1: this machine only; "
+        "another address needs TLS or --allow-plaintext, as the server's)",
+    )  # fmt: skip
     _add_tls_arguments(parser)
     limits.add_arguments(parser)
 
@@ -155,6 +165,10 @@ def _metrics(args: argparse.Namespace) -> tuple[str, int] | None:
     return None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
 
 
+def _console(args: argparse.Namespace) -> tuple[str, int] | None:
+    return None if args.http_port is None else (args.http_host, args.http_port)
+
+
 def _interval_ms(text: str) -> int:
     """100..60000 ms: below, the timer would only burn CPU; above, dead consumers would
     keep their vgroups for minutes."""
@@ -178,7 +192,7 @@ def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-
             data, args.host, args.port, args.root_password, args.rebalance_interval_ms / 1000,
             limits=limits.Limits.of(args), tls=tls, allow_plaintext=args.allow_plaintext,
             role=role, cluster_secret=getattr(args, "cluster_secret", None),
-            metrics=_metrics(args),
+            metrics=_metrics(args), console=_console(args),
             dnode_tls_ca=read_pem("--dnode-tls-ca", args.dnode_tls_ca, "CA certificate")
             if getattr(args, "dnode_tls_ca", None) else None,
         )  # fmt: skip

@@ -51,14 +51,16 @@ def _our_imports(path: Path) -> set[str]:
 # Inside server/, the roles' folders point one way too: shared records and limits at the
 # bottom; the mnode's coordination and the vnodes' storage beside each other; the engine
 # (catalog, statements, topic evaluation over local vnodes) on both; the dnode's serving
-# of consumers on the engine; the gRPC services on top; `server/main.py` composes them.
+# of consumers on the engine; the web console on the engine and the sessions; the gRPC
+# services on top (the server's start opens the console); `server/main.py` composes them.
 SERVER_ALLOWED: dict[str, set[str]] = {
     "common": set(),
     "mnode": {"common"},
     "vnode": {"common"},
     "core": {"common", "mnode", "vnode"},
     "dnode": {"common", "mnode", "vnode", "core"},
-    "rpc": {"common", "mnode", "vnode", "core", "dnode"},
+    "console": {"common", "mnode", "core"},
+    "rpc": {"common", "mnode", "vnode", "core", "dnode", "console"},
 }
 # The only modules directly in server/: the package, `python -m`, and the composition.
 SERVER_ROOT_MODULES = {"__init__", "__main__", "main"}

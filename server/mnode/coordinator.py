@@ -42,6 +42,7 @@ from sqltopic.server.common.group_names import (
 from sqltopic.server.common.logs import event_fields
 from sqltopic.server.mnode.assign import assign
 from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
+from sqltopic.server.mnode.rebalances import Cause, Rebalance, RebalanceLog
 from sqltopic.server.mnode.share_settings import ShareSettings
 from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal.stats import SETTLE_BUCKETS, Timings
@@ -194,6 +195,10 @@ class Coordinator:
     removed: int = 0
     # how long members waited in `rebalancing` for vgroups to be let go (/metrics)
     settles: Timings = field(default_factory=lambda: Timings(buckets=SETTLE_BUCKETS))
+    # the recent rebalances that changed assignments (the web console)
+    rebalances: RebalanceLog = field(default_factory=RebalanceLog)
+    # what set off the rebalances running now, and by which consumer (`rebalances`)
+    _cause: tuple[Cause, int] = ("subscribe", 0)
     _next_id: int = 1
     _version: int = 0  # raised by every change of members or assignments
     _saved: int = 0  # the version the store holds
@@ -396,6 +401,7 @@ class Coordinator:
             if member is not None and member.group != key:
                 self._leave(member)  # moving to another group or lane: out of the old one
                 member = None
+            joined = member is None
             if member is None:
                 member = Member(
                     self._new_id(), key, client_id, user, fqdn, (),
@@ -420,6 +426,7 @@ class Coordinator:
             touched = set(member.topics) | set(wanted)
             member.topics = wanted
             member.subscribed_us = self.wall_us()
+            self._cause = ("join" if joined else "subscribe", member.id)
             for topic in touched:
                 self._rebalance(topic, key)
             if member.assignment != held and member.epoch == epoch:
@@ -493,6 +500,7 @@ class Coordinator:
         """The member is gone: its vgroups move at once (its leases end, if it shared)."""
         self._drop_member(member)
         self._touch(member.group)
+        self._cause = ("removed" if member.status == "removed" else "leave", member.id)
         self._rebalance_all(member)
         if shares(member.mode):
             self._departed(member.id, None)
@@ -861,6 +869,8 @@ class Coordinator:
         self.plans[key] = wanted
         self._note(topic, group, *wanted, *before)
         changed = self._apply_owners(topic, group, before, after)
+        if changed or before != after:  # the last consumer's leave changes owners only
+            self._record(topic, group, len(subscribers), changed)
         if changed:
             for listener in self.listeners:
                 listener()
@@ -871,7 +881,7 @@ class Coordinator:
         rises when a member's assignment changes (the topic's vgroups did)."""
         vgroups = self._vgroups(topic)
         now_us = self.wall_us()
-        changed = False
+        changed: set[int] = set()
         for member in members:
             mine = {(topic, v) for v in vgroups} if topic in member.topics else set()
             assignment = frozenset({(t, v) for t, v in member.assignment if t != topic} | mine)
@@ -881,13 +891,24 @@ class Coordinator:
                 member.assignment = assignment
                 member.epoch += 1
                 member.rebalanced_us = now_us
-                changed = True
+                changed.add(member.id)
                 self.assignment_changes += 1
                 _log_assigned(member, topic, {v for _, v in mine})
             self._set_status(member, "ready")
         if changed:
+            subscribers = sum(topic in m.topics for m in members)
+            self._record(topic, members[0].group, subscribers, changed)
             for listener in self.listeners:
                 listener()
+
+    def _record(self, topic: str, group: str, consumers: int, changed: set[int]) -> None:
+        """Note a rebalance of (topic, group) that changed these members' assignments."""
+        cause, by = self._cause
+        assigned = tuple(
+            (m, tuple(sorted(v for t, v in self.members[m].assignment if t == topic)))
+            for m in sorted(changed) if m in self.members
+        )  # fmt: skip
+        self.rebalances.add(Rebalance(self.wall_us(), topic, group, cause, by, consumers, assigned))
 
     def _apply_owners(
         self, topic: str, group: str, before: dict[int, Owner], after: dict[int, Owner]
@@ -984,6 +1005,7 @@ class Coordinator:
                 return
             del owners[vgroup]
             self._fold_rows((topic, group, vgroup))
+            self._cause = ("handover", consumer_id)
             self._rebalance(topic, group)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.resources import raise_open_files_limit
+from sqltopic.server.console.console import open_console
+from sqltopic.server.console.web import tls_context
 from sqltopic.server.core.engine import CoordinatorFactory, Engine
 from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.mnode.coordinator import Coordinator
@@ -79,6 +82,8 @@ class ServerConfig:
     dnode_tls_ca: bytes | None = None  # an mnode speaks TLS to its dnodes, trusting it
     # --metrics-host/--metrics-port: /metrics for Prometheus (None: not served)
     metrics: tuple[str, int] | None = None
+    # --http-host/--http-port: the web console (None: not served)
+    console: tuple[str, int] | None = None
 
 
 def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
@@ -89,6 +94,8 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     bound address."""
     check_root_password(config.host, config.root_password)
     check_plaintext(config.host, config.tls, config.allow_plaintext)
+    if config.console is not None:  # the console's logins cross the network too
+        check_plaintext(config.console[0], config.tls, config.allow_plaintext)
     secret = check_secret(config.cluster_secret) if config.role == "mnode" else None
     raise_open_files_limit()  # every vnode keeps a few files open
     registry = DnodeRegistry(wall_clock_us) if secret is not None else None
@@ -110,6 +117,13 @@ def run(config: ServerConfig, ready: Callable[[str], None]) -> None:
     finally:
         if calls is not None:
             calls.close()
+
+
+def _console_tls(tls: ServerTls | None) -> ssl.SSLContext | None:
+    """The console speaks TLS with the server's certificate when the server does."""
+    if tls is None:
+        return None
+    return tls_context(tls.cert_chain, tls.private_key, tls.client_ca)
 
 
 def _coordination(data: Path) -> CoordinatorFactory:
@@ -152,6 +166,7 @@ async def _serve(
     enable_reflection(server, (*services, HEALTH_SERVICE), stopping)
     port = bind(server, config.host, config.port, config.tls)
     metrics = start_metrics(config.metrics, Sources(engine, sessions, vnodes, groups=True))
+    console = open_console(config.console, engine, sessions, _console_tls(config.tls))
     await server.start()
     stop = stop_on_signals()
     timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
@@ -164,6 +179,8 @@ async def _serve(
     await server.stop(SHUTDOWN_GRACE_S)
     if metrics is not None:
         metrics.stop()
+    if console is not None:
+        console.stop()
     await vnodes.flush()
     if cluster is not None:
         cluster.close()
