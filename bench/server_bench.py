@@ -642,21 +642,23 @@ SCRAPE_TIMEOUT_S = 30.0
 
 
 @contextlib.contextmanager
-def scraping(url: str) -> Iterator[list[int]]:
-    """Scrape `url` every SCRAPE_PERIOD_S until the block ends; [scrapes made]."""
-    made = [0]
+def polling(request: str | urllib.request.Request, period_s: float) -> Iterator[list[float]]:
+    """Fetch `request` every `period_s` from a thread until the block ends; the ms each
+    fetch took."""
+    took: list[float] = []
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(SCRAPE_PERIOD_S):
-            with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:
+        while not stop.wait(period_s):
+            start = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=SCRAPE_TIMEOUT_S) as answer:
                 answer.read()
-            made[0] += 1
+            took.append((time.perf_counter() - start) * 1000)
 
-    thread = threading.Thread(target=loop, name="scraper", daemon=True)
+    thread = threading.Thread(target=loop, name="poller", daemon=True)
     thread.start()
     try:
-        yield made
+        yield took
     finally:
         stop.set()
         thread.join(SCRAPE_TIMEOUT_S)
@@ -667,35 +669,17 @@ def scraping(url: str) -> Iterator[list[int]]:
 CONSOLE_PERIOD_S = 2.0
 
 
-@contextlib.contextmanager
-def watching(url: str) -> Iterator[list[int]]:
-    """Log in to the console at `url` and read its overview every CONSOLE_PERIOD_S
-    until the block ends; [overviews read]."""
+def console_overview(url: str) -> urllib.request.Request:
+    """A request for the overview of the console at `url`, logged in as root."""
     login = urllib.request.Request(
         url + "api/session", data=json.dumps({"user": "root", "password": "taosdata"}).encode(),
         method="POST", headers={"Content-Type": "application/json"},
     )  # fmt: skip
     with urllib.request.urlopen(login, timeout=SCRAPE_TIMEOUT_S) as answer:
         token = json.load(answer)["token"]
-    overview = urllib.request.Request(
+    return urllib.request.Request(
         url + "api/overview", headers={"Authorization": f"Bearer {token}"}
     )
-    made = [0]
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(CONSOLE_PERIOD_S):
-            with urllib.request.urlopen(overview, timeout=SCRAPE_TIMEOUT_S) as answer:
-                answer.read()
-            made[0] += 1
-
-    thread = threading.Thread(target=loop, name="console", daemon=True)
-    thread.start()
-    try:
-        yield made
-    finally:
-        stop.set()
-        thread.join(SCRAPE_TIMEOUT_S)
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -847,8 +831,11 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             extra = ["--metrics-port", str(metrics_port), "--http-port", str(console_port)]
             metered = stack.enter_context(sqltopic_server(root / "metered", extra))
             metered_conn = stack.enter_context(connect(metered.address))
-            scrapes = stack.enter_context(scraping(f"http://127.0.0.1:{metrics_port}/metrics"))
-            overviews = stack.enter_context(watching(f"http://127.0.0.1:{console_port}/"))
+            scrapes = stack.enter_context(
+                polling(f"http://127.0.0.1:{metrics_port}/metrics", SCRAPE_PERIOD_S)
+            )
+            overview = console_overview(f"http://127.0.0.1:{console_port}/")
+            overviews = stack.enter_context(polling(overview, CONSOLE_PERIOD_S))
         with harness.phase(log, "ingest", seconds):
             keys, more = run_ingest(conn, peers, sizes, seed, tls_conn, metered_conn)
             report |= keys
@@ -868,8 +855,9 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
             keys, more = run_latency(conn, peers[1], sizes.latency_samples, metered_conn)
             report |= keys
             meta |= more
-    meta["metrics_scrapes"] = scrapes[0]
-    meta["console_overviews"] = overviews[0]
+    meta["metrics_scrapes"] = len(scrapes)
+    meta["console_overviews"] = len(overviews)
+    meta["console_overview_ms_p50"] = round(statistics.median(overviews), 3) if overviews else None
     ratios = RATIOS | TLS_RATIOS | METRICS_RATIOS
     report |= {name: round(report[a] / report[b], 4) for name, (a, b) in ratios.items()}
     return report | goals(report) | {"meta": meta | {"phase_seconds": seconds}}

@@ -17,6 +17,7 @@ answer carries a Content-Security-Policy that allows only the page's own files.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
@@ -239,9 +240,7 @@ class ConsoleHandler(BaseHTTPRequestHandler):
         if not self.server.loopback:
             return
         host = self.headers.get("Host", "")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        name = name.strip("[]")
-        if name.lower() == "localhost" or (name and is_loopback(name)):
+        if _loopback_host(host):
             return
         raise HttpError(
             403, "PERMISSION_DENIED",
@@ -288,6 +287,22 @@ class ConsoleHandler(BaseHTTPRequestHandler):
         if not isinstance(user, str) or not isinstance(password, str) or not user:
             raise InvalidRequest('"user" (not empty) and "password" must be JSON strings')
         return user, password
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a Host header names this machine literally: `localhost`, or a loopback
+    address, with or without a port. Never resolved: a rebinding attacker's own name
+    resolves to 127.0.0.1 by design."""
+    if host.startswith("["):  # an IPv6 address, [::1] or [::1]:PORT
+        name = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        name = host.split(":", 1)[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _error(code: str, kind: str, message: str) -> dict[str, Any]:

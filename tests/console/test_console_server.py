@@ -16,6 +16,7 @@ import pytest
 from sqltopic.client import connect
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.server.mnode.passwords import is_loopback
 from sqltopic.server.mnode.throttle import FREE_FAILURES
 from tests.console.support import (
     BEHIND,
@@ -244,8 +245,19 @@ def test_a_foreign_host_is_refused(console: tuple[ServerProcess, str]) -> None:
         _refused(answer, 403, "PERMISSION_DENIED", "is not this machine")
     hostless = _raw(url, b"GET / HTTP/1.0\r\n\r\n")  # no Host at all
     assert hostless.startswith(b"HTTP/1.0 403 ")
-    for host in ("localhost", "127.0.0.1", "[::1]:8080"):
+    for host in ("localhost", "127.0.0.1", "[::1]:8080", "127.0.0.2:1", "LocalHost:80"):
         assert call(url, headers={"Host": host}).status == 200
+    for host in ("[::1", "::1", "[fe80::1]:80", "", "0.0.0.0"):
+        assert call(url, headers={"Host": host}).status == 403, host
+
+
+def test_a_name_that_resolves_to_loopback_is_not_enough(console: tuple[ServerProcess, str]) -> None:
+    """The Host check never resolves: a rebinding attacker's name resolves to 127.0.0.1."""
+    _, url = console
+    name = socket.gethostname()
+    if name.lower() == "localhost" or not is_loopback(name):
+        pytest.skip(f"this machine's name {name!r} does not resolve to loopback alone")
+    _refused(call(url, headers={"Host": name}), 403, "PERMISSION_DENIED", "is not this machine")
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "OPTIONS", "HEAD"])
