@@ -20,7 +20,7 @@ setup: $(STAMP) $(NODE_STAMP)
 $(STAMP): pyproject.toml .ci/constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c .ci/constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c .ci/constraints.txt -e '.[all,dev]'
 	mkdir -p $(VENV)/pkgroot
 	ln -sfn ../.. $(VENV)/pkgroot/sqltopic
 	$(BIN)/python -c "import site, os; open(os.path.join(site.getsitepackages()[0], 'sqltopic-root.pth'), 'w').write(os.path.abspath('$(VENV)/pkgroot') + '\n')"

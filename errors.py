@@ -37,6 +37,35 @@ class ConfigError(Error, ValueError):
     """A configuration key or value is unknown or out of range; the message names it."""
 
 
+class MissingExtra(ConfigError):
+    """A command needs a part of sqltopic that is installed only with an extra
+    (`pip install 'sqltopic[server]'`); the message names the extra."""
+
+
+# The modules each extra of pyproject.toml brings, as a command checks for them: the
+# core (the client) needs none of these.
+EXTRA_MODULES = {
+    "server": ("duckdb", "sqlglot", "grpc_health.v1", "grpc_reflection.v1alpha",
+               "prometheus_client"),
+    "spark": ("duckdb", "sqlglot", "pyspark"),
+}  # fmt: skip
+
+
+def require_extra(extra: str, what: str) -> None:
+    """MissingExtra naming `extra` when a module it brings does not import: `what`
+    (a command) cannot run, and says so at once rather than with a traceback later."""
+    import importlib  # noqa: PLC0415 (only the commands that need an extra pay for it)
+
+    for module in EXTRA_MODULES[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise MissingExtra(
+                f"{what} needs sqltopic's {extra} extra (module {module.split('.')[0]} is "
+                f"not installed): pip install 'sqltopic[{extra}]'"
+            ) from None
+
+
 # --- SQL -------------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ from sqltopic.errors import (
     NotFoundError,
     ServerUnavailable,
     TopicNotFound,
+    require_extra,
 )
 from sqltopic.server.main import DEFAULT_DATA
 
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace, spark: Any = None) -> int:
 
 
 def backfill(settings: Settings, *, spark: Any = None, stream: TextIO | None = None) -> Manifest:
+    require_extra("spark", "sqltopic backfill")
     # imported here: the other commands must not pay for pyspark's import
     from sqltopic.spark_jobs import backfill as job  # noqa: PLC0415
 

@@ -30,7 +30,7 @@ from sqltopic.cli.format import counted
 from sqltopic.cli.spawn import ServerChild
 from sqltopic.cli.stop import StopRequest, stop_requests
 from sqltopic.client.connection import Connection
-from sqltopic.errors import Error
+from sqltopic.errors import Error, require_extra
 
 if TYPE_CHECKING:
     from sqltopic.client.consumer import Consumer
@@ -88,6 +88,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("server", "sqltopic demo")  # it starts a server of its own
     with ExitStack() as stack:
         data: Path = args.data or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="sqltopic-demo-"))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from sqltopic.errors import Error
+from sqltopic.errors import Error, require_extra
 from sqltopic.proto.pem import read_pem
 from sqltopic.server.common import limits, logs
 from sqltopic.server.common.cluster_secret import CLUSTER_SECRET_ENV
@@ -181,6 +181,11 @@ def _interval_ms(text: str) -> int:
 def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-in-one") -> int:
     """Run the server (or an mnode) with parsed options until SIGTERM/SIGINT; the exit
     code."""
+    try:
+        require_extra("server", f"sqltopic {'server' if role == 'all-in-one' else 'mnode'}")
+    except Error as exc:
+        print(f"sqltopic: {exc}", file=sys.stderr)
+        return 1
     data = _start(args)
     try:
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
@@ -210,6 +215,11 @@ def serve_mnode(args: argparse.Namespace) -> int:
 
 def serve_dnode(args: argparse.Namespace) -> int:
     """Run a dnode with parsed options until SIGTERM/SIGINT; the exit code."""
+    try:
+        require_extra("server", "sqltopic dnode")
+    except Error as exc:
+        print(f"sqltopic: {exc}", file=sys.stderr)
+        return 1
     data = _start(args)
     try:
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from sqlglot import exp
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqltopic.sql.model import MetaMode, TopicKind
 from sqltopic.sql.types import ColumnType
+
+if TYPE_CHECKING:  # only annotations: the client's CLI (load's VALUES) needs no sqlglot
+    from sqlglot import exp
 
 
 @dataclass(frozen=True, slots=True)
