@@ -362,4 +362,6 @@ class Consumer:
             try:
                 await self._run(self._core.heartbeat())
             except Exception as exc:  # the task must outlive a failed heartbeat
+                if self._core.closed:
+                    return  # closed while it beat: its channels went first, say nothing
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)

@@ -447,6 +447,8 @@ class Consumer:
             try:
                 self._run(self._core.heartbeat())
             except Exception as exc:  # the thread must outlive a failed heartbeat
+                if self._stop.is_set():
+                    return  # closed while it beat: its channels went first, say nothing
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
 
     def _shutdown(self) -> None:

@@ -5,6 +5,7 @@ consumers of one process (threads and asyncio) beating together."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -214,3 +215,36 @@ def test_asyncio_consumers_of_one_loop_beat_together(
 
     asyncio.run(run())
     assert members(power) == set()
+
+
+def test_a_heartbeat_cut_short_by_close_is_not_a_warning(
+    power: Connection, server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() stops the heartbeat thread first; a beat already out fails on the closed
+    consumer's channels, and that is the close, not a failure to report (the CLI's
+    `consume` printed it on Ctrl-C)."""
+    power.execute("CREATE TOPIC quiet AS SELECT * FROM power.meters")
+    consumer = Consumer(config(server.address, "quiet", heartbeat_interval_ms=BEAT_MS))
+    try:
+        consumer.subscribe(["quiet"])
+        cut = threading.Event()
+        run = consumer._run
+
+        def closing(effect: Any) -> Any:
+            if threading.current_thread().name == "sqltopic-heartbeat":
+                consumer._stop.set()  # close() began while this beat was out
+                cut.set()
+                raise Error("this consumer is closed; create a new one")
+            return run(effect)
+
+        consumer._run = closing  # type: ignore[method-assign, assignment]
+        with caplog.at_level(logging.WARNING):
+            assert cut.wait(DEADLINE_S)
+            beating = consumer._heartbeat
+            assert beating is not None
+            beating.join(DEADLINE_S)
+        assert not beating.is_alive()
+        assert "heartbeat failed" not in caplog.text
+    finally:
+        consumer._run = run  # type: ignore[method-assign]
+        consumer.close()
