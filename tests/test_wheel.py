@@ -1,13 +1,21 @@
-"""The core install, as a user gets it: a wheel built from this tree, installed with no
-extra into a fresh venv (the dependencies at `.ci/constraints.txt`'s versions, from the
-package index), runs a consumer against a server of the full install, loads no extra,
-and its `sqltopic server` names the extra to install."""
+"""The package as a user gets it: `python -m build` makes an sdist and a wheel of exactly
+the package (no tests, benchmarks or docs; the license and README with them; the extras
+in the metadata); the wheel, installed with no extra into a fresh venv (the
+dependencies at `.ci/constraints.txt`'s versions, from the package index), runs a
+consumer against a server of the full install, loads no extra, and its `sqltopic
+server` names the extra to install; the same consumer runs with the core's dependencies
+at the lowest versions its ranges allow."""
 
 from __future__ import annotations
 
+import email
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,8 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # Building the wheel and installing pyarrow and grpcio into a venv: pip's cache makes it
 # quick, a cold cache downloads ~60 MB.
 INSTALL_DEADLINE_S = 600
-# What the build needs of the tree: the package, not the tests, benchmarks or the venv.
-NOT_BUILT = (".venv", ".git", "tests", "bench", "docs", "build", "*.egg-info", ".*_cache")
+# Left out of the copy the build runs in: what `git clone` would not have (the venv, the
+# caches, earlier builds). The tests, benchmarks and docs stay: the build must leave
+# them out itself.
+NOT_CLONED = (".venv", ".git", "build", "dist", "*.egg-info", ".*_cache", "__pycache__")
+# What an sdist may hold at its top: the package's files and folders, the project files.
+SDIST_TOP = {
+    "LICENSE", "PKG-INFO", "README.md", "pyproject.toml", "setup.cfg", "py.typed", "MANIFEST.in",
+    "__init__.py", "errors.py", "aio.py", "taos.py", "sqltopic.egg-info",
+    "cli", "client", "proto", "server", "spark_jobs", "sql", "wal",
+}  # fmt: skip
 
 CONSUMER = """
 import sys, time
@@ -51,20 +67,56 @@ print(sorted(got), sorted(loaded))
 
 
 @pytest.fixture(scope="module")
-def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist and the wheel `python -m build` makes of a copy of this tree."""
+    root = tmp_path_factory.mktemp("build")
+    tree = root / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*NOT_CLONED), symlinks=True)
+    _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"),
+         str(tree))  # fmt: skip
+    (sdist,) = (root / "dist").glob("sqltopic-*.tar.gz")
+    (wheel,) = (root / "dist").glob("sqltopic-*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
     """A venv with the wheel installed, no extra: its bin directory."""
     root = tmp_path_factory.mktemp("wheel")
-    tree = root / "tree"
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*NOT_BUILT), symlinks=True)
-    wheels = root / "dist"
-    _run(sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps",
-         "--no-build-isolation", "--quiet", "-w", str(wheels))  # fmt: skip
-    (wheel,) = wheels.glob("sqltopic-*.whl")
     _run(sys.executable, "-m", "venv", str(root / "venv"))
     bin_dir = root / "venv" / "bin"
     _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
-         "-c", str(ROOT / ".ci" / "constraints.txt"), str(wheel))  # fmt: skip
+         "-c", str(ROOT / ".ci" / "constraints.txt"), str(built[1]))  # fmt: skip
     return bin_dir
+
+
+def test_the_sdist_holds_the_package_the_license_and_the_readme(built: tuple[Path, Path]) -> None:
+    with tarfile.open(built[0]) as sdist:
+        names = [n.split("/", 1)[1] for n in sdist.getnames() if "/" in n]
+    top = {n.split("/", 1)[0] for n in names}
+    assert top <= SDIST_TOP, sorted(top - SDIST_TOP)
+    assert {"LICENSE", "README.md", "pyproject.toml", "cli", "server"} <= top
+    assert "server/console/static/console.js" in names
+    assert "proto/sqltopic/v1/sqltopic.proto" in names
+
+
+def test_the_wheel_carries_the_license_and_the_extras(built: tuple[Path, Path]) -> None:
+    with zipfile.ZipFile(built[1]) as wheel:
+        names = wheel.namelist()
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    assert {n.split("/", 1)[0] for n in names} == {"sqltopic", "sqltopic-0.1.0.dist-info"}
+    assert "sqltopic-0.1.0.dist-info/licenses/LICENSE" in names
+    assert not [n for n in names if n.startswith(("sqltopic/tests/", "sqltopic/bench/"))]
+    message = email.message_from_bytes(metadata)
+    assert message["License-Expression"] == "Apache-2.0"
+    assert message["Description-Content-Type"] == "text/markdown"
+    readme = message.get_payload()
+    assert isinstance(readme, str)
+    assert readme.startswith("# sqltopic")  # the README, as the package index shows it
+    assert set(message.get_all("Provides-Extra") or ()) == {"server", "spark", "all", "dev"}
+    requires = message.get_all("Requires-Dist") or ()
+    core = {r.split("<")[0].split(">")[0] for r in requires if ";" not in r}
+    assert core == {"grpcio", "protobuf", "pyarrow", "xxhash"}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -103,3 +155,45 @@ def test_the_core_wheels_server_command_names_its_extra(core_venv: Path, tmp_pat
         "installed): pip install 'sqltopic[server]'"
     )
     assert not (tmp_path / "data").exists()
+
+
+def _lower_bounds() -> list[str]:
+    """The core's dependencies at the lowest versions its ranges allow."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = []
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+        low = re.search(r">=\s*([\w.]+)", requirement)
+        assert low is not None, requirement
+        pins.append(f"{name}=={low.group(1)}")
+    return pins
+
+
+@pytest.fixture(scope="module")
+def oldest_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
+    """A venv with the wheel and the core's dependencies at their lower bounds."""
+    root = tmp_path_factory.mktemp("oldest")
+    _run(sys.executable, "-m", "venv", str(root / "venv"))
+    bin_dir = root / "venv" / "bin"
+    pip = (str(bin_dir / "python"), "-m", "pip", "install", "--quiet")
+    _run(*pip, "--no-deps", str(built[1]))
+    _run(*pip, *_lower_bounds())  # pyarrow brings the numpy it needs
+    return bin_dir
+
+
+def test_the_lower_bounds_consume_from_a_full_server(oldest_venv: Path, tmp_path: Path) -> None:
+    versions = _run(
+        str(oldest_venv / "python"), "-c",
+        "import importlib.metadata as m; names = ('grpcio', 'protobuf', 'pyarrow', 'xxhash'); "
+        "print(' '.join(f'{n}=={m.version(n)}' for n in names))",
+    ).stdout.split()  # fmt: skip
+    assert [v.split("==")[0] for v in versions] == [p.split("==")[0] for p in _lower_bounds()]
+    for got, low in zip(versions, _lower_bounds(), strict=True):  # 15 installs as 15.0.0
+        assert got.split("==")[1].startswith(low.split("==")[1]), (got, low)
+    server = ServerProcess(tmp_path / "data")
+    try:
+        server.wait_ready()
+        done = _run(str(oldest_venv / "python"), "-c", CONSUMER, server.address)
+    finally:
+        server.kill()
+    assert done.stdout.strip() == "[2, 3] []"
