@@ -3,8 +3,9 @@ the package (no tests, benchmarks or docs; the license and README with them; the
 in the metadata); the wheel, installed with no extra into a fresh venv (the
 dependencies at `.ci/constraints.txt`'s versions, from the package index), runs a
 consumer against a server of the full install, loads no extra, and its `sqltopic
-server` names the extra to install; the same consumer runs with the core's dependencies
-at the lowest versions its ranges allow."""
+server` names the extra to install; the wheel with its server extra alone serves; the
+same consumer runs with the core's dependencies at the lowest versions its ranges
+allow."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_core_wheel_has_only_the_client_dependencies(core_venv: Path) -> None:
     listed = _run(str(core_venv / "python"), "-m", "pip", "list", "--format=freeze").stdout
-    names = {line.split("==")[0].lower() for line in listed.split()}
+    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
     assert {"sqltopic", "grpcio", "protobuf", "pyarrow", "xxhash"} <= names
     assert not names & {"duckdb", "sqlglot", "pyspark", "grpcio-tools", "prometheus-client"}
 
@@ -197,3 +198,38 @@ def test_the_lower_bounds_consume_from_a_full_server(oldest_venv: Path, tmp_path
     finally:
         server.kill()
     assert done.stdout.strip() == "[2, 3] []"
+
+
+@pytest.fixture(scope="module")
+def server_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
+    """A venv with the wheel and its server extra alone (no Spark)."""
+    root = tmp_path_factory.mktemp("server")
+    _run(sys.executable, "-m", "venv", str(root / "venv"))
+    bin_dir = root / "venv" / "bin"
+    _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
+         "-c", str(ROOT / ".ci" / "constraints.txt"), f"{built[1]}[server]")  # fmt: skip
+    return bin_dir
+
+
+def test_the_server_extra_alone_serves(server_venv: Path, tmp_path: Path) -> None:
+    listed = _run(str(server_venv / "python"), "-m", "pip", "list", "--format=freeze").stdout
+    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    assert {"duckdb", "sqlglot", "prometheus-client"} <= names
+    assert "pyspark" not in names
+    server = subprocess.Popen(
+        [str(server_venv / "sqltopic"), "server", "--data", str(tmp_path / "data"),
+         "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline()  # the ready line, or "" if it died
+        assert ready.startswith("sqltopic server listening on 127.0.0.1:"), (
+            ready, server.stderr.read() if server.poll() is not None and server.stderr else "",
+        )  # fmt: skip
+        address = ready.split(" on ", 1)[1].split(",", 1)[0]
+        done = _run(str(server_venv / "python"), "-c", CONSUMER, address)
+        assert done.stdout.strip() == "[2, 3] []"
+    finally:
+        server.kill()
+        server.wait(timeout=INSTALL_DEADLINE_S)
