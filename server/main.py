@@ -181,13 +181,10 @@ def _interval_ms(text: str) -> int:
 def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-in-one") -> int:
     """Run the server (or an mnode) with parsed options until SIGTERM/SIGINT; the exit
     code."""
-    try:
-        require_extra("server", f"sqltopic {'server' if role == 'all-in-one' else 'mnode'}")
-    except Error as exc:
-        print(f"sqltopic: {exc}", file=sys.stderr)
-        return 1
     data = _start(args)
+    name = "server" if role == "all-in-one" else "mnode"
     try:
+        require_extra("server", f"sqltopic {name}")  # before anything imports DuckDB
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
         # imported here: `sqltopic sql` and friends parse these options without loading
         # the engine (DuckDB) and the gRPC server, and a bad PEM file is reported at once
@@ -201,7 +198,6 @@ def serve(args: argparse.Namespace, role: Literal["all-in-one", "mnode"] = "all-
             dnode_tls_ca=read_pem("--dnode-tls-ca", args.dnode_tls_ca, "CA certificate")
             if getattr(args, "dnode_tls_ca", None) else None,
         )  # fmt: skip
-        name = "server" if role == "all-in-one" else "mnode"
         run(config, _ready(name, data, tls))
     except (Error, OSError) as exc:
         print(f"sqltopic: {exc}", file=sys.stderr)
@@ -215,13 +211,9 @@ def serve_mnode(args: argparse.Namespace) -> int:
 
 def serve_dnode(args: argparse.Namespace) -> int:
     """Run a dnode with parsed options until SIGTERM/SIGINT; the exit code."""
-    try:
-        require_extra("server", "sqltopic dnode")
-    except Error as exc:
-        print(f"sqltopic: {exc}", file=sys.stderr)
-        return 1
     data = _start(args)
     try:
+        require_extra("server", "sqltopic dnode")
         tls = load_server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
         from sqltopic.server.rpc.dnode_server import DnodeConfig, run  # noqa: PLC0415
 

@@ -24,6 +24,7 @@ import pytest
 from tests.live_server import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
+CONSTRAINTS = ROOT / ".ci" / "constraints.txt"
 # Building the wheel and installing pyarrow and grpcio into a venv: pip's cache makes it
 # quick, a cold cache downloads ~60 MB.
 INSTALL_DEADLINE_S = 600
@@ -83,11 +84,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def core_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
     """A venv with the wheel installed, no extra: its bin directory."""
-    root = tmp_path_factory.mktemp("wheel")
-    _run(sys.executable, "-m", "venv", str(root / "venv"))
-    bin_dir = root / "venv" / "bin"
-    _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
-         "-c", str(ROOT / ".ci" / "constraints.txt"), str(built[1]))  # fmt: skip
+    bin_dir = _venv(tmp_path_factory.mktemp("wheel"))
+    _pip(bin_dir, "-c", str(CONSTRAINTS), str(built[1]))
     return bin_dir
 
 
@@ -120,6 +118,33 @@ def test_the_wheel_carries_the_license_and_the_extras(built: tuple[Path, Path]) 
     assert core == {"grpcio", "protobuf", "pyarrow", "xxhash"}
 
 
+def _venv(root: Path) -> Path:
+    """A fresh venv under `root`: its bin directory."""
+    _run(sys.executable, "-m", "venv", str(root / "venv"))
+    return root / "venv" / "bin"
+
+
+def _pip(bin_dir: Path, *args: str) -> None:
+    _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet", *args)
+
+
+def _installed(bin_dir: Path) -> set[str]:
+    """The names of the venv's distributions, normalised (`prometheus-client`)."""
+    listed = _run(str(bin_dir / "python"), "-m", "pip", "list", "--format=freeze").stdout
+    return {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+
+
+def _consumed(bin_dir: Path, data: Path) -> str:
+    """What CONSUMER prints, run by the venv's Python against a server of the full
+    install on `data`."""
+    server = ServerProcess(data)
+    try:
+        server.wait_ready()
+        return _run(str(bin_dir / "python"), "-c", CONSUMER, server.address).stdout.strip()
+    finally:
+        server.kill()
+
+
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         args, capture_output=True, text=True, timeout=INSTALL_DEADLINE_S, check=False, cwd="/"
@@ -129,20 +154,13 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_core_wheel_has_only_the_client_dependencies(core_venv: Path) -> None:
-    listed = _run(str(core_venv / "python"), "-m", "pip", "list", "--format=freeze").stdout
-    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    names = _installed(core_venv)
     assert {"sqltopic", "grpcio", "protobuf", "pyarrow", "xxhash"} <= names
     assert not names & {"duckdb", "sqlglot", "pyspark", "grpcio-tools", "prometheus-client"}
 
 
 def test_the_core_wheel_consumes_from_a_full_server(core_venv: Path, tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data")
-    try:
-        server.wait_ready()
-        done = _run(str(core_venv / "python"), "-c", CONSUMER, server.address)
-    finally:
-        server.kill()
-    assert done.stdout.strip() == "[2, 3] []"
+    assert _consumed(core_venv, tmp_path / "data") == "[2, 3] []"
 
 
 def test_the_core_wheels_server_command_names_its_extra(core_venv: Path, tmp_path: Path) -> None:
@@ -173,12 +191,9 @@ def _lower_bounds() -> list[str]:
 @pytest.fixture(scope="module")
 def oldest_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
     """A venv with the wheel and the core's dependencies at their lower bounds."""
-    root = tmp_path_factory.mktemp("oldest")
-    _run(sys.executable, "-m", "venv", str(root / "venv"))
-    bin_dir = root / "venv" / "bin"
-    pip = (str(bin_dir / "python"), "-m", "pip", "install", "--quiet")
-    _run(*pip, "--no-deps", str(built[1]))
-    _run(*pip, *_lower_bounds())  # pyarrow brings the numpy it needs
+    bin_dir = _venv(tmp_path_factory.mktemp("oldest"))
+    _pip(bin_dir, "--no-deps", str(built[1]))
+    _pip(bin_dir, *_lower_bounds())  # pyarrow brings the numpy it needs
     return bin_dir
 
 
@@ -191,29 +206,19 @@ def test_the_lower_bounds_consume_from_a_full_server(oldest_venv: Path, tmp_path
     assert [v.split("==")[0] for v in versions] == [p.split("==")[0] for p in _lower_bounds()]
     for got, low in zip(versions, _lower_bounds(), strict=True):  # 15 installs as 15.0.0
         assert got.split("==")[1].startswith(low.split("==")[1]), (got, low)
-    server = ServerProcess(tmp_path / "data")
-    try:
-        server.wait_ready()
-        done = _run(str(oldest_venv / "python"), "-c", CONSUMER, server.address)
-    finally:
-        server.kill()
-    assert done.stdout.strip() == "[2, 3] []"
+    assert _consumed(oldest_venv, tmp_path / "data") == "[2, 3] []"
 
 
 @pytest.fixture(scope="module")
 def server_venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
     """A venv with the wheel and its server extra alone (no Spark)."""
-    root = tmp_path_factory.mktemp("server")
-    _run(sys.executable, "-m", "venv", str(root / "venv"))
-    bin_dir = root / "venv" / "bin"
-    _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
-         "-c", str(ROOT / ".ci" / "constraints.txt"), f"{built[1]}[server]")  # fmt: skip
+    bin_dir = _venv(tmp_path_factory.mktemp("server"))
+    _pip(bin_dir, "-c", str(CONSTRAINTS), f"{built[1]}[server]")
     return bin_dir
 
 
 def test_the_server_extra_alone_serves(server_venv: Path, tmp_path: Path) -> None:
-    listed = _run(str(server_venv / "python"), "-m", "pip", "list", "--format=freeze").stdout
-    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.split()}
+    names = _installed(server_venv)
     assert {"duckdb", "sqlglot", "prometheus-client"} <= names
     assert "pyspark" not in names
     server = subprocess.Popen(

@@ -50,8 +50,9 @@ class ConsoleApi:
         """Every list, the recent rebalances and the lag history, as `session`'s user
         sees them."""
         fresh = Session(user=session.user)  # no USE of the login's other calls
+        me = self.me(session)
         answer: Json = {
-            "user": self.me(session),
+            "user": me,
             "now": _iso(self.now_ms()),
             "refresh_ms": int(LAG_SAMPLE_INTERVAL_S * 1000),
         }
@@ -62,7 +63,7 @@ class ConsoleApi:
                 truncated.append(key)
             answer[key] = [_row(r) for r in rows[:MAX_CONSOLE_ROWS]]
         answer["truncated"] = truncated
-        answer["rebalances"] = self._rebalances(session.user)
+        answer["rebalances"] = self._rebalances(session.user, me["superuser"])
         answer["lag"] = self._lag(answer["subscriptions"])
         return answer
 
@@ -70,11 +71,10 @@ class ConsoleApi:
         record = self.engine.users()(user)
         return user == ROOT_USER or (record is not None and record.superuser)
 
-    def _rebalances(self, user: str) -> list[Json]:
+    def _rebalances(self, user: str, superuser: bool) -> list[Json]:
         coordinator = self.engine.coordinator
         if coordinator is None:
             return []
-        superuser = self._superuser(user)
         return [
             _rebalance(r) for r in coordinator.rebalances.recent()
             if superuser or self.engine.may_subscribe(user, topic_of(r.topic))
