@@ -2,7 +2,8 @@
 and (with `--group`) the hand-off of the group to live consumption where Spark stopped.
 
 Order, so that a refused run writes nothing and changes no offsets: `prepare()` (unknown
-topic, SQL Spark cannot run), then, with a server, the group's live consumers (refused
+topic, a topic the backfill cannot write; with `--engine spark-sql`, SQL Spark SQL cannot
+run exactly), then, with a server, the group's live consumers (refused
 unless `--force`) and the snapshot: each vgroup's end from `Vnode.OffsetRange`, capped by
 `--upto`; then the job checks the output directory and Java before Spark starts.
 
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from sqltopic.cli.connect import SERVER_ENV, ServerOptions, open_connection, options_parser
 from sqltopic.cli.format import counted
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from sqltopic.spark_jobs.backfill import BackfillPlan, Manifest
 
 LATEST = "latest"
+# --engine's choices: the job's engines (spark_jobs/backfill.py)
+ENGINES: dict[str, Literal["live", "spark_sql"]] = {"live": "live", "spark-sql": "spark_sql"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,6 +116,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="with --group: evict the group's live consumers of the topic",
     )
+    parser.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default="live",
+        help="live (default): Spark tasks evaluate the topic as the server does and write "
+        "Parquet with pyarrow; spark-sql: the topic transpiled to Spark SQL over the "
+        "sqltopic_wal source (refuses SQL whose Spark meaning differs)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -148,6 +159,7 @@ class Settings:
     data: Path | None  # None: read through the server
     force: bool
     server: ServerOptions
+    engine: Literal["live", "spark_sql"] = "live"
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
@@ -155,7 +167,7 @@ class Settings:
             raise ConfigError("--force evicts a group's consumers: give it with --group G")
         data = args.data if args.data is not None or not args.offline else Path(DEFAULT_DATA)
         return cls(args.topic, args.output, args.group, args.offline, args.master, args.upto,
-                   data, args.force, ServerOptions.of(args))  # fmt: skip
+                   data, args.force, ServerOptions.of(args), ENGINES[args.engine])  # fmt: skip
 
 
 def run(args: argparse.Namespace, spark: Any = None) -> int:
@@ -175,6 +187,8 @@ def backfill(settings: Settings, *, spark: Any = None, stream: TextIO | None = N
     try:
         bar.stage("checking")
         plan = _prepare(settings)
+        if settings.engine == "spark_sql":
+            plan.spark_query()  # BackfillUnsupported before anything runs
         if settings.offline and settings.data is not None:
             ends = _capped(job.local_ends(settings.data, plan.database), settings.upto)
         else:
@@ -197,7 +211,8 @@ def _run_job(
     from sqltopic.spark_jobs.backfill import run_backfill  # noqa: PLC0415
 
     job = partial(run_backfill, plan, settings.output, ends, spark=spark,
-                  master=settings.master, progress=bar.report)  # fmt: skip
+                  master=settings.master, progress=bar.report,
+                  engine=settings.engine)  # fmt: skip
     if spark is not None:
         return job()
     with jvm_output_aside() as (log, terminal):

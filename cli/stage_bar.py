@@ -1,4 +1,5 @@
-"""The backfill's progress line: its stage, Spark's tasks done and the rows written."""
+"""The backfill's progress line: its stage, the WAL pieces done (a Spark task each) and the
+rows written so far."""
 
 from __future__ import annotations
 
@@ -39,11 +40,12 @@ class StageBar(TerminalLine):
 
 
 def stage_line(stage: str, rows: int, tasks_done: int, tasks: int) -> str:
-    """`reading WAL, writing Parquet: [#####---] 3/8 tasks`, `done: 1,234 rows`."""
+    """`evaluating the topic, writing Parquet: [#####---] 3/8 pieces 1,234 rows`,
+    `done: 1,234 rows`."""
     text = f"{stage}:"
     if tasks:
         filled = BAR_WIDTH * min(tasks_done, tasks) // tasks
-        text += f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {tasks_done}/{tasks} tasks"
+        text += f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {tasks_done}/{tasks} pieces"
     if rows or stage == "done":
         text += f" {counted(rows, 'row')}"
     return text

@@ -9,9 +9,19 @@ or, through the server (a cluster, or files the job cannot see: spark_jobs/remot
 `remote_ends(plan)`.
 
 `run_backfill` reads each vgroup from its first retained version to `ends[vgroup]`
-(exclusive) through the `sqltopic_wal` source, runs the topic's SQL transpiled to Spark
-SQL (`transpile`), writes Parquet partitioned by vgroup (`vgroup=N/part-*.parquet`,
-TIMESTAMP_MICROS timestamps, plus `_version`), then `_manifest.json` (`manifest`).
+(exclusive), evaluates the topic and writes Parquet partitioned by vgroup
+(`vgroup=N/part-*.parquet`, TIMESTAMP_MICROS timestamps, plus `_version`), then
+`_manifest.json` (`manifest`). Two engines give the same files:
+
+* `live` (the default): one Spark task per WAL piece (spark_jobs/pieces.py) evaluates
+  the topic with the vnodes' own evaluator and writes the piece's Parquet with pyarrow
+  (spark_jobs/task.py); Spark schedules and retries the tasks, and their files are
+  committed by the protocol of spark_jobs/commit.py. Nothing per row enters the JVM, and
+  every topic a consumer can read can be backfilled.
+* `spark_sql`: the `sqltopic_wal` source and the topic's SQL transpiled to Spark SQL
+  (`transpile`), written by Spark's Parquet writer: the path users' own Spark jobs take,
+  kept and checked against the live one (tests/spark/test_backfill_differential.py). It
+  refuses SQL whose Spark meaning differs from the topic's (BackfillUnsupported).
 """
 
 from __future__ import annotations
@@ -21,22 +31,29 @@ import json
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+import pyarrow as pa
 
 from sqltopic.errors import BackfillError, BackfillUnsupported, OutputExists
-from sqltopic.spark_jobs import parquet, remote, session
+from sqltopic.spark_jobs import parquet, remote, session, types
+from sqltopic.spark_jobs.commit import PARTITION, OutputJob
 from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest, VgroupSpan
-from sqltopic.spark_jobs.pieces import extent
+from sqltopic.spark_jobs.pieces import Piece, extent, list_pieces
 from sqltopic.spark_jobs.progress import BackfillProgress, ProgressWatch
 from sqltopic.spark_jobs.remote import Remote
 from sqltopic.spark_jobs.spec import VERSION, VGROUP, load_catalog
+from sqltopic.spark_jobs.task import LivePlan, PieceOutput, file_schema, run_piece
 from sqltopic.spark_jobs.transpile import SparkQuery, transpile
-from sqltopic.sql.model import TBNAME, Catalog, Topic
+from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
 from sqltopic.sql.topic import topic_schema
+from sqltopic.sql.topic.evaluate import QueryShape
 from sqltopic.sql.topic.target import find_target
 
 if TYPE_CHECKING:
+    from pyspark import Accumulator
     from pyspark.sql import DataFrameReader, SparkSession
 
 __all__ = [
@@ -51,7 +68,7 @@ __all__ = [
     "run_backfill",
 ]
 
-PARTITION = "vgroup"  # the Parquet partition column: directories vgroup=N
+Engine = Literal["live", "spark_sql"]
 
 Progress = Callable[[BackfillProgress], None]
 
@@ -66,9 +83,29 @@ class BackfillPlan:
     table: str  # the topic's FROM table
     vgroups: tuple[int, ...]
     columns: tuple[str, ...]  # the source columns the SQL needs
-    query: SparkQuery
     schema: tuple[tuple[str, str], ...]  # output column, TDengine type
+    live: LiveParts  # what the live engine's tasks evaluate
     remote: Remote | None = None  # read through the server, not `data_dir`'s files
+
+    def spark_query(self) -> SparkQuery:
+        """The topic's SQL in Spark SQL, for the `spark_sql` engine (BackfillUnsupported
+        when Spark cannot run it exactly)."""
+        parts = self.live
+        output = parts.shape.out
+        relation = f"sqltopic_backfill_{self.topic}"
+        extra = {PARTITION: VGROUP, VERSION: VERSION}
+        return transpile(self.topic, parts.select_sql, parts.batch_schema, output, relation,
+                         extra)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveParts:
+    """The topic as the vnodes evaluate it, and the tables its tasks read."""
+
+    select_sql: str
+    shape: QueryShape
+    batch_schema: pa.Schema  # the target's batch relation, for `transpile`
+    tables: dict[int, dict[str, Table]]  # vgroup -> name -> table
 
 
 def prepare(data_dir: Path, topic: str) -> BackfillPlan:
@@ -101,9 +138,7 @@ def _plan(catalog: Catalog, topic: str, data_dir: Path, source: Remote | None) -
                 f"topic {topic!r} has an output column {name!r}, a name the backfill's Parquet "
                 f"uses itself ({PARTITION}=N directories, {VERSION}); rename it with AS"
             )
-    relation = f"sqltopic_backfill_{found.name}"
-    extra = {PARTITION: VGROUP, VERSION: VERSION}
-    query = transpile(found.name, found.select_sql, target.batch_schema(), output, relation, extra)
+    types.spark_schema(output)  # BackfillUnsupported for a type Spark cannot hold
     needs = set(found.uses) | {VGROUP, VERSION}
     if f'"{TBNAME}"' in found.select_sql:
         needs.add(TBNAME)
@@ -114,10 +149,27 @@ def _plan(catalog: Catalog, topic: str, data_dir: Path, source: Remote | None) -
         table=target.name,
         vgroups=catalog.database(found.db).vgroups,
         columns=tuple(sorted(needs)),
-        query=query,
         schema=tuple((c.name, c.type.sql()) for c in found.output),
+        live=LiveParts(
+            found.select_sql,
+            QueryShape.of(catalog, found),
+            target.batch_schema(),
+            _tables(catalog, found),
+        ),
         remote=source,
     )
+
+
+def _tables(catalog: Catalog, topic: Topic) -> dict[int, dict[str, Table]]:
+    """The tables whose rows the topic reads, by vgroup: a super table's children, or
+    the one child or normal table."""
+    db = catalog.database(topic.db)
+    name = topic.target or ""
+    if (topic.db, name) in catalog.stables:
+        found = catalog.children(topic.db, name)
+    else:
+        found = [catalog.table(topic.db, name)]
+    return {v: {t.name: t for t in found if t.vgroup == v} for v in db.vgroups}
 
 
 def _check_kind(topic: Topic) -> None:
@@ -152,17 +204,29 @@ def run_backfill(
     spark: SparkSession | None = None,
     master: str = "local[*]",
     progress: Progress | None = None,
+    engine: Engine = "live",
+    on_tasks: Callable[[list[PieceOutput]], None] | None = None,
+    fail_once: Path | None = None,
 ) -> Manifest:
-    """Run the job; `_manifest.json` is written last. Raises OutputExists (before
-    anything), JavaNotFound (before Spark starts), BackfillError."""
+    """Run the job with `engine` (see the module docstring); `_manifest.json` is written
+    last. `on_tasks` receives the live engine's task reports (rows, seconds). `fail_once`
+    is for tests only: the first task to create that file fails after writing part of its
+    output, and Spark retries it. Raises OutputExists (before anything), JavaNotFound
+    (before Spark starts), BackfillUnsupported, BackfillError."""
     report = progress or (lambda _p: None)
     _check_output(output)
     _check_ends(plan, ends)
+    query = plan.spark_query() if engine == "spark_sql" else None
     existed = output.exists()
     report(BackfillProgress("starting Spark", 0))
     with _session(spark, master) as active:
         try:
-            return _run(active, plan, output, dict(ends), report)
+            if query is not None:
+                return _run_spark_sql(active, plan, query, output, dict(ends), report)
+            outputs = _run_live(active, plan, output, dict(ends), report, fail_once)
+            if on_tasks is not None:
+                on_tasks(outputs)
+            return _finish(plan, output, dict(ends), outputs, report)
         except BaseException:
             _remove_output(output, existed)
             raise
@@ -181,15 +245,78 @@ def _session(spark: SparkSession | None, master: str) -> Iterator[SparkSession]:
         own.stop()
 
 
-def _run(
-    spark: SparkSession, plan: BackfillPlan, out: Path, ends: dict[int, int], report: Progress
-) -> Manifest:
+def _run_live(
+    spark: SparkSession, plan: BackfillPlan, out: Path, ends: dict[int, int], report: Progress,
+    fail_once: Path | None,
+) -> list[PieceOutput]:  # fmt: skip
+    """One task per piece, evaluating the topic with the live evaluator; their files
+    committed into `out` once every task succeeded."""
+    report(BackfillProgress("planning", 0))
+    starts = _clamped_starts(plan, ends)
+    pieces = _pieces(plan, starts, ends)
+    out.mkdir(parents=True, exist_ok=True)
+    job = OutputJob.start(out)
+    live = LivePlan(
+        str(plan.data_dir), plan.remote, plan.live.shape, plan.live.select_sql, plan.live.tables,
+        file_schema(plan.live.shape.out), job, None if fail_once is None else str(fail_once),
+    )  # fmt: skip
+    sc = spark.sparkContext
+    rows = sc.accumulator(0)
+    stage = "evaluating the topic, writing Parquet"
+    try:
+        with ProgressWatch(spark, report, stage, rows=lambda: int(rows.value)):
+            found = (
+                sc.parallelize(pieces, len(pieces)).map(partial(_task, live, rows)).collect()
+                if pieces
+                else []
+            )
+        job.commit([r.name for r in found if r.name])
+    except BaseException:
+        job.abort()
+        raise
+    return found
+
+
+def _task(live: LivePlan, rows: Accumulator[int], piece: Piece) -> PieceOutput:
+    """A Spark task (in a Python worker): `run_piece`, its rows added to `rows`."""
+    return run_piece(live, piece, rows.add)
+
+
+def _pieces(plan: BackfillPlan, starts: dict[int, int], ends: dict[int, int]) -> list[Piece]:
+    if plan.remote is not None:
+        return remote.pieces(plan.remote, plan.vgroups, starts, ends, strict=True)
+    return list_pieces(plan.data_dir, plan.vgroups, starts, ends, strict=True)
+
+
+def _finish(
+    plan: BackfillPlan, out: Path, ends: dict[int, int], outputs: list[PieceOutput],
+    report: Progress,
+) -> Manifest:  # fmt: skip
+    """The manifest of a committed job, written last."""
+    starts = _clamped_starts(plan, ends)
+    counts: dict[int, int] = {}
+    for o in outputs:
+        counts[o.vgroup] = counts.get(o.vgroup, 0) + o.rows
+    spans = tuple(VgroupSpan(v, starts[v], ends[v], counts.get(v, 0)) for v in sorted(plan.vgroups))
+    manifest = Manifest(plan.topic, plan.database, spans, plan.schema)
+    parquet.write_text_atomic(out / MANIFEST_NAME, manifest.to_json())
+    report(BackfillProgress("done", sum(s.rows for s in spans)))
+    return manifest
+
+
+def _clamped_starts(plan: BackfillPlan, ends: dict[int, int]) -> dict[int, int]:
+    return {v: min(s, ends[v]) for v, s in _starts(plan).items()}
+
+
+def _run_spark_sql(
+    spark: SparkSession, plan: BackfillPlan, query: SparkQuery, out: Path, ends: dict[int, int],
+    report: Progress,
+) -> Manifest:  # fmt: skip
     from sqltopic.spark_jobs.source import NAME, register  # noqa: PLC0415 - imports pyspark
 
     register(spark)
     report(BackfillProgress("planning", 0))
-    starts = _starts(plan)
-    starts = {v: min(s, ends[v]) for v, s in starts.items()}
+    starts = _clamped_starts(plan, ends)
     source = (
         _located(spark.read.format(NAME), plan)
         .option("database", plan.database)
@@ -201,13 +328,13 @@ def _run(
         .option("strict", "true")
         .load()
     )
-    source.createOrReplaceTempView(plan.query.relation)
+    source.createOrReplaceTempView(query.relation)
     try:
-        rows = spark.sql(plan.query.sql)
+        rows = spark.sql(query.sql)
         with ProgressWatch(spark, report, "reading WAL, writing Parquet"):
             parquet.write(rows, out, PARTITION)
     finally:
-        spark.catalog.dropTempView(plan.query.relation)
+        spark.catalog.dropTempView(query.relation)
     report(BackfillProgress("counting", 0))
     counts = parquet.row_counts(out, PARTITION)
     spans = tuple(VgroupSpan(v, starts[v], ends[v], counts.get(v, 0)) for v in sorted(plan.vgroups))

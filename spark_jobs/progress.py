@@ -19,8 +19,10 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class BackfillProgress:
-    """`stage` (e.g. "planning", "reading WAL, writing Parquet", "done"); `rows` written
-    so far (known at "done"); `tasks_done` of `tasks` Spark tasks while Spark runs."""
+    """`stage` (e.g. "planning", "evaluating the topic, writing Parquet", "done");
+    `rows` written so far (the live engine counts them as its tasks finish; the Spark SQL
+    one knows them at "done"); `tasks_done` of `tasks` Spark tasks (one per WAL piece)
+    while Spark runs."""
 
     stage: str
     rows: int
@@ -29,14 +31,17 @@ class BackfillProgress:
 
 
 class ProgressWatch:
-    """Reports the tasks of the Spark jobs run inside it, every `POLL_S`."""
+    """Reports the tasks of the Spark jobs run inside it, and the rows `rows()` counts
+    (the tasks finished so far), every `POLL_S`."""
 
     def __init__(
-        self, spark: SparkSession, report: Callable[[BackfillProgress], None], stage: str
-    ) -> None:
+        self, spark: SparkSession, report: Callable[[BackfillProgress], None], stage: str,
+        rows: Callable[[], int] = lambda: 0,
+    ) -> None:  # fmt: skip
         self._sc = spark.sparkContext
         self._report = report
         self._stage = stage
+        self._rows = rows
         self._group = f"sqltopic-backfill-{uuid.uuid4().hex}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -52,12 +57,15 @@ class ProgressWatch:
     ) -> None:
         self._stop.set()
         self._thread.join()
+        if kind is None:  # the stage's last figures: every task done
+            done, total = self._tasks()
+            self._report(BackfillProgress(self._stage, self._rows(), done, total))
         self._sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_S):
             done, total = self._tasks()
-            self._report(BackfillProgress(self._stage, 0, done, total))
+            self._report(BackfillProgress(self._stage, self._rows(), done, total))
 
     def _tasks(self) -> tuple[int, int]:
         tracker = self._sc.statusTracker()

@@ -10,9 +10,9 @@ rows before one cast to the Spark schema.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -63,10 +63,27 @@ def _flush(pending: list[pa.RecordBatch], spec: Spec) -> Iterator[pa.RecordBatch
 
 def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
     tables = spec.tables.get(piece.vgroup, {})
-    if spec.remote is not None:
-        yield from _remote_batches(spec, spec.remote, tables, piece)
+    for version, name, rows in piece_runs(spec.data_dir, spec.remote, tables, piece):
+        yield _run_batch(spec, tables[name], name, piece.vgroup, version, rows)
+
+
+class Owned(Protocol):
+    """A table as a read knows it: entries carry its name and uid."""
+
+    @property
+    def uid(self) -> int: ...
+
+
+def piece_runs(
+    data_dir: str, source: Remote | None, tables: Mapping[str, Owned], piece: Piece
+) -> Iterator[tuple[int, str, pa.RecordBatch]]:
+    """(version, table name, rows) of each run of rows of `tables` in the piece's data
+    entries (either form), in WAL order, as written (not conformed): from the data
+    directory's files, or through the server when `source` is given."""
+    if source is not None:
+        yield from _remote_runs(source, tables, piece)
         return
-    reader = open_wal(Path(spec.data_dir), piece.vgroup)
+    reader = open_wal(Path(data_dir), piece.vgroup)
     version, seen = piece.start, 0
     while version < piece.end:
         try:
@@ -82,26 +99,26 @@ def _entry_batches(spec: Spec, piece: Piece) -> Iterator[pa.RecordBatch]:
                 break
             seen += 1
             if rec.entry_type is EntryType.DATA:
-                yield from _entry(spec, tables, piece.vgroup, rec.version, rec.arrow_keyed())
+                yield from _entry(tables, rec.version, rec.arrow_keyed())
         if not records or records[-1].version >= piece.end:
             break
         version = records[-1].version + 1
-    if seen != piece.entries:
-        raise BackfillError(
-            f"vgroup {piece.vgroup}: versions {piece.start}..{piece.end - 1} held "
-            f"{piece.entries} entries when the job was planned, and {seen} now; run it again"
-        )
+    _check_seen(piece, seen)
 
 
-def _remote_batches(
-    spec: Spec, source: Remote, tables: dict[str, Any], piece: Piece
-) -> Iterator[pa.RecordBatch]:
-    """`_entry_batches` of a piece read through the server (spark_jobs/remote.py)."""
+def _remote_runs(
+    source: Remote, tables: Mapping[str, Owned], piece: Piece
+) -> Iterator[tuple[int, str, pa.RecordBatch]]:
+    """`piece_runs` of a piece read through the server (spark_jobs/remote.py)."""
     seen = 0
     for version, kind, body in entries(source, piece):
         seen += 1
         if kind is EntryType.DATA:
-            yield from _entry(spec, tables, piece.vgroup, version, decode_arrow_keyed(body))
+            yield from _entry(tables, version, decode_arrow_keyed(body))
+    _check_seen(piece, seen)
+
+
+def _check_seen(piece: Piece, seen: int) -> None:
     if seen != piece.entries:
         raise BackfillError(
             f"vgroup {piece.vgroup}: versions {piece.start}..{piece.end - 1} held "
@@ -110,14 +127,12 @@ def _remote_batches(
 
 
 def _entry(
-    spec: Spec, tables: dict[str, Any], vgroup: int, version: int,
-    keyed: tuple[pa.RecordBatch, bytes],
-) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The runs of one data entry (either form) that are the spec's tables' rows."""
+    tables: Mapping[str, Owned], version: int, keyed: tuple[pa.RecordBatch, bytes]
+) -> Iterator[tuple[int, str, pa.RecordBatch]]:
+    """The runs of one data entry (either form) that are the tables' rows."""
     for owner, rows in entry_runs(*keyed, tables):
-        table = tables[owner.name]
-        if table.uid == owner.uid:  # not an earlier table's of the same name
-            yield _run_batch(spec, table, owner.name, vgroup, version, rows)
+        if tables[owner.name].uid == owner.uid:  # not an earlier table's of the same name
+            yield version, owner.name, rows
 
 
 def _run_batch(

@@ -8,6 +8,7 @@ it fails late with an obscure gateway error, so `find_java` checks before anythi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 APP_NAME = "sqltopic-backfill"
+# Attempts of a task in local mode before the job fails: Spark's own default on a cluster
+# (spark.task.maxFailures), which local mode otherwise sets to one.
+TASK_ATTEMPTS = 4
 # Rows per Arrow batch between the JVM and Python workers: large batches amortise the
 # per-batch cost of the Arrow path (the default, 10,000, costs ~15 % at 20M rows).
 ARROW_BATCH_ROWS = 65_536
@@ -81,10 +85,20 @@ def start_session(master: str, conf: dict[str, str] | None = None) -> SparkSessi
     python_environment()
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is heavy to import
 
-    builder = SparkSession.builder.master(master).appName(APP_NAME)
+    builder = SparkSession.builder.master(with_retries(master)).appName(APP_NAME)
     for key, value in {**OWN_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def with_retries(master: str) -> str:
+    """`master`, in local mode with TASK_ATTEMPTS attempts per task: `local[N]` (and
+    `local`, `local[*]`) gives a task one attempt, so a task failing once would fail the
+    whole job, where a cluster retries it. `local[N,F]` is kept as given."""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if found is None:
+        return master
+    return f"local[{found.group(1) or 1},{TASK_ATTEMPTS}]"
 
 
 def apply_required(spark: SparkSession) -> None:

@@ -25,7 +25,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 from sqltopic.errors import NotFoundError, QueryNotAllowed, SqlError
 from sqltopic.server.common.result import Result, Session
 from sqltopic.server.core import adhoc_sql, info_schema, sandbox
-from sqltopic.server.core.batches import data_entries, with_context
+from sqltopic.server.core.batches import data_entries
 from sqltopic.server.core.privileges import Rights
 from sqltopic.server.core.query_run import QueryRun, brief
 from sqltopic.server.core.state import State
@@ -36,6 +36,7 @@ from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Column, Database
 from sqltopic.sql.parse import position
 from sqltopic.sql.topic import coerce_timestamp_literals, double_literals
+from sqltopic.sql.topic.context import with_context
 from sqltopic.sql.topic.text import Text, func_name
 from sqltopic.sql.types import Precision
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import duckdb
 
-from sqltopic.server.core.duck import connect
+from sqltopic.sql.topic.duck import connect
 
 _SETTINGS = "reads the server's settings or DuckDB's state"
 _STATE = "changes DuckDB's state"

@@ -10,7 +10,6 @@ META topics also return the DDL events, in WAL order among the blocks.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,27 +17,22 @@ from typing import Any
 import pyarrow as pa
 
 from sqltopic.errors import NotFoundError
-from sqltopic.server.core.batches import with_context
 from sqltopic.server.core.bindings import BindingSet
-from sqltopic.server.core.duck import SPLIT_PARTS, query
+from sqltopic.server.core.duck import SPLIT_PARTS
 from sqltopic.server.core.state import State
 from sqltopic.server.core.topic_tables import interest, row_sql, topic_tables
 from sqltopic.sql import layout
 from sqltopic.sql.entries import EntryTable, conform
 from sqltopic.sql.layout import data_schema
-from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
-from sqltopic.sql.topic import topic_schema
-from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
+from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
+from sqltopic.sql.topic.duck import query
+from sqltopic.sql.topic.evaluate import ARROW_EVAL_MAX_ROWS, QueryShape, small_evaluation
 from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, split_subscription, subscribed, topic_of
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
 # many entries, bounded so that a read of tiny entries returns promptly.
 READ_ENTRIES = 8192
-# Rows up to which a simple topic (sql/topic/arrow_eval.py) runs with pyarrow: DuckDB's
-# ~1 ms per query dominates small reads (a consumer keeping up reads a few rows per
-# poll); on large ones DuckDB's parallel scan wins.
-ARROW_EVAL_MAX_ROWS = 65_536
 # A large read of a selective topic runs as SPLIT_PARTS single-threaded DuckDB queries
 # over parts of its batch at once (server/core/duck.py): its cost is the scan, which one
 # query does on about one core. A topic keeping more of its rows is bound by building
@@ -198,7 +192,9 @@ def _binding_set(state: State, topic: Topic) -> BindingSet:
     key = (topic.name, topic.create_us)
     found = state.binding_sets.get(key)
     if found is None:
-        found = state.binding_sets.setdefault(key, BindingSet(topic, _Shape.of(state, topic).out))
+        found = state.binding_sets.setdefault(
+            key, BindingSet(topic, _Shape.of_state(state, topic).out)
+        )
     return found  # type: ignore[no-any-return]
 
 
@@ -357,12 +353,8 @@ def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:
 
 def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
     """Evaluate a query topic over every pending entry at once."""
-    shape = _Shape.of(state, topic)
-    data = pa.Table.from_batches([conform(e.batch, shape.data) for e in pending], schema=shape.data)
-    batch = with_context(
-        data, [e.table for e in pending], [e.batch.num_rows for e in pending], shape.tags,
-        shape.precision, tbname=shape.tbname,
-    )  # fmt: skip
+    shape = _Shape.of_state(state, topic)
+    batch = shape.batch([e.table for e in pending], [e.batch for e in pending])
     out = _evaluate(state, topic, batch, shape.row_sql)
     if not topic.params:  # a shared form keeps its hidden columns for the partition
         out = out.cast(shape.out)
@@ -372,33 +364,21 @@ def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """A query topic's batch and output schemas (derived from the catalog once per
-    catalog change: a small read would spend a fifth of its time on them)."""
+class _Shape(QueryShape):
+    """A query topic's shapes (sql/topic/evaluate.py) and the vnode's form of its rows'
+    condition, derived once per catalog change: a small read would spend a fifth of its
+    time on them."""
 
-    data: pa.Schema  # the target's data columns now
-    tags: tuple[Column, ...]  # the tags the topic's SQL names (only those are added)
-    precision: str
-    tbname: bool  # the compiled SQL quotes every identifier: `"tbname"` iff it names it
-    out: pa.Schema
-    row_sql: str  # what decides a row of a table the topic reads (topic_tables.row_sql)
+    row_sql: str = ""  # what decides a row of a table the topic reads (topic_tables.row_sql)
 
     @classmethod
-    def of(cls, state: State, topic: Topic) -> _Shape:
+    def of_state(cls, state: State, topic: Topic) -> _Shape:
         return state.derived(state.shapes, (topic.name, topic.create_us),
                              lambda: cls._compute(state.catalog, topic))  # fmt: skip
 
     @classmethod
     def _compute(cls, cat: Catalog, topic: Topic) -> _Shape:
-        db = cat.database(topic.db)
-        return cls(
-            data=data_schema(cat.columns_of(topic.db, topic.target or ""), db.precision),
-            tags=_used_tags(cat, topic),
-            precision=db.precision,
-            tbname=f'"{TBNAME}"' in topic.select_sql,
-            out=topic_schema(topic, cat),
-            row_sql=row_sql(cat, topic),
-        )
+        return cls(**vars(QueryShape.of(cat, topic)), row_sql=row_sql(cat, topic))
 
 
 def _evaluate(state: State, topic: Topic, batch: pa.Table, sql: str | None = None) -> pa.Table:
@@ -406,8 +386,7 @@ def _evaluate(state: State, topic: Topic, batch: pa.Table, sql: str | None = Non
     batch is small and the topic simple enough to be exact there, else with DuckDB."""
     sql = sql or topic.select_sql
     if batch.num_rows <= ARROW_EVAL_MAX_ROWS:
-        plan = _arrow_plan(sql)
-        out = plan.run(batch) if plan is not None else None
+        out = small_evaluation(sql, batch)
         if out is not None:
             return out
     if batch.num_rows < 2 * SPLIT_MIN_ROWS or SPLIT_PARTS == 1:
@@ -428,18 +407,3 @@ def _evaluate_split(state: State, sql: str, batch: pa.Table) -> pa.Table:
     step = -(-batch.num_rows // parts)
     slices = [batch.slice(start, step) for start in range(0, batch.num_rows, step)]
     return pa.concat_tables(state.duck.query_parts(sql, layout.BATCH, slices))
-
-
-@functools.lru_cache(maxsize=1024)
-def _arrow_plan(select_sql: str) -> ArrowPlan | None:
-    return arrow_plan(select_sql)
-
-
-def _used_tags(cat: Catalog, topic: Topic) -> tuple[Column, ...]:
-    """The tags the topic's SQL names (only those are added to the batch)."""
-    table = cat.tables.get((topic.db, topic.target or ""))
-    stable = table.stable if table is not None else topic.target
-    stb = cat.stables.get((topic.db, stable or ""))
-    if stb is None:
-        return ()
-    return tuple(t for t in stb.tags if t.name in topic.uses)

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from sqltopic.errors import ConfigError
 from sqltopic.server.common.rwlock import WouldBlock
-from sqltopic.server.core.batches import with_context
 from sqltopic.server.core.state import State
 from sqltopic.server.core.topic_reader import (
     READ_BYTES,
@@ -99,18 +98,22 @@ class _Part:
 def read_tracked(
     state: State, topic_name: str, vgroup: int, from_version: int, max_rows: int,
     max_bytes: int = READ_BYTES, inline_bytes: int | None = None,
+    end_version: int | None = None,
 ) -> tuple[list[TrackedBlock], int]:  # fmt: skip
     """The topic's rows from `from_version` on with their ids, and the version to read
     next; the read stops as `read_topic`'s does. DDL events are not delivered to shared
     groups. Raises `VersionNotRetained` when retention removed `from_version`. With
     `inline_bytes` (a read on the event loop) the read also stops before the entry that
     would bring its bodies past it, and raises WouldBlock when that is the first one (a
-    worker decodes it)."""
+    worker decodes it). With `end_version` it stops before that version (Vnode.ReadTopic
+    reads a range)."""
     topic, scope = _scope(state, topic_name, vgroup)
     parts: list[_Part] = []
     rows = size = 0
     next_version = from_version
     for rec in bounded_records(state.vnode(vgroup).reader(), from_version, max_bytes):
+        if end_version is not None and rec.version >= end_version:
+            break
         size += rec.body.nbytes
         if inline_bytes is not None and size > inline_bytes:
             if next_version == from_version:
@@ -213,13 +216,9 @@ def _evaluated(state: State, topic: Topic, parts: list[_Part]) -> list[TrackedBl
 
 def _query(state: State, topic: Topic, parts: list[_Part]) -> TrackedBlock:
     """The tracked form over every part at once (as `_run_query` evaluates a topic)."""
-    shape = _Shape.of(state, topic)
-    data = pa.Table.from_batches([conform(p.batch, shape.data) for p in parts], schema=shape.data)
+    shape = _Shape.of_state(state, topic)
     lengths = [p.batch.num_rows for p in parts]
-    batch = with_context(
-        data, [p.table for p in parts], lengths, shape.tags, shape.precision,
-        tbname=shape.tbname,
-    )  # fmt: skip
+    batch = shape.batch([p.table for p in parts], [p.batch for p in parts])
     batch = with_row_ids(batch, [p.version for p in parts], lengths, [p.first for p in parts])
     own, versions, indexes = split_ids(
         _evaluate(state, topic, batch, tracked_sql(topic.select_sql))

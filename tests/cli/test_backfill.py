@@ -85,18 +85,23 @@ def test_unknown_topic(server: ServerProcess, hot: Connection, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("topic", "expected"),
+    ("topic", "engine", "expected"),
     [
-        ("AS SELECT ts, voltage << 2 AS s FROM power.meters", "<< has no exact Spark translation"),
-        ("AS STABLE power.meters", "is a stable topic (AS STABLE)"),
+        (
+            "AS SELECT ts, voltage << 2 AS s FROM power.meters",
+            "spark-sql",
+            "<< has no exact Spark translation",
+        ),
+        ("AS STABLE power.meters", "live", "is a stable topic (AS STABLE)"),
     ],
 )
 def test_a_topic_spark_cannot_run(
-    server: ServerProcess, hot: Connection, tmp_path: Path, topic: str, expected: str
-) -> None:
+    server: ServerProcess, hot: Connection, tmp_path: Path, topic: str, engine: str,
+    expected: str,
+) -> None:  # fmt: skip
     hot.execute(f"CREATE TOPIC bad {topic}")
     admin.commit_group(hot, "bad", "g", {1: 1, 2: 1})
-    code, _, err = _backfill(server, tmp_path / "o", "bad", "--group", "g")
+    code, _, err = _backfill(server, tmp_path / "o", "bad", "--group", "g", "--engine", engine)
     line = _one_line_error(code, err)
     assert "topic 'bad'" in line
     assert expected in line

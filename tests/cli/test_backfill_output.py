@@ -13,8 +13,8 @@ from sqltopic.cli.stage_bar import stage_line
 def test_the_stage_line_shows_tasks_and_rows() -> None:
     assert stage_line("snapshot", 0, 0, 0) == "snapshot:"
     line = stage_line("reading WAL, writing Parquet", 0, 3, 8)
-    assert line == "reading WAL, writing Parquet: [###########-------------------] 3/8 tasks"
-    assert stage_line("done", 1234, 8, 8).endswith("8/8 tasks 1,234 rows")
+    assert line == "reading WAL, writing Parquet: [###########-------------------] 3/8 pieces"
+    assert stage_line("done", 1234, 8, 8).endswith("8/8 pieces 1,234 rows")
     assert stage_line("done", 0, 0, 0) == "done: 0 rows"
 
 

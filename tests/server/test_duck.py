@@ -12,8 +12,9 @@ import pytest
 
 from sqltopic.server.common.limits import MIB
 from sqltopic.server.core import topic_reader
-from sqltopic.server.core.duck import DuckPool, query
+from sqltopic.server.core.duck import DuckPool
 from sqltopic.server.core.engine import Engine
+from sqltopic.sql.topic.duck import query
 from tests.server.support import blocks
 
 SQL = "SELECT i, i * 2 AS twice FROM part WHERE i % 3 = 0"

@@ -11,8 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import BackfillUnsupported, InvalidTopicQuery
-from sqltopic.server.core.batches import data_entries, with_context
-from sqltopic.server.core.duck import query
+from sqltopic.server.core.batches import data_entries
 from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs.backfill import prepare
 from sqltopic.sql import layout
@@ -20,6 +19,8 @@ from sqltopic.sql.entries import conform
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Topic
 from sqltopic.sql.topic.arrow_eval import arrow_plan
+from sqltopic.sql.topic.context import with_context
+from sqltopic.sql.topic.duck import query
 from sqltopic.sql.topic.params import Binding, bind
 from sqltopic.sql.topic.partition import Partitioner
 from tests.server.support import EngineFactory, block_rows, norm_rows, read_all, vgroups_of

@@ -1,11 +1,15 @@
 """Differential: for query topics over every column type, the rows a backfill writes
 equal what consuming the topic from `earliest` delivers (the engine's `read_topic`, the
-vnode's own evaluation in DuckDB): per vgroup, in WAL order, value for value."""
+vnode's own evaluation in DuckDB): per vgroup, in WAL order, value for value; and the
+two engines of the backfill (the live evaluator in Spark tasks, and the topic transpiled
+to Spark SQL over the `sqltopic_wal` source) write the same rows in the same Parquet
+types."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -86,13 +90,23 @@ def test_backfill_equals_consuming_from_earliest(
     engine.execute(f"USE {DB}; CREATE TOPIC IF NOT EXISTS {topic} AS {select}")
     data_dir = engine.state.data_dir
     plan = prepare(data_dir, topic)
-    manifest = run_backfill(plan, tmp_path / "out", local_ends(data_dir, DB), spark=spark)
+    ends = local_ends(data_dir, DB)
+    live = run_backfill(plan, tmp_path / "live", ends, spark=spark)
+    spark_sql = run_backfill(plan, tmp_path / "sql", ends, spark=spark, engine="spark_sql")
 
-    names = [column for column, _type in manifest.schema]
+    names = [column for column, _type in live.schema]
     expected = non_empty(live_rows(engine, topic))
-    got = backfill_rows(tmp_path / "out", names)
-    assert got == expected
     assert sum(len(r) for r in expected.values()) > 0, "the case selects nothing"
-    assert {s.vgroup: s.rows for s in manifest.vgroups if s.rows} == {
+    assert backfill_rows(tmp_path / "live", names) == expected
+    assert backfill_rows(tmp_path / "sql", names) == expected
+    assert live == spark_sql
+    assert {s.vgroup: s.rows for s in live.vgroups if s.rows} == {
         v: len(r) for v, r in expected.items()
     }
+    assert _file_schema(tmp_path / "live") == _file_schema(tmp_path / "sql")
+
+
+def _file_schema(out: Path) -> list[tuple[str, str]]:
+    """The Parquet columns of a backfill's first file, as (name, Arrow type)."""
+    first = sorted(out.glob("vgroup=*/*.parquet"))[0]
+    return [(f.name, str(f.type)) for f in pq.read_schema(first)]

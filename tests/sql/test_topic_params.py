@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import ConfigError, InvalidTopicQuery, NotFoundError, SqlError
-from sqltopic.server.core.duck import connect, query
 from sqltopic.sql import layout
 from sqltopic.sql.catalog_store import CatalogStore
 from sqltopic.sql.model import Catalog, Column, Database, Param, SuperTable, Table, Topic
@@ -28,6 +27,7 @@ from sqltopic.sql.parse import parse
 from sqltopic.sql.statements import CreateTopic
 from sqltopic.sql.topic import compile_tag_condition, compile_topic, partition, topic_schema
 from sqltopic.sql.topic.arrow_eval import arrow_plan
+from sqltopic.sql.topic.duck import connect, query
 from sqltopic.sql.topic.params import HIDDEN_PREFIX, MAX_IN_VALUES, Binding, bind
 from sqltopic.sql.topic.partition import Partitioner
 from sqltopic.sql.types import ColumnType
