@@ -270,6 +270,7 @@ def _run_live(
                 if pieces
                 else []
             )
+        report(BackfillProgress("committing", sum(r.rows for r in found)))
         job.commit([r.name for r in found if r.name])
     except BaseException:
         job.abort()

@@ -149,7 +149,10 @@ class _Writer:
         if not table.num_rows:
             return
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION)
+            self._writer = pq.ParquetWriter(
+                self.path, self.schema, compression=COMPRESSION,
+                use_dictionary=dictionary_columns(self.schema),
+            )  # fmt: skip
         self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += table.num_rows
 
@@ -185,6 +188,14 @@ def _connection() -> duckdb.DuckDBPyConnection:
     if con is None:
         con = _local.con = connect(threads=1)
     return con
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary encoding: strings (tags, `tbname`, labels repeat)
+    and `_version` (one value per entry). Numbers and timestamps rarely repeat, and
+    trying a dictionary on them first (the writer's default) halves its speed
+    (docs/performance.md, Backfill)."""
+    return [f.name for f in schema if pa.types.is_string(f.type) or f.name == VERSION]
 
 
 def file_schema(out: pa.Schema) -> pa.Schema:

@@ -13,7 +13,8 @@ from tests.bench.support import assert_positive, quick_report
 # A quick run takes ~20 s on 2 cores (Spark starts in ~5-10 s); the rest covers slow CI.
 RUN_DEADLINE_S = 300.0
 FIGURES = ["backfill_rows_s", "consume_rows_s", "backfill_seconds", "consume_seconds",
-           "backfill_vs_consume", "matching_rows"]  # fmt: skip
+           "backfill_vs_consume", "matching_rows", "backfill_task_rows_s",
+           "task_vs_consume"]  # fmt: skip
 
 
 @pytest.mark.spark
@@ -25,3 +26,9 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     assert 0 < report["matching_rows"] < history  # the topic keeps about half
     assert report["goal_ratio"] == 1.5
     assert isinstance(report["goal_met"], bool)
+    assert report["task_goal_ratio"] == 0.5
+    assert isinstance(report["task_goal_met"], bool)
+    breakdown = report["meta"]["backfill_breakdown_s"]
+    assert set(breakdown) == {"startup", "planning", "tasks", "commit"}
+    assert all(seconds >= 0 for seconds in breakdown.values())
+    assert report["meta"]["backfill_tasks"] >= 1
