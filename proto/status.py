@@ -30,6 +30,8 @@ MAX_MESSAGE_CHARS = 1000
 CODES: tuple[tuple[type[e.Error], Code], ...] = (
     (e.NoCommittedOffset, Code.FAILED_PRECONDITION),
     (e.OffsetOutOfRange, Code.OUT_OF_RANGE),
+    # a read of versions retention deleted (ReadEntries): the retained range travels
+    (e.VersionNotRetained, Code.OUT_OF_RANGE),
     (e.NotFoundError, Code.NOT_FOUND),
     (e.AlreadyExistsError, Code.ALREADY_EXISTS),
     (e.SchemaInUseError, Code.FAILED_PRECONDITION),
@@ -98,6 +100,8 @@ def to_status(err: e.Error) -> tuple[Code, str, list[tuple[str, str]]]:
             trailers.append((BEGIN_KEY, str(err.begin)))
         if err.end is not None:
             trailers.append((END_KEY, str(err.end)))
+    if isinstance(err, e.VersionNotRetained):
+        trailers += [(BEGIN_KEY, str(err.first_version)), (END_KEY, str(err.next_version))]
     return code_of(err), _plain(err), trailers
 
 
@@ -109,6 +113,8 @@ def from_status(code: Code, message: str, trailers: Sequence[tuple[str, str | by
         return cls(message, line=_int(meta.get(LINE_KEY)), column=_int(meta.get(COLUMN_KEY)))
     if issubclass(cls, e.OffsetOutOfRange):
         return cls(message, begin=_int(meta.get(BEGIN_KEY)), end=_int(meta.get(END_KEY)))
+    if issubclass(cls, e.VersionNotRetained):
+        return _not_retained(cls, message, meta)
     if cls.__init__ is e.Error.__init__:
         return cls(message)
     # classes with richer constructors (WAL errors): the message is all that travels
@@ -132,6 +138,19 @@ def from_call_status(status: pb.CallStatus) -> e.Error:
 
 
 _CODE_BY_NUMBER = {code.value[0]: code for code in Code}
+
+
+def _not_retained(
+    cls: type[e.VersionNotRetained], message: str, meta: dict[str, str]
+) -> e.VersionNotRetained:
+    """VersionNotRetained with the retained range its trailers carry (the first version
+    asked is only in the message: -1)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.requested = -1
+    err.first_version = _int(meta.get(BEGIN_KEY)) or 0
+    err.next_version = _int(meta.get(END_KEY)) or 0
+    return err
 
 
 def _plain(err: e.Error) -> str:

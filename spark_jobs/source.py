@@ -190,18 +190,25 @@ def _int(text: str, key: str) -> int:
         raise ConfigError(f"option {key}: {text!r} is not an integer") from None
 
 
-def _remote_spec(options: Any) -> Spec:
-    """The spec of a read through the server: the catalog objects and the vgroups'
-    nodes asked of it."""
+def remote_of(options: Any, source: str = NAME) -> Remote:
+    """How a read through the server reaches it, from a source's options: `server`,
+    `topic`, `user`, `password` and the TLS files (the `sqltopic` streaming source's
+    too)."""
     files = TlsFiles(
         options.get("tls", "false").lower() == "true", options.get("tlsCa") or None,
         options.get("tlsCert") or None, options.get("tlsKey") or None,
     )  # fmt: skip
-    base = Remote(
-        _required(options, "server"), options.get("user") or DEFAULT_USER,
-        options.get("password") or DEFAULT_PASSWORD, _required(options, "topic").lower(),
-        files,
+    return Remote(
+        _required(options, "server", source), options.get("user") or DEFAULT_USER,
+        options.get("password") or DEFAULT_PASSWORD,
+        _required(options, "topic", source).lower(), files,
     )  # fmt: skip
+
+
+def _remote_spec(options: Any) -> Spec:
+    """The spec of a read through the server: the catalog objects and the vgroups'
+    nodes asked of it."""
+    base = remote_of(options)
     catalog = remote.catalog(base)
     topic = catalog.topic(topic_of(base.topic))
     database = (options.get("database") or topic.db).lower()
@@ -212,10 +219,10 @@ def _remote_spec(options: Any) -> Spec:
                       base.located(database))  # fmt: skip
 
 
-def _required(options: Any, key: str) -> str:
+def _required(options: Any, key: str, source: str = NAME) -> str:
     value = options.get(key)
     if not value:
-        raise ConfigError(f"the {NAME} source needs option {key!r}: .option({key!r}, ...)")
+        raise ConfigError(f"the {source} source needs option {key!r}: .option({key!r}, ...)")
     return str(value)
 
 

@@ -330,13 +330,15 @@ class Engine:
 
     def read_tracked(
         self, topic: str, vgroup: int, from_version: int, max_rows: int, max_bytes: int,
-        inline_bytes: int | None = None,
+        inline_bytes: int | None = None, end_version: int | None = None,
     ) -> tuple[list[TrackedBlock], int]:  # fmt: skip
-        """A shared group's read of `topic` with row ids (server/core/tracked_reader.py);
-        the caller holds `lock` shared."""
+        """A read of `topic` with row ids (server/core/tracked_reader.py): a shared
+        group's, or Vnode.ReadTopic's (up to `end_version`); the caller holds `lock`
+        shared."""
         return read_tracked(
-            self._state, topic, vgroup, from_version, max_rows, max_bytes, inline_bytes
-        )
+            self._state, topic, vgroup, from_version, max_rows, max_bytes, inline_bytes,
+            end_version,
+        )  # fmt: skip
 
     def read_rows(
         self, topic: str, vgroup: int, runs: Iterable[Run]

@@ -1,5 +1,7 @@
 """The `Vnode` gRPC service: Poll (with push), Fetch, Consume (many Fetches on one
-stream: consume.py), Commit, Committed and OffsetRange.
+stream: consume.py), Commit, Committed and OffsetRange; for readers outside groups,
+ReadEntries (raw history) and ReadTopic (a topic's rows by version range:
+server/dnode/topic_read.py).
 
 Poll and Commit are fenced by the coordinator: only the consumer the current
 assignment names, at an epoch it knows, is served. A poll that finds nothing waits on
@@ -37,6 +39,7 @@ from sqltopic.server.common.group_names import check_offsets_group
 from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.users import check_consumer_user, check_evict
+from sqltopic.server.dnode import topic_read
 from sqltopic.server.dnode.live import LiveHub, Waiter
 from sqltopic.server.dnode.poll import (
     DEFAULT_MAX_BYTES,
@@ -531,6 +534,21 @@ class VnodeService(pb_grpc.VnodeServicer):
             if not frame.entries:
                 return
             yield frame
+
+    @streaming
+    async def ReadTopic(
+        self, request: pb.ReadTopicRequest, context: Context
+    ) -> AsyncIterator[pb.ReadTopicResponse]:
+        user = self._sessions.session(context.invocation_metadata()).user
+        topic_read.check_request(request)
+        span = await self._run(topic_read.plan, self._engine, user, request)
+        version = span.start
+        while version < span.end:
+            frames, version = await self._run(
+                topic_read.step, self._engine, request.topic, request.vgroup, version, span.end
+            )
+            for frame in frames:
+                yield frame
 
 
 def check_positions(request: pb.OffsetRangeRequest) -> list[int]:

@@ -50,6 +50,7 @@ METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
         "OffsetRange": (False, False),
         "OffsetsForTimes": (False, False),
         "ReadEntries": (False, True),
+        "ReadTopic": (False, True),
     },
     "Cluster": {"DnodeHeartbeat": (False, False), "CreateTables": (False, False)},
     "Dnode": {

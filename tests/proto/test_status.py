@@ -39,6 +39,10 @@ def test_every_class_round_trips(cls: type[e.Error]) -> None:
     elif isinstance(err, e.OffsetOutOfRange):
         assert isinstance(back, e.OffsetOutOfRange)
         assert (back.begin, back.end) == (5, 20)
+    elif isinstance(err, e.VersionNotRetained):
+        assert isinstance(back, e.VersionNotRetained)
+        assert (back.first_version, back.next_version) == (10, 20)
+        assert str(back) == str(err)
     else:
         assert str(back) == str(err)
 
@@ -64,6 +68,7 @@ def test_every_class_round_trips(cls: type[e.Error]) -> None:
         (e.LimitExceeded("x"), Code.RESOURCE_EXHAUSTED),
         (e.LoginThrottled("x", retry_after_s=2.0), Code.UNAUTHENTICATED),
         (e.DataFileDamaged("x", path="p"), Code.DATA_LOSS),
+        (e.VersionNotRetained(2, 10, 20), Code.OUT_OF_RANGE),
     ],
 )
 def test_codes_follow_the_protocol(err: e.Error, code: Code) -> None:

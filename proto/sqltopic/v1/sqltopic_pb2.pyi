@@ -2807,6 +2807,77 @@ class ReadEntriesResponse(_message.Message):
 Global___ReadEntriesResponse: _TypeAlias = ReadEntriesResponse  # noqa: Y015
 
 @_typing.final
+class ReadTopicRequest(_message.Message):
+    """Which rows of a topic to read (Vnode.ReadTopic)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    VGROUP_FIELD_NUMBER: _builtins.int
+    FROM_VERSION_FIELD_NUMBER: _builtins.int
+    TO_VERSION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The topic: a query topic, without parameters (at most 192 bytes)."""
+    vgroup: _builtins.int
+    """The vgroup, hosted by the node called (on a cluster, its dnode: Mnode.Routes)."""
+    from_version: _builtins.int
+    """The first version to read: at least 0 and at least the first retained version."""
+    to_version: _builtins.int
+    """The version to stop before: at least `from_version`, at most the vgroup's readable
+    end (OffsetRange's `end`); 0: that end when the call starts.
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        vgroup: _builtins.int = ...,
+        from_version: _builtins.int = ...,
+        to_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_version", b"from_version", "to_version", b"to_version", "topic", b"topic", "vgroup", b"vgroup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadTopicRequest: _TypeAlias = ReadTopicRequest  # noqa: Y015
+
+@_typing.final
+class ReadTopicResponse(_message.Message):
+    """One frame of a ReadTopic answer. The rows come in blocks, each one Arrow IPC stream
+    cut into chunks of at most 4 MiB (one chunk per frame): the topic's output columns,
+    then `_version` (int64, the WAL version of the row's entry), rows in WAL order.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARROW_IPC_FIELD_NUMBER: _builtins.int
+    NEXT_VERSION_FIELD_NUMBER: _builtins.int
+    arrow_ipc: _builtins.bytes
+    """The next chunk of the current block's Arrow IPC stream (empty for a block without
+    rows).
+    """
+    next_version: _builtins.int
+    """On a block's last frame only: the block is complete, and every version below this
+    one was read (its rows are in this block or an earlier one).
+    """
+    def __init__(
+        self,
+        *,
+        arrow_ipc: _builtins.bytes = ...,
+        next_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_version", b"_next_version", "next_version", b"next_version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_version", b"_next_version", "arrow_ipc", b"arrow_ipc", "next_version", b"next_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_version: _TypeAlias = _typing.Literal["next_version"]  # noqa: Y015
+    _WhichOneofArgType__next_version: _TypeAlias = _typing.Literal["_next_version", b"_next_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_version) -> _WhichOneofReturnType__next_version | None: ...
+
+Global___ReadTopicResponse: _TypeAlias = ReadTopicResponse  # noqa: Y015
+
+@_typing.final
 class RawEntry(_message.Message):
     """One WAL entry as the WAL holds it (docs/wal.md)."""
 

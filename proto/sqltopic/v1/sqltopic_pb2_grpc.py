@@ -851,6 +851,11 @@ class VnodeStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.FromString,
                 _registered_method=True)
+        self.ReadTopic = channel.unary_stream(
+                '/sqltopic.v1.Vnode/ReadTopic',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicResponse.FromString,
+                _registered_method=True)
         self.Acknowledge = channel.unary_unary(
                 '/sqltopic.v1.Vnode/Acknowledge',
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.AcknowledgeRequest.SerializeToString,
@@ -946,6 +951,21 @@ class VnodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadTopic(self, request, context):
+        """A query topic's rows of one vgroup for versions [from_version, to_version),
+        evaluated exactly as a consumer's poll evaluates them, each row with its entry's WAL
+        version: a reader that is not a group's member (Spark's streaming source) reads a
+        topic by version ranges and keeps its own positions. Needs SUBSCRIBE on the topic.
+        Query topics only, not parameterized ones (INVALID_ARGUMENT). A `from_version`
+        below the first retained version fails OUT_OF_RANGE (OffsetOutOfRange) with the
+        retained range as `begin` and `end` trailers: versions from_version..begin-1 are
+        lost. The stream ends after the frame whose `next_version` is `to_version` (an
+        empty range sends no frame).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Acknowledge(self, request, context):
         """Shared groups: settles rows leased to the calling consumer (accept: done for
         good, durably before the answer; release: delivered again at once). Rows no longer
@@ -997,6 +1017,11 @@ def add_VnodeServicer_to_server(servicer, server):
                     servicer.ReadEntries,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.SerializeToString,
+            ),
+            'ReadTopic': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadTopic,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicResponse.SerializeToString,
             ),
             'Acknowledge': grpc.unary_unary_rpc_method_handler(
                     servicer.Acknowledge,
@@ -1227,6 +1252,33 @@ class Vnode:
             '/sqltopic.v1.Vnode/ReadEntries',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sqltopic.v1.Vnode/ReadTopic',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.ReadTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

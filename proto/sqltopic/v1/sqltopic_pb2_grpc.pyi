@@ -540,6 +540,17 @@ class VnodeStub:
     (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
     Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
     """
+    ReadTopic: _grpc.UnaryStreamMultiCallable[_sqltopic_pb2.ReadTopicRequest, _sqltopic_pb2.ReadTopicResponse]
+    """A query topic's rows of one vgroup for versions [from_version, to_version),
+    evaluated exactly as a consumer's poll evaluates them, each row with its entry's WAL
+    version: a reader that is not a group's member (Spark's streaming source) reads a
+    topic by version ranges and keeps its own positions. Needs SUBSCRIBE on the topic.
+    Query topics only, not parameterized ones (INVALID_ARGUMENT). A `from_version`
+    below the first retained version fails OUT_OF_RANGE (OffsetOutOfRange) with the
+    retained range as `begin` and `end` trailers: versions from_version..begin-1 are
+    lost. The stream ends after the frame whose `next_version` is `to_version` (an
+    empty range sends no frame).
+    """
     Acknowledge: _grpc.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]
     """Shared groups: settles rows leased to the calling consumer (accept: done for
     good, durably before the answer; release: delivered again at once). Rows no longer
@@ -600,6 +611,17 @@ class VnodeAsyncStub(VnodeStub):
     order, for readers of history (Spark's tasks). Needs READ on all of the database
     (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
     Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+    """
+    ReadTopic: _aio.UnaryStreamMultiCallable[_sqltopic_pb2.ReadTopicRequest, _sqltopic_pb2.ReadTopicResponse]  # type: ignore[assignment]
+    """A query topic's rows of one vgroup for versions [from_version, to_version),
+    evaluated exactly as a consumer's poll evaluates them, each row with its entry's WAL
+    version: a reader that is not a group's member (Spark's streaming source) reads a
+    topic by version ranges and keeps its own positions. Needs SUBSCRIBE on the topic.
+    Query topics only, not parameterized ones (INVALID_ARGUMENT). A `from_version`
+    below the first retained version fails OUT_OF_RANGE (OffsetOutOfRange) with the
+    retained range as `begin` and `end` trailers: versions from_version..begin-1 are
+    lost. The stream ends after the frame whose `next_version` is `to_version` (an
+    empty range sends no frame).
     """
     Acknowledge: _aio.UnaryUnaryMultiCallable[_sqltopic_pb2.AcknowledgeRequest, _sqltopic_pb2.AcknowledgeResponse]  # type: ignore[assignment]
     """Shared groups: settles rows leased to the calling consumer (accept: done for
@@ -706,6 +728,23 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         order, for readers of history (Spark's tasks). Needs READ on all of the database
         (its WAL holds every table's rows), and SUBSCRIBE on `topic` when one is given.
         Versions retention deleted fail OUT_OF_RANGE (VersionNotRetained).
+        """
+
+    @_abc_1.abstractmethod
+    def ReadTopic(
+        self,
+        request: _sqltopic_pb2.ReadTopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.ReadTopicResponse], _abc.AsyncIterator[_sqltopic_pb2.ReadTopicResponse]]:
+        """A query topic's rows of one vgroup for versions [from_version, to_version),
+        evaluated exactly as a consumer's poll evaluates them, each row with its entry's WAL
+        version: a reader that is not a group's member (Spark's streaming source) reads a
+        topic by version ranges and keeps its own positions. Needs SUBSCRIBE on the topic.
+        Query topics only, not parameterized ones (INVALID_ARGUMENT). A `from_version`
+        below the first retained version fails OUT_OF_RANGE (OffsetOutOfRange) with the
+        retained range as `begin` and `end` trailers: versions from_version..begin-1 are
+        lost. The stream ends after the frame whose `next_version` is `to_version` (an
+        empty range sends no frame).
         """
 
     @_abc_1.abstractmethod
