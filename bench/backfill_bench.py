@@ -5,17 +5,22 @@ writes over 100 children and 4 vgroups, WAL_LEVEL 1) and the query topic
 `SELECT ts, current, voltage, location FROM meters WHERE voltage > 249` (50 % of rows):
 
 1. consume: one `Consumer` drains the topic from `earliest` (as bench/server_bench.py);
+   and one client reads it with `Vnode.ReadTopic`, vgroup after vgroup (`readtopic_rows_s`,
+   what the streaming source's tasks call);
 2. backfill: `spark_jobs.backfill.run_backfill` (the live engine: Spark tasks evaluate
    the topic as the vnodes do and write Parquet with pyarrow) on `local[2]`, ends from the
-   data directory, Parquet into a fresh directory; its time includes starting Spark.
+   data directory, Parquet into a fresh directory; its time includes starting Spark;
+3. stream: `spark.readStream.format("sqltopic")` from `earliest` with
+   `Trigger.AvailableNow` into Spark's `noop` sink (`stream_rows_s`: from the query's
+   start to its end, on a session already started; the rows checked).
 
 Rates are rows of history scanned per second (`backfill_rows_s`, `consume_rows_s`);
 `backfill_task_rows_s` is the rows one task scans per second of its run, by Spark's task
 metrics (`executorRunTime` of each successful attempt, read from Spark's status store
 through py4j: it includes a Python worker's start and imports in its first task), and
 the breakdown is the job's stages (start-up, planning, tasks, commit). Goals (issue 18):
-backfill >= 1.5 x consume, a task >= 0.5 x consume. `--json` prints one JSON object, else
-a table; `--quick` is a small smoke run.
+backfill >= 1.5 x consume, a task >= 0.5 x consume, the stream >= 0.5 x consume.
+`--json` prints one JSON object, else a table; `--quick` is a small smoke run.
 """
 
 from __future__ import annotations
@@ -32,17 +37,21 @@ import pyspark
 from engine_bench import CHILDREN, ROWS_PER_WRITE, SELECTIVITIES, START_MS, meters_table
 from harness import Report
 from pyspark.sql import SparkSession
-from server_bench import Backlog, create_schema, drain_topic, sqltopic_server
+from server_bench import VGROUPS, Backlog, create_schema, drain_topic, sqltopic_server
 
 from sqltopic.client import connect
+from sqltopic.client.topic_read import read_topic
+from sqltopic.spark_jobs import register
 from sqltopic.spark_jobs.backfill import BackfillProgress, local_ends, prepare, run_backfill
 from sqltopic.spark_jobs.session import start_session
+from sqltopic.spark_jobs.stream import NAME as STREAM_NAME
 from sqltopic.spark_jobs.task import PieceOutput
 
 # Issue 18's goals: the backfill scans history at least this many times as fast as one
 # live consumer drains it, and one task (one core) at least TASK_GOAL_RATIO times.
 GOAL_RATIO = 1.5
 TASK_GOAL_RATIO = 0.5
+STREAM_GOAL_RATIO = 0.5
 # Bounds of the look-up of task metrics (one job of one stage, a task per WAL piece).
 MAX_STAGES = 16
 MAX_TASKS = 100_000
@@ -146,6 +155,47 @@ def _breakdown(stages: dict[str, float], total: float) -> dict[str, float]:
     return {name: round(starts[i + 1] - starts[i], 2) for i, (name, _s) in enumerate(marks)}
 
 
+def read_topic_seconds(address: str, expected: int) -> float:
+    """Seconds one client takes to read the topic with ReadTopic, vgroup after vgroup
+    (checks the rows)."""
+    got = 0
+    began = time.perf_counter()
+    with connect(address) as conn:
+        for vgroup in range(1, VGROUPS + 1):
+            for block in read_topic(conn, TOPIC, vgroup, 0, 0):
+                got += block.rows.num_rows if block.rows is not None else 0
+    seconds = time.perf_counter() - began
+    if got != expected:
+        raise RuntimeError(f"ReadTopic delivered {got} rows, expected {expected}")
+    return seconds
+
+
+def stream(address: str, root: Path, expected: int) -> tuple[float, Report]:
+    """Seconds for the streaming source to drain the topic from earliest (availableNow,
+    noop sink) on a started session; checks the rows."""
+    spark = start_session(MASTER)
+    try:
+        register(spark)
+        rows = (
+            spark.readStream.format(STREAM_NAME).option("server", address)
+            .option("topic", TOPIC).option("startingOffsets", "earliest").load()
+        )  # fmt: skip
+        began = time.perf_counter()
+        query = (
+            rows.writeStream.format("noop").option("checkpointLocation", str(root / "ck"))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination()
+        seconds = time.perf_counter() - began
+        progress = query.recentProgress
+    finally:
+        spark.stop()
+    got = sum(int(p["numInputRows"]) for p in progress)
+    if got != expected:
+        raise RuntimeError(f"the stream delivered {got} rows, expected {expected}")
+    return seconds, {"stream_batches": len(progress)}
+
+
 def run(root: Path, sizes: Sizes, seed: int) -> Report:
     del seed  # the history is deterministic
     report: Report = {}
@@ -157,6 +207,10 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
         log("backfilling with Spark...")
         expected = backlog.matching[PERCENT]
         backfill_s, more = backfill(server.data, root / "out", expected)
+        log("reading with ReadTopic...")
+        readtopic_s = read_topic_seconds(server.address, expected)
+        log("streaming with Spark...")
+        stream_s, streamed = stream(server.address, root, expected)
     rows = backlog.rows
     task_rate = more.pop("backfill_task_rows_s")
     report["backfill_rows_s"] = round(rows / backfill_s)
@@ -170,6 +224,11 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
     report["task_vs_consume"] = round(task_rate / report["consume_rows_s"], 3)
     report["task_goal_ratio"] = TASK_GOAL_RATIO
     report["task_goal_met"] = report["task_vs_consume"] >= TASK_GOAL_RATIO
+    report["stream_rows_s"] = round(rows / stream_s)
+    report["stream_vs_consume"] = round(consume_s / stream_s, 3)
+    report["stream_goal_ratio"] = STREAM_GOAL_RATIO
+    report["stream_goal_met"] = report["stream_vs_consume"] >= STREAM_GOAL_RATIO
+    report["readtopic_rows_s"] = round(rows / readtopic_s)
     report["matching_rows"] = expected
     meta = harness.machine_meta(
         root,
@@ -179,7 +238,7 @@ def run(root: Path, sizes: Sizes, seed: int) -> Report:
         sizes=sizes,
         quick=sizes == QUICK,
     )
-    return report | {"meta": meta | more}
+    return report | {"meta": meta | more | streamed}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,3 +64,17 @@ def ipc_stream(table: pa.Table, batch_rows: int | None = None, **options: object
             writer.write_batch(batch)
     data: bytes = sink.getvalue().to_pybytes()
     return data
+
+
+def meters_rows(first: int, count: int, table: str = "d1") -> pa.Table:
+    """`count` rows for child `table` of the tests' power.meters (tbname and tags
+    included, for Connection.write to the super table), ts from `first` ms."""
+    return pa.table({
+        "tbname": [table] * count,
+        "location": [f"loc-{table}"] * count,
+        "groupid": pa.array([1] * count, pa.int32()),
+        "ts": pa.array(range(first, first + count), pa.timestamp("ms")),
+        "current": pa.array([1.5] * count, pa.float32()),
+        "voltage": pa.array([200 + i % 40 for i in range(first, first + count)], pa.int32()),
+        "phase": pa.array([0.5] * count, pa.float32()),
+    })  # fmt: skip

@@ -14,7 +14,8 @@ from tests.bench.support import assert_positive, quick_report
 RUN_DEADLINE_S = 300.0
 FIGURES = ["backfill_rows_s", "consume_rows_s", "backfill_seconds", "consume_seconds",
            "backfill_vs_consume", "matching_rows", "backfill_task_rows_s",
-           "task_vs_consume"]  # fmt: skip
+           "task_vs_consume", "stream_rows_s", "stream_vs_consume",
+           "readtopic_rows_s"]  # fmt: skip
 
 
 @pytest.mark.spark
@@ -32,3 +33,5 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     assert set(breakdown) == {"startup", "planning", "tasks", "commit"}
     assert all(seconds >= 0 for seconds in breakdown.values())
     assert report["meta"]["backfill_tasks"] >= 1
+    assert report["stream_goal_ratio"] == 0.5
+    assert report["meta"]["stream_batches"] >= 1

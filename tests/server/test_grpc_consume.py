@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import cast
 
 import grpc
-import pyarrow as pa
 import pytest
 
 from sqltopic.client import Connection, connect
@@ -21,6 +20,7 @@ from sqltopic.proto.arrow_ipc import MAX_FRAME_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from tests.live_server import ServerProcess
 from tests.server.wire import Wire, blocks, kind, offsets, rows, status
+from tests.support import meters_rows
 
 # A condition that does not hold within this long never will (retention runs every 1 s).
 WAIT_DEADLINE_S = 30.0
@@ -34,18 +34,6 @@ EARLIEST = pb.OFFSET_RESET_EARLIEST
 def hot(live_power: Connection) -> Connection:
     live_power.execute(TOPIC)
     return live_power
-
-
-def _meters(first: int, count: int, table: str = "d1") -> pa.Table:
-    return pa.table({
-        "tbname": [table] * count,
-        "location": [f"loc-{table}"] * count,
-        "groupid": pa.array([1] * count, pa.int32()),
-        "ts": pa.array(range(first, first + count), pa.timestamp("ms")),
-        "current": pa.array([1.5] * count, pa.float32()),
-        "voltage": pa.array([200 + i % 40 for i in range(first, first + count)], pa.int32()),
-        "phase": pa.array([0.5] * count, pa.float32()),
-    })  # fmt: skip
 
 
 Rows = list[dict[str, object]]
@@ -74,7 +62,7 @@ def test_consume_from_earliest_equals_the_select_then_resume_at_the_commit(
     hot: Connection, wire: Wire
 ) -> None:
     for i, table in enumerate(["d1", "d2", "d3", "d4"]):
-        hot.write("meters", _meters(1000 * i, 500, table))
+        hot.write("meters", meters_rows(1000 * i, 500, table))
     sub = wire.subscribe("g", ["hot"])
     asg = wire.assignment(sub.consumer_id)
     assert sorted(a.vgroup for a in asg.assignments) == [1, 2]
@@ -89,11 +77,11 @@ def test_consume_from_earliest_equals_the_select_then_resume_at_the_commit(
         "SELECT ts, voltage, tbname, location FROM power.meters WHERE voltage > 220"
     ).to_pylist()
     assert Counter(map(_key, got)) == Counter(map(_key, expected))
-    written = [_meters(1000 * i, 500).column("voltage").to_pylist() for i in range(4)]
+    written = [meters_rows(1000 * i, 500).column("voltage").to_pylist() for i in range(4)]
     assert len(got) == sum(v > 220 for vs in written for v in vs)
     # a later consumer of the group starts exactly at the commit: only new rows
     wire.mnode.Close(pb.CloseRequest(consumer_id=sub.consumer_id), metadata=wire.md)
-    hot.write("meters", _meters(9000, 40, "d1"))
+    hot.write("meters", meters_rows(9000, 40, "d1"))
     again = wire.subscribe("g", ["hot"])
     asg2 = wire.assignment(again.consumer_id)
     later: list[dict[str, object]] = []
@@ -103,7 +91,7 @@ def test_consume_from_earliest_equals_the_select_then_resume_at_the_commit(
 
 
 def test_latest_sees_only_later_rows_and_none_is_an_error(hot: Connection, wire: Wire) -> None:
-    hot.write("meters", _meters(0, 40))
+    hot.write("meters", meters_rows(0, 40))
     sub = wire.subscribe("g", ["hot"])
     asg = wire.assignment(sub.consumer_id)
     vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)  # the one holding d1
@@ -111,7 +99,7 @@ def test_latest_sees_only_later_rows_and_none_is_an_error(hot: Connection, wire:
                       auto_offset_reset=pb.OFFSET_RESET_LATEST)  # fmt: skip
     assert kind(first) == "empty"
     position = offsets(first)[1]
-    hot.write("meters", _meters(100, 40))
+    hot.write("meters", meters_rows(100, 40))
     later, _ = _drain(wire, sub.consumer_id, "g", asg.epoch, "hot", vgroup, position)
     assert sorted(r["ts"].timestamp() * 1000 for r in later) == [  # type: ignore[attr-defined]
         100 + i for i in range(40) if 200 + (100 + i) % 40 > 220
@@ -127,7 +115,7 @@ def test_latest_sees_only_later_rows_and_none_is_an_error(hot: Connection, wire:
 def test_a_waiting_poll_receives_a_later_write(hot: Connection, wire: Wire) -> None:
     sub = wire.subscribe("g", ["hot"])
     asg = wire.assignment(sub.consumer_id)
-    hot.write("meters", _meters(0, 1))  # creates d1 and tells its vgroup
+    hot.write("meters", meters_rows(0, 1))  # creates d1 and tells its vgroup
     vgroup = next(a.vgroup for a in wire.assignment(sub.consumer_id).assignments if a.end > 2)
     _, end = wire.offset_range("hot", vgroup)
     answer: list[list[pb.PollResponse]] = []
@@ -139,8 +127,8 @@ def test_a_waiting_poll_receives_a_later_write(hot: Connection, wire: Wire) -> N
         )
     )
     waiting.start()
-    hot.write("meters", _meters(5, 1))  # voltage 205: skipped by the filter
-    hot.write("meters", _meters(30, 1))  # voltage 230: pushed
+    hot.write("meters", meters_rows(5, 1))  # voltage 205: skipped by the filter
+    hot.write("meters", meters_rows(30, 1))  # voltage 230: pushed
     waiting.join(120)
     assert answer, "the poll did not answer"
     assert kind(answer[0]) == "data"
@@ -229,7 +217,7 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(
 def test_a_large_message_comes_in_frames_under_4_mib(hot: Connection, wire: Wire) -> None:
     hot.execute("CREATE TOPIC everything AS STABLE power.meters")
     for i in range(6):
-        hot.write("meters", _meters(i * 100_000, 100_000))
+        hot.write("meters", meters_rows(i * 100_000, 100_000))
     sub = wire.subscribe("g", ["everything"])
     asg = wire.assignment(sub.consumer_id)
     vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)
@@ -239,14 +227,14 @@ def test_a_large_message_comes_in_frames_under_4_mib(hot: Connection, wire: Wire
     assert all(frame.ByteSize() <= MAX_FRAME_BYTES for frame in frames)
     got = blocks(frames)
     assert [name for name, _ in got] == ["d1"]
-    assert got[0][1].column("ts").to_pylist() == _meters(0, 600_000).column("ts").to_pylist()
+    assert got[0][1].column("ts").to_pylist() == meters_rows(0, 600_000).column("ts").to_pylist()
     assert frames[0].data.row_count == 600_000
 
 
 def test_fetch_answers_the_message_poll_would_in_one_unary_call(
     hot: Connection, wire: Wire
 ) -> None:
-    hot.write("meters", _meters(0, 1000))
+    hot.write("meters", meters_rows(0, 1000))
     sub = wire.subscribe("g", ["hot"])
     asg = wire.assignment(sub.consumer_id)
     vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)
@@ -274,7 +262,7 @@ def test_fetch_of_a_message_over_one_frame_is_refused_and_poll_reads_it(
     hot: Connection, wire: Wire
 ) -> None:
     hot.execute("CREATE TOPIC everything AS STABLE power.meters")
-    hot.write("meters", _meters(0, 400_000))  # one WAL entry of ~8 MB
+    hot.write("meters", meters_rows(0, 400_000))  # one WAL entry of ~8 MB
     sub = wire.subscribe("g", ["everything"])
     asg = wire.assignment(sub.consumer_id)
     vgroup = next(a.vgroup for a in asg.assignments if a.end > 2)
@@ -296,7 +284,7 @@ def test_versions_removed_by_retention_are_reported_as_data_lost(
 ) -> None:
     hot.execute("ALTER DATABASE power WAL_RETENTION_PERIOD 0 WAL_SEGMENT_SIZE 1")
     for i in range(20):
-        hot.write("meters", _meters(i * 1000, 500))
+        hot.write("meters", meters_rows(i * 1000, 500))
     sub = wire.subscribe("g", ["hot"])
     asg = wire.assignment(sub.consumer_id)
     vgroup = next(a.vgroup for a in asg.assignments if a.end > 10)
@@ -388,7 +376,7 @@ def test_a_held_poll_is_fenced_when_its_vgroup_moves(hot: Connection, wire: Wire
     time.sleep(0.5)  # not a timing assertion: the poll is held until a write
     assert len(answers) == 1
     for table in ("d1", "d2", "d3", "d4"):
-        hot.write("meters", _meters(30, 1, table))
+        hot.write("meters", meters_rows(30, 1, table))
     again.join(60)
     assert answers[1:] == [(kept[0], "data", now.epoch)]
 

@@ -26,6 +26,7 @@ from sqltopic.errors import (
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from tests.live_server import ServerProcess
+from tests.support import meters_rows
 
 SELECT = "SELECT ts, voltage, tbname, location FROM power.meters WHERE voltage > 220"
 VGROUPS = (1, 2)
@@ -34,24 +35,12 @@ DEADLINE_S = 30.0
 Row = tuple[Any, ...]
 
 
-def _meters(first: int, count: int, table: str) -> pa.Table:
-    return pa.table({
-        "tbname": [table] * count,
-        "location": [f"loc-{table}"] * count,
-        "groupid": pa.array([1] * count, pa.int32()),
-        "ts": pa.array(range(first, first + count), pa.timestamp("ms")),
-        "current": pa.array([1.5] * count, pa.float32()),
-        "voltage": pa.array([200 + i % 40 for i in range(first, first + count)], pa.int32()),
-        "phase": pa.array([0.5] * count, pa.float32()),
-    })  # fmt: skip
-
-
 @pytest.fixture
 def hot(live_power: Connection) -> Connection:
     live_power.execute(f"CREATE TOPIC hot AS {SELECT}")
     for i, table in enumerate(("d1", "d2", "d3", "d4")):
         for part in range(3):
-            live_power.write("meters", _meters(i * 10_000 + part * 100, 100, table))
+            live_power.write("meters", meters_rows(i * 10_000 + part * 100, 100, table))
     return live_power
 
 
@@ -99,7 +88,7 @@ def test_rows_are_the_topic_s_with_their_versions(hot: Connection) -> None:
 
 def test_a_large_answer_comes_in_several_frames(hot: Connection) -> None:
     before = admin.offset_ranges(hot, "hot", VGROUPS)
-    hot.write("meters", _meters(1_000_000, 300_000, "d1"))  # ~9 MB of output rows
+    hot.write("meters", meters_rows(1_000_000, 300_000, "d1"))  # ~9 MB of output rows
     after = admin.offset_ranges(hot, "hot", VGROUPS)
     vgroup = next(v for v in VGROUPS if after[v].end > before[v].end)  # d1's
     stub = pb_grpc.VnodeStub(hot._channel)
@@ -171,8 +160,8 @@ def test_versions_retention_deleted_are_out_of_range_with_the_retained_range(
 ) -> None:
     hot.execute("ALTER DATABASE power WAL_RETENTION_PERIOD 0 WAL_SEGMENT_SIZE 1")
     for i in range(20):
-        hot.write("meters", _meters(100_000 + i * 1000, 500, "d1"))
-        hot.write("meters", _meters(100_000 + i * 1000, 500, "d2"))
+        hot.write("meters", meters_rows(100_000 + i * 1000, 500, "d1"))
+        hot.write("meters", meters_rows(100_000 + i * 1000, 500, "d2"))
     deadline = time.monotonic() + DEADLINE_S
     while min(r.begin for r in admin.offset_ranges(hot, "hot", VGROUPS).values()) == 1:
         assert time.monotonic() < deadline, "retention deleted nothing"

@@ -8,6 +8,8 @@
   and returns the engine; write more with `engine.execute`/`engine.write`. Engines stay
   open while Spark reads their files (a read-only reader takes no lock, as on a live
   server) and are closed at the end of the test. `engine.state.data_dir` is the path.
+* `writer`: a thread writing rows to a live `server` until the test ends
+  (tests/spark/test_handoff.py `Writer`), for the hand-off and streaming tests.
 * `loaded_history` (module scope): the dataset of tests/server/dataset.py (database
   `power`, VGROUPS 4, super table `meters` with every column type and three tags, normal
   table `ntb`, written through every write path), on an open engine.
@@ -27,7 +29,9 @@ from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs import register
 from sqltopic.spark_jobs.session import start_session
 from tests.conftest import FakeClock
+from tests.live_server import ServerProcess
 from tests.server.dataset import Loaded, loaded_dataset
+from tests.spark.test_handoff import Writer
 
 # Spark settings for tests: few shuffle partitions (the job shuffles nothing anyway).
 TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
@@ -65,3 +69,12 @@ def make_history(tmp_path: Path) -> Iterator[HistoryFactory]:
 def loaded_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     with loaded_dataset(tmp_path_factory.mktemp("history")) as loaded:
         yield loaded
+
+
+@pytest.fixture
+def writer(server: ServerProcess) -> Iterator[Writer]:
+    started = Writer(server)
+    try:
+        yield started
+    finally:
+        started.stop()

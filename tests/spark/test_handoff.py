@@ -12,7 +12,6 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,15 +180,6 @@ class Writer:
         self._stop.set()
         self._thread.join(DEADLINE_S)
         assert not self.failures, self.failures
-
-
-@pytest.fixture
-def writer(server: ServerProcess) -> Iterator[Writer]:
-    started = Writer(server)
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 def test_handoff_while_writes_go_on(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +54,6 @@ def hot(live_power: Connection) -> Connection:
     live_power.execute(TOPIC)
     insert(live_power, 1_700_000_000_000, 400)
     return live_power
-
-
-@pytest.fixture
-def writer(server: ServerProcess) -> Iterator[Writer]:
-    started = Writer(server)
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 def source(spark: SparkSession, server: ServerProcess, **options: str) -> DataFrame:
