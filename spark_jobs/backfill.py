@@ -69,6 +69,11 @@ __all__ = [
 ]
 
 Engine = Literal["live", "spark_sql"]
+# WAL bytes one live task reads (spark_jobs/pieces.py cuts them): its tasks run at ~8M
+# rows/s, so a 64 MiB piece (a default segment, ~2.7M meters rows) takes ~0.3 s, far
+# above Spark's ~50 ms cost per task (24 MiB pieces, the Spark SQL engine's, spent a
+# fifth of a warm 20M-row job on it: docs/performance.md, Backfill).
+LIVE_PIECE_BYTES = 64 << 20
 
 Progress = Callable[[BackfillProgress], None]
 
@@ -286,7 +291,7 @@ def _task(live: LivePlan, rows: Accumulator[int], piece: Piece) -> PieceOutput:
 def _pieces(plan: BackfillPlan, starts: dict[int, int], ends: dict[int, int]) -> list[Piece]:
     if plan.remote is not None:
         return remote.pieces(plan.remote, plan.vgroups, starts, ends, strict=True)
-    return list_pieces(plan.data_dir, plan.vgroups, starts, ends, strict=True)
+    return list_pieces(plan.data_dir, plan.vgroups, starts, ends, LIVE_PIECE_BYTES, strict=True)
 
 
 def _finish(

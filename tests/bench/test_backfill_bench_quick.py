@@ -15,7 +15,7 @@ RUN_DEADLINE_S = 300.0
 FIGURES = ["backfill_rows_s", "consume_rows_s", "backfill_seconds", "consume_seconds",
            "backfill_vs_consume", "matching_rows", "backfill_task_rows_s",
            "task_vs_consume", "stream_rows_s", "stream_vs_consume",
-           "readtopic_rows_s"]  # fmt: skip
+           "readtopic_rows_s", "stream_warm_rows_s"]  # fmt: skip
 
 
 @pytest.mark.spark
