@@ -228,10 +228,13 @@ def run_backfill(
         try:
             if query is not None:
                 return _run_spark_sql(active, plan, query, output, dict(ends), report)
-            outputs = _run_live(active, plan, output, dict(ends), report, fail_once)
+            starts, outputs = _run_live(active, plan, output, dict(ends), report, fail_once)
             if on_tasks is not None:
                 on_tasks(outputs)
-            return _finish(plan, output, dict(ends), outputs, report)
+            counts: dict[int, int] = {}
+            for done in outputs:
+                counts[done.vgroup] = counts.get(done.vgroup, 0) + done.rows
+            return _write_manifest(plan, output, starts, dict(ends), counts, report)
         except BaseException:
             _remove_output(output, existed)
             raise
@@ -253,9 +256,10 @@ def _session(spark: SparkSession | None, master: str) -> Iterator[SparkSession]:
 def _run_live(
     spark: SparkSession, plan: BackfillPlan, out: Path, ends: dict[int, int], report: Progress,
     fail_once: Path | None,
-) -> list[PieceOutput]:  # fmt: skip
+) -> tuple[dict[int, int], list[PieceOutput]]:  # fmt: skip
     """One task per piece, evaluating the topic with the live evaluator; their files
-    committed into `out` once every task succeeded."""
+    committed into `out` once every task succeeded. The starts read, and the tasks'
+    reports."""
     report(BackfillProgress("planning", 0))
     starts = _clamped_starts(plan, ends)
     pieces = _pieces(plan, starts, ends)
@@ -280,7 +284,7 @@ def _run_live(
     except BaseException:
         job.abort()
         raise
-    return found
+    return starts, found
 
 
 def _task(live: LivePlan, rows: Accumulator[int], piece: Piece) -> PieceOutput:
@@ -294,15 +298,12 @@ def _pieces(plan: BackfillPlan, starts: dict[int, int], ends: dict[int, int]) ->
     return list_pieces(plan.data_dir, plan.vgroups, starts, ends, LIVE_PIECE_BYTES, strict=True)
 
 
-def _finish(
-    plan: BackfillPlan, out: Path, ends: dict[int, int], outputs: list[PieceOutput],
-    report: Progress,
+def _write_manifest(
+    plan: BackfillPlan, out: Path, starts: dict[int, int], ends: dict[int, int],
+    counts: dict[int, int], report: Progress,
 ) -> Manifest:  # fmt: skip
-    """The manifest of a committed job, written last."""
-    starts = _clamped_starts(plan, ends)
-    counts: dict[int, int] = {}
-    for o in outputs:
-        counts[o.vgroup] = counts.get(o.vgroup, 0) + o.rows
+    """The manifest of a committed job (versions [start, end) read and the rows written
+    per vgroup), written last."""
     spans = tuple(VgroupSpan(v, starts[v], ends[v], counts.get(v, 0)) for v in sorted(plan.vgroups))
     manifest = Manifest(plan.topic, plan.database, spans, plan.schema)
     parquet.write_text_atomic(out / MANIFEST_NAME, manifest.to_json())
@@ -342,12 +343,7 @@ def _run_spark_sql(
     finally:
         spark.catalog.dropTempView(query.relation)
     report(BackfillProgress("counting", 0))
-    counts = parquet.row_counts(out, PARTITION)
-    spans = tuple(VgroupSpan(v, starts[v], ends[v], counts.get(v, 0)) for v in sorted(plan.vgroups))
-    manifest = Manifest(plan.topic, plan.database, spans, plan.schema)
-    parquet.write_text_atomic(out / MANIFEST_NAME, manifest.to_json())
-    report(BackfillProgress("done", sum(s.rows for s in spans)))
-    return manifest
+    return _write_manifest(plan, out, starts, ends, parquet.row_counts(out, PARTITION), report)
 
 
 def _starts(plan: BackfillPlan) -> dict[int, int]:
