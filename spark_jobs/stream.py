@@ -44,7 +44,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sqltopic.errors import ConfigError, OffsetOutOfRange
 from sqltopic.spark_jobs import remote, stream_offsets, types
-from sqltopic.spark_jobs.remote import PIECE_VERSIONS, Remote
+from sqltopic.spark_jobs.remote import Remote
 from sqltopic.spark_jobs.source import remote_of
 from sqltopic.spark_jobs.stream_offsets import Offsets
 from sqltopic.sql.model import Topic
@@ -60,6 +60,10 @@ VGROUP = "vgroup"  # each row's vgroup (a backfill's Parquet partition column)
 # Rows per Arrow batch a task hands Spark: large enough to amortise the per-batch cost,
 # small enough that a batch's JVM buffers stay a few MB (the sqltopic_wal source's size).
 BATCH_ROWS = 65_536
+# WAL rows a task reads, about: ~1-2 s of a task (the server's evaluation and Spark's
+# handling of the rows), so that Spark's ~50 ms per task stays small and a long backlog
+# still keeps every core busy (20M rows in 4 tasks drained ~30 % faster than in 79).
+PART_ROWS = 8_000_000
 
 log = logging.getLogger("sqltopic.spark_jobs.stream")
 
@@ -173,7 +177,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stream_offsets.check_lost(lost, p.source.topic, p.fail_on_data_loss)
         for gap in lost:
             begin[gap.vgroup] = gap.first
-        return [RangePartition(r) for v in moving for r in split(v, begin[v], stop[v])]
+        reading = {v: begin[v] for v in moving if begin[v] < stop[v]}
+        rows = stream_offsets.rows_between(p.source, reading, {v: stop[v] for v in reading})
+        return [RangePartition(r) for v in reading for r in split(v, begin[v], stop[v], rows[v])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         span: VersionRange = partition.span  # type: ignore[attr-defined]
@@ -183,12 +189,15 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the offsets live in Spark's checkpoint, not on the server."""
 
 
-def split(vgroup: int, start: int, end: int) -> list[VersionRange]:
-    """[start, end) in ranges of at most PIECE_VERSIONS versions: a long backlog is read
-    by several tasks at once."""
+def split(vgroup: int, start: int, end: int, rows: int) -> list[VersionRange]:
+    """[start, end), which holds `rows` WAL rows, in ranges of about PART_ROWS rows (by
+    the range's mean rows per version): a long backlog is read by several tasks at
+    once, and a backlog of small entries is not cut into thousands of tiny tasks."""
+    versions = end - start
+    parts = max(1, min(versions, -(-rows // PART_ROWS)))
+    step = -(-versions // parts)
     return [
-        VersionRange(vgroup, first, min(first + PIECE_VERSIONS, end))
-        for first in range(start, end, PIECE_VERSIONS)
+        VersionRange(vgroup, first, min(first + step, end)) for first in range(start, end, step)
     ]
 
 

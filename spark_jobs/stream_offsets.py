@@ -169,7 +169,7 @@ def limited(
     the WAL in all (each vgroup's share in proportion to its backlog, Kafka's way), except
     that a vgroup with entries to read always moves by at least one entry."""
     moving = [v for v in sorted(start) if start[v] < end[v]]
-    rows = _rows_between(source, {v: start[v] for v in moving}, {v: end[v] for v in moving})
+    rows = rows_between(source, {v: start[v] for v in moving}, {v: end[v] for v in moving})
     total = sum(rows.values())
     if total <= max_rows:
         return dict(end)
@@ -181,7 +181,7 @@ def limited(
     return out
 
 
-def _rows_between(source: Remote, start: Offsets, end: Offsets) -> dict[int, int]:
+def rows_between(source: Remote, start: Offsets, end: Offsets) -> dict[int, int]:
     """Data rows in [start[v], end[v]) of each vgroup (each asked in one call)."""
     asks = {v: [end[v], start[v]] for v in start}  # the start last: never undercounted
     found = _backlogs(source, asks)

@@ -25,7 +25,7 @@ from sqltopic.errors import ConfigError, NoPermission, OffsetOutOfRange, VgroupU
 from sqltopic.spark_jobs import stream_offsets
 from sqltopic.spark_jobs.pieces import Extent
 from sqltopic.spark_jobs.source import remote_of
-from sqltopic.spark_jobs.stream import NAME, plan_stream
+from sqltopic.spark_jobs.stream import NAME, PART_ROWS, VersionRange, plan_stream, split
 from tests.cluster.support import Cluster
 from tests.live_server import POWER, ServerProcess
 from tests.spark.test_handoff import (
@@ -241,6 +241,30 @@ def test_refusals(server: ServerProcess, hot: Connection, tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="backfill of topic cold"):
         starting(str(tmp_path))
     assert base.topic == "hot"
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "rows", "expected"),
+    [
+        # a few big entries: one task
+        (1, 11, PART_ROWS // 2, [(1, 11)]),
+        # 2.5 parts' worth of rows: three ranges of equal versions
+        (1, 301, PART_ROWS * 5 // 2, [(1, 101), (101, 201), (201, 301)]),
+        # 10M one-row entries: ceil(10M / PART_ROWS) ranges, not 2,442 of 4,096 versions
+        (5, 10_000_005, 10_000_000, [(5, 5_000_005), (5_000_005, 10_000_005)]),
+        # more rows than versions can split: one version each
+        (7, 9, PART_ROWS * 10, [(7, 8), (8, 9)]),
+        # only meta entries (no rows): one range
+        (3, 4, 0, [(3, 4)]),
+    ],
+    ids=["one_task", "equal_parts", "small_entries", "version_each", "no_rows"],
+)
+def test_a_range_is_split_by_its_rows(
+    start: int, end: int, rows: int, expected: list[tuple[int, int]]
+) -> None:
+    got = split(2, start, end, rows)
+    assert [(r.start, r.end) for r in got] == expected
+    assert all(isinstance(r, VersionRange) and r.vgroup == 2 for r in got)
 
 
 def test_a_start_retention_passed_is_reported_at_planning() -> None:
