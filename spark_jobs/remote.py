@@ -18,16 +18,18 @@ from dataclasses import dataclass, field
 from sqltopic.client import history
 from sqltopic.client.connection import Connection, connect_with
 from sqltopic.client.tls import NO_FILES, TlsFiles, load_transport
+from sqltopic.client.topic_read import backlogs
 from sqltopic.errors import BackfillError, VersionNotRetained
 from sqltopic.spark_jobs.pieces import Extent, Piece
 from sqltopic.sql.catalog_store import catalog_of
 from sqltopic.sql.model import Catalog
 from sqltopic.wal import EntryType
 
-# Versions one task reads over the network: a piece of a few thousand entries (a few
-# MB to a few tens of MB of rows) keeps two cores busy on a small database while a
-# task stays well above Spark's ~10 ms per-task cost.
-PIECE_VERSIONS = 4096
+# WAL rows one task reads over the network, about: ~0.5 s of a live-engine task, well
+# above Spark's ~50 ms per task, while a database of a few vgroups still gives every
+# core tasks. (Pieces were 4,096 versions: 41M rows of 10,000-row entries, or a task
+# per 4,096 rows of one-row entries.)
+PIECE_ROWS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -74,18 +76,25 @@ def pieces(
     remote: Remote, vgroups: tuple[int, ...], starts: dict[int, int], ends: dict[int, int],
     *, strict: bool = False, within: tuple[int, int | None] = (0, None),
 ) -> list[Piece]:  # fmt: skip
-    """Pieces of PIECE_VERSIONS versions covering [starts[v], ends[v]) of each vgroup
-    (by default its retained versions), as `list_pieces` cuts the local files."""
+    """Pieces of about PIECE_ROWS WAL rows covering [starts[v], ends[v]) of each vgroup
+    (by default its retained versions), as `list_pieces` cuts the local files by bytes:
+    the rows come from the WAL's running counts (`rows_between`), no entry is read."""
     low, high = within
-    out: list[Piece] = []
+    spans: dict[int, tuple[int, int]] = {}
     for vgroup, ext in sorted(extents(remote, vgroups).items()):
         if strict:
             _check_bounds(vgroup, ext, starts.get(vgroup), ends.get(vgroup))
         start = max(starts.get(vgroup, 0), ext.first, low)
         end = min(ends.get(vgroup, ext.next_version), ext.next_version)
-        end = end if high is None else min(end, high)
-        for seq, first in enumerate(range(start, end, PIECE_VERSIONS)):
-            last = min(first + PIECE_VERSIONS, end)
+        spans[vgroup] = (start, end if high is None else min(end, high))
+    reading = {v: s for v, (s, e) in spans.items() if s < e}
+    rows = rows_between(remote, reading, {v: spans[v][1] for v in reading})
+    out: list[Piece] = []
+    for vgroup in sorted(reading):
+        start, end = spans[vgroup]
+        step = piece_step(end - start, rows[vgroup], PIECE_ROWS)
+        for seq, first in enumerate(range(start, end, step)):
+            last = min(first + step, end)
             out.append(Piece(vgroup, 0, first, last, last - first, 0, seq))
     return out
 
@@ -117,3 +126,33 @@ def entries(remote: Remote, piece: Piece) -> Iterator[tuple[int, EntryType, byte
             f"vgroup {piece.vgroup}: retention deleted versions from {piece.start} while "
             "the backfill ran; run it again (it starts from the first retained version)"
         ) from None
+
+
+def rows_between(source: Remote, start: dict[int, int], end: dict[int, int]) -> dict[int, int]:
+    """Data rows in [start[v], end[v]) of each vgroup (each asked in one call)."""
+    asks = {v: [end[v], start[v]] for v in start}  # the start last: never undercounted
+    found = backlogs_at(source, asks)
+    return {v: max(found[v][1] - found[v][0], 0) for v in start}
+
+
+def backlogs_at(source: Remote, asks: dict[int, list[int]]) -> dict[int, list[int]]:
+    """For each vgroup, the rows from each of its positions to its end, asked of the node
+    hosting it: one call per node, a vgroup's positions in order."""
+    by_node: dict[str, list[int]] = {}
+    for v in sorted(asks):
+        by_node.setdefault(source.endpoints.get(v, ""), []).append(v)
+    out: dict[int, list[int]] = {}
+    for some in by_node.values():
+        pairs = [(v, p) for v in some for p in asks[v]]
+        with source.connect(some[0]) as conn:
+            lags = iter(backlogs(conn, source.topic, pairs))
+        out |= {v: [next(lags) for _ in asks[v]] for v in some}
+    return out
+
+
+def piece_step(versions: int, rows: int, piece_rows: int) -> int:
+    """Versions per piece cutting a range of `versions` versions holding `rows` WAL rows
+    into pieces of about `piece_rows` rows (by its mean rows per version): at least 1,
+    and the whole range for a range of fewer rows."""
+    parts = max(1, min(versions, -(-rows // piece_rows)))
+    return max(1, -(-versions // parts))

@@ -178,7 +178,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for gap in lost:
             begin[gap.vgroup] = gap.first
         reading = {v: begin[v] for v in moving if begin[v] < stop[v]}
-        rows = stream_offsets.rows_between(p.source, reading, {v: stop[v] for v in reading})
+        rows = remote.rows_between(p.source, reading, {v: stop[v] for v in reading})
         return [RangePartition(r) for v in reading for r in split(v, begin[v], stop[v], rows[v])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -4,7 +4,7 @@ what retention deleted before it was read.
 
 An offset is, per vgroup of the topic's database, the next version to read: `{"1": 1200,
 "2": 37}` in Spark's checkpoint. Everything here asks the node hosting each vgroup
-(`Vnode.OffsetRange`, through client/history.py and client/topic_read.py); no pyspark.
+(`Vnode.OffsetRange`, through spark_jobs/remote.py); no pyspark.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqltopic.client.topic_read import backlogs
 from sqltopic.errors import ConfigError, OffsetOutOfRange
 from sqltopic.spark_jobs import remote
 from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest
@@ -169,7 +168,7 @@ def limited(
     the WAL in all (each vgroup's share in proportion to its backlog, Kafka's way), except
     that a vgroup with entries to read always moves by at least one entry."""
     moving = [v for v in sorted(start) if start[v] < end[v]]
-    rows = rows_between(source, {v: start[v] for v in moving}, {v: end[v] for v in moving})
+    rows = remote.rows_between(source, {v: start[v] for v in moving}, {v: end[v] for v in moving})
     total = sum(rows.values())
     if total <= max_rows:
         return dict(end)
@@ -179,13 +178,6 @@ def limited(
         cuts = _cuts(source, {v: start[v] for v in budgets}, {v: end[v] for v in budgets}, budgets)
         out |= {v: max(cut, start[v] + 1) for v, cut in cuts.items()}
     return out
-
-
-def rows_between(source: Remote, start: Offsets, end: Offsets) -> dict[int, int]:
-    """Data rows in [start[v], end[v]) of each vgroup (each asked in one call)."""
-    asks = {v: [end[v], start[v]] for v in start}  # the start last: never undercounted
-    found = _backlogs(source, asks)
-    return {v: max(found[v][1] - found[v][0], 0) for v in start}
 
 
 def _cuts(source: Remote, start: Offsets, end: Offsets, budgets: dict[int, int]) -> Offsets:
@@ -199,7 +191,7 @@ def _cuts(source: Remote, start: Offsets, end: Offsets, budgets: dict[int, int])
         if not open_:
             break
         probes = {v: _probes(low[v], high[v]) for v in open_}
-        found = _backlogs(source, {v: [*probes[v], start[v]] for v in open_})
+        found = remote.backlogs_at(source, {v: [*probes[v], start[v]] for v in open_})
         for v in open_:
             *at, base = found[v]
             for position, lag in zip(probes[v], at, strict=True):
@@ -215,18 +207,3 @@ def _probes(low: int, high: int) -> list[int]:
     step = (high - low) / (PROBES + 1)
     spread = (low + round(step * i) for i in range(1, PROBES + 1))
     return sorted({min(high - 1, max(low + 1, p)) for p in spread})
-
-
-def _backlogs(source: Remote, asks: dict[int, list[int]]) -> dict[int, list[int]]:
-    """For each vgroup, the rows from each of its positions to its end, asked of the node
-    hosting it: one call per node, a vgroup's positions in order."""
-    by_node: dict[str, list[int]] = {}
-    for v in sorted(asks):
-        by_node.setdefault(source.endpoints.get(v, ""), []).append(v)
-    out: dict[int, list[int]] = {}
-    for some in by_node.values():
-        pairs = [(v, p) for v in some for p in asks[v]]
-        with source.connect(some[0]) as conn:
-            lags = iter(backlogs(conn, source.topic, pairs))
-        out |= {v: [next(lags) for _ in asks[v]] for v in some}
-    return out

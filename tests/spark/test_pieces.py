@@ -4,12 +4,17 @@ are refused."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
+from sqltopic.client import Connection
 from sqltopic.errors import BackfillError
+from sqltopic.spark_jobs import remote
 from sqltopic.spark_jobs.pieces import list_pieces
+from sqltopic.spark_jobs.remote import Remote
+from tests.live_server import ServerProcess
 from tests.spark.conftest import HistoryFactory
 
 DDL = """
@@ -71,3 +76,35 @@ def test_within_bounds_versions_and_is_never_refused(make_history: HistoryFactor
     assert [v for p in pieces for v in vs if p.start <= v < p.end] == vs[5:15]
     beyond = (vs[-1] + 10, None)
     assert list_pieces(data_dir, (vgroup,), {}, {}, strict=True, within=beyond) == []
+
+
+def test_pieces_through_the_server_are_cut_by_rows(
+    server: ServerProcess, live_power: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote.pieces` cuts each vgroup's range into pieces of about PIECE_ROWS rows (from
+    the WAL's running row counts), contiguous, numbered in version order; a range of no
+    rows is one piece."""
+    live_power.execute("CREATE TOPIC every AS SELECT * FROM power.meters")
+    for i in range(12):  # 12 one-row entries in d1's vgroup
+        live_power.execute(
+            f"INSERT INTO power.d1 USING power.meters TAGS ('a', 1) "
+            f"VALUES ({1_700_000_000_000 + i}, 1.0, 220, 0.1)"
+        )
+    monkeypatch.setattr(remote, "PIECE_ROWS", 5)
+    source = Remote(server.address, "root", "taosdata", "every").located("power")
+    found = remote.extents(source, (1, 2))
+    pieces = remote.pieces(source, (1, 2), {}, {})
+    rows = remote.rows_between(
+        source,
+        {v: e.first for v, e in found.items()},
+        {v: e.next_version for v, e in found.items()},
+    )
+    assert sorted(rows.values()) == [0, 12]
+    for vgroup, ext in found.items():
+        mine = [p for p in pieces if p.vgroup == vgroup]
+        assert [p.seq for p in mine] == list(range(len(mine)))
+        assert [(p.start, p.end) for p in mine] == [
+            (a.start, b.start) for a, b in itertools.pairwise(mine)
+        ] + [(mine[-1].start, ext.next_version)]
+        assert mine[0].start == ext.first
+        assert len(mine) == (3 if rows[vgroup] == 12 else 1)  # ceil(12 / 5); no rows: one
