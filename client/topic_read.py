@@ -21,9 +21,6 @@ from sqltopic.proto.arrow_ipc import from_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 
-# The column of each row's WAL version in the blocks ReadTopic sends.
-VERSION_COLUMN = "_version"
-
 
 @dataclass(frozen=True)
 class TopicRows:

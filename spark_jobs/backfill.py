@@ -44,11 +44,10 @@ from sqltopic.spark_jobs.manifest import MANIFEST_NAME, Manifest, VgroupSpan
 from sqltopic.spark_jobs.pieces import Piece, extent, list_pieces
 from sqltopic.spark_jobs.progress import BackfillProgress, ProgressWatch
 from sqltopic.spark_jobs.remote import Remote
-from sqltopic.spark_jobs.spec import VERSION, VGROUP, load_catalog
+from sqltopic.spark_jobs.spec import VERSION, VGROUP, load_catalog, target_tables, writable_output
 from sqltopic.spark_jobs.task import LivePlan, PieceOutput, file_schema, run_piece
 from sqltopic.spark_jobs.transpile import SparkQuery, transpile
 from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
-from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.evaluate import QueryShape
 from sqltopic.sql.topic.target import find_target
 
@@ -134,15 +133,8 @@ def remote_ends(plan: BackfillPlan) -> dict[int, int]:
 
 def _plan(catalog: Catalog, topic: str, data_dir: Path, source: Remote | None) -> BackfillPlan:
     found = catalog.topic(topic.lower())
-    _check_kind(found)
+    output = writable_output(catalog, found, "the backfill", "backfill", BackfillUnsupported)
     target = find_target(catalog, found.db, found.target or "")
-    output = topic_schema(found, catalog)
-    for name in output.names:
-        if name in (PARTITION, VERSION):
-            raise BackfillUnsupported(
-                f"topic {topic!r} has an output column {name!r}, a name the backfill's Parquet "
-                f"uses itself ({PARTITION}=N directories, {VERSION}); rename it with AS"
-            )
     types.spark_schema(output)  # BackfillUnsupported for a type Spark cannot hold
     needs = set(found.uses) | {VGROUP, VERSION}
     if f'"{TBNAME}"' in found.select_sql:
@@ -166,32 +158,11 @@ def _plan(catalog: Catalog, topic: str, data_dir: Path, source: Remote | None) -
 
 
 def _tables(catalog: Catalog, topic: Topic) -> dict[int, dict[str, Table]]:
-    """The tables whose rows the topic reads, by vgroup: a super table's children, or
-    the one child or normal table."""
-    db = catalog.database(topic.db)
-    name = topic.target or ""
-    if (topic.db, name) in catalog.stables:
-        found = catalog.children(topic.db, name)
-    else:
-        found = [catalog.table(topic.db, name)]
-    return {v: {t.name: t for t in found if t.vgroup == v} for v in db.vgroups}
-
-
-def _check_kind(topic: Topic) -> None:
-    if topic.params:
-        raise BackfillUnsupported(
-            f"topic {topic.name!r} has parameters ({', '.join(p.name for p in topic.params)}); "
-            "the backfill does not bind them yet: create a topic with the values written in "
-            "its WHERE (e.g. tbname = 'd1001' instead of tbname = ?) and backfill that"
-        )
-    if topic.kind == "query":
-        return
-    what = "AS STABLE" if topic.kind == "stable" else "AS DATABASE"
-    raise BackfillUnsupported(
-        f"topic {topic.name!r} is a {topic.kind} topic ({what}); the backfill runs query "
-        "topics only (their rows have one fixed schema, and no meta events): create one, "
-        f"e.g. CREATE TOPIC {topic.name}_rows AS SELECT * FROM <super table>, and backfill it"
-    )
+    """The tables whose rows the topic reads, by vgroup."""
+    _tags, found = target_tables(catalog, topic.db, topic.target or "")
+    return {
+        v: {t.name: t for t in found if t.vgroup == v} for v in catalog.database(topic.db).vgroups
+    }
 
 
 def local_ends(data_dir: Path, database: str) -> dict[int, int]:

@@ -58,14 +58,16 @@ class ProgressWatch:
         self._stop.set()
         self._thread.join()
         if kind is None:  # the stage's last figures: every task done
-            done, total = self._tasks()
-            self._report(BackfillProgress(self._stage, self._rows(), done, total))
+            self._report_now()
         self._sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_S):
-            done, total = self._tasks()
-            self._report(BackfillProgress(self._stage, self._rows(), done, total))
+            self._report_now()
+
+    def _report_now(self) -> None:
+        done, total = self._tasks()
+        self._report(BackfillProgress(self._stage, self._rows(), done, total))
 
     def _tasks(self) -> tuple[int, int]:
         tracker = self._sc.statusTracker()

@@ -17,12 +17,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import BackfillError, ConfigError, NotFoundError
+from sqltopic.errors import BackfillError, ConfigError, Error, NotFoundError
 from sqltopic.spark_jobs import types
+from sqltopic.spark_jobs.commit import PARTITION
 from sqltopic.spark_jobs.remote import Remote
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.sql.layout import data_schema
-from sqltopic.sql.model import TBNAME, Catalog, Column, Table
+from sqltopic.sql.model import TBNAME, Catalog, Column, Table, Topic
+from sqltopic.sql.topic import topic_schema
 from sqltopic.sql.topic.arrow_eval import ArrowPlan, arrow_plan
 
 VGROUP = "_vgroup"
@@ -80,7 +82,7 @@ def build_spec(
     topic's condition rejects."""  # fmt: skip
     db = catalog.database(database)
     data_cols = catalog.columns_of(database, table)
-    tags, tables = _tables(catalog, database, table)
+    tags, tables = target_tables(catalog, database, table)
     full = _full_schema(data_cols, tags, db.precision)
     fields = _pick(full, columns, f"{database}.{table}")
     chosen = pa.schema([full.field(name) for name in fields])
@@ -117,7 +119,11 @@ def _prefilter(
     return plan
 
 
-def _tables(catalog: Catalog, database: str, name: str) -> tuple[tuple[Column, ...], list[Table]]:
+def target_tables(
+    catalog: Catalog, database: str, name: str
+) -> tuple[tuple[Column, ...], list[Table]]:
+    """The tags and the tables of a read of `name`: a super table's tags and children, a
+    child table's super table's tags and itself, or a normal table alone."""
     stb = catalog.stables.get((database, name))
     if stb is not None:
         return stb.tags, catalog.children(database, name)
@@ -125,6 +131,35 @@ def _tables(catalog: Catalog, database: str, name: str) -> tuple[tuple[Column, .
     if table.stable is None:
         return (), [table]
     return catalog.stable(database, table.stable).tags, [table]
+
+
+def writable_output(
+    catalog: Catalog, topic: Topic, who: str, verb: str, error: type[Error]
+) -> pa.Schema:
+    """`topic`'s output columns, or `error` unless `who` (the backfill, the streaming
+    source) can deliver its rows as the backfill's files hold them: a query topic without
+    parameters, whose output columns are not the files' own (`vgroup`, `_version`)."""
+    if topic.params:
+        raise error(
+            f"topic {topic.name!r} has parameters ({', '.join(p.name for p in topic.params)}); "
+            f"{who} does not bind them yet: create a topic with the values written in its WHERE "
+            f"(e.g. tbname = 'd1001' instead of tbname = ?) and {verb} that"
+        )
+    if topic.kind != "query":
+        what = "AS STABLE" if topic.kind == "stable" else "AS DATABASE"
+        raise error(
+            f"topic {topic.name!r} is a {topic.kind} topic ({what}); {who} reads query topics "
+            "only (their rows have one fixed schema, and no meta events): create one, e.g. "
+            f"CREATE TOPIC {topic.name}_rows AS SELECT * FROM <super table>, and {verb} it"
+        )
+    output = topic_schema(topic, catalog)
+    for name in output.names:
+        if name in (PARTITION, VERSION):
+            raise error(
+                f"topic {topic.name!r} has an output column {name!r}, a name {who} uses itself "
+                f"({PARTITION}=N directories or a column, {VERSION}); rename it with AS"
+            )
+    return output
 
 
 def _ref(table: Table, tags: tuple[Column, ...]) -> TableRef:

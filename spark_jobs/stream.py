@@ -44,19 +44,17 @@ from pyspark.sql.streaming.datasource import (
 
 from sqltopic.errors import ConfigError, OffsetOutOfRange
 from sqltopic.spark_jobs import remote, stream_offsets, types
+from sqltopic.spark_jobs.commit import PARTITION
 from sqltopic.spark_jobs.remote import Remote
 from sqltopic.spark_jobs.source import remote_of
+from sqltopic.spark_jobs.spec import VERSION, writable_output
 from sqltopic.spark_jobs.stream_offsets import Offsets
-from sqltopic.sql.model import Topic
-from sqltopic.sql.topic import topic_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 NAME = "sqltopic"
-VERSION = "_version"  # each row's WAL version (as in a backfill's Parquet)
-VGROUP = "vgroup"  # each row's vgroup (a backfill's Parquet partition column)
 # Rows per Arrow batch a task hands Spark: large enough to amortise the per-batch cost,
 # small enough that a batch's JVM buffers stay a few MB (the sqltopic_wal source's size).
 BATCH_ROWS = 65_536
@@ -144,12 +142,12 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.plan.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        found = stream_offsets.extents(self.plan.source, self.plan.vgroups)
+        found = remote.extents(self.plan.source, self.plan.vgroups)
         self._target = {v: e.next_version for v, e in found.items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         begin = stream_offsets.from_spark(start, self.plan.vgroups)
-        found = stream_offsets.extents(self.plan.source, self.plan.vgroups)
+        found = remote.extents(self.plan.source, self.plan.vgroups)
         ends = {v: e.next_version for v, e in found.items()}
         self._latest = ends
         if self._target is not None:
@@ -172,7 +170,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         moving = tuple(v for v in p.vgroups if begin[v] < stop[v])
         if not moving:
             return []
-        found = stream_offsets.extents(p.source, moving)
+        found = remote.extents(p.source, moving)
         lost = stream_offsets.lost_ranges(begin, stop, found)
         stream_offsets.check_lost(lost, p.source.topic, p.fail_on_data_loss)
         for gap in lost:
@@ -222,7 +220,7 @@ def read_range(plan: StreamPlan, span: VersionRange) -> Iterator[pa.RecordBatch]
 
 
 def _batches(rows: pa.Table, vgroup: pa.Scalar, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    table = rows.append_column(VGROUP, pa.repeat(vgroup, rows.num_rows))
+    table = rows.append_column(PARTITION, pa.repeat(vgroup, rows.num_rows))
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
         yield types.to_spark(batch, target)
 
@@ -247,15 +245,8 @@ def plan_stream(options: Any) -> StreamPlan:
     base = remote_of(options, NAME)
     catalog = remote.catalog(base)
     topic = catalog.topic(base.topic)
-    check_topic(topic)
-    output = topic_schema(topic, catalog)
-    clash = [n for n in output.names if n in (VERSION, VGROUP)]
-    if clash:
-        raise ConfigError(
-            f"topic {topic.name!r} has an output column {clash[0]!r}, a name the {NAME} "
-            f"source adds itself ({VERSION}, {VGROUP}); rename it with AS"
-        )
-    schema = pa.schema([*output, pa.field(VERSION, pa.int64()), pa.field(VGROUP, pa.int32())])
+    output = writable_output(catalog, topic, f"the {NAME} source", "stream", ConfigError)
+    schema = pa.schema([*output, pa.field(VERSION, pa.int64()), pa.field(PARTITION, pa.int32())])
     types.spark_schema(schema)  # refuses what Spark cannot hold (ns timestamps) now
     return StreamPlan(
         source=base.located(topic.db),
@@ -266,22 +257,6 @@ def plan_stream(options: Any) -> StreamPlan:
         max_rows=_max_rows(options.get("maxRowsPerTrigger")),
         fail_on_data_loss=_flag(options.get("failOnDataLoss"), "failOnDataLoss", True),
     )
-
-
-def check_topic(topic: Topic) -> None:
-    """ConfigError unless the source can stream `topic`: a query topic, no parameters."""
-    if topic.params:
-        raise ConfigError(
-            f"topic {topic.name!r} has parameters ({', '.join(p.name for p in topic.params)}); "
-            f"the {NAME} source does not bind them: create a topic with the values written in "
-            "its WHERE (tbname = 'd1001' instead of tbname = ?) and stream that"
-        )
-    if topic.kind != "query":
-        raise ConfigError(
-            f"topic {topic.name!r} is a {topic.kind} topic; the {NAME} source streams query "
-            "topics only (one schema, no meta events): create one, e.g. CREATE TOPIC "
-            f"{topic.name}_rows AS SELECT * FROM <super table>, and stream it"
-        )
 
 
 def _max_rows(text: str | None) -> int | None:

@@ -81,11 +81,6 @@ def from_spark(doc: Mapping[str, object], vgroups: tuple[int, ...]) -> Offsets:
     return found
 
 
-def extents(source: Remote, vgroups: tuple[int, ...]) -> dict[int, Extent]:
-    """Each vgroup's retained versions now, asked of the node hosting it."""
-    return remote.extents(source, vgroups)
-
-
 def starting(option: str, source: Remote, database: str, vgroups: tuple[int, ...]) -> Offsets:
     """The offsets `startingOffsets` names: `earliest`, `latest` (the default), a
     backfill's `_manifest.json` (or its output directory), or a JSON object of vgroup ->
@@ -137,7 +132,7 @@ def _resolved(wanted: Offsets, source: Remote, vgroups: tuple[int, ...]) -> Offs
         raise ConfigError(f"startingOffsets: versions {to_spark(bad)} are below {EARLIEST}")
     if not markers:
         return wanted
-    found = extents(source, vgroups)
+    found = remote.extents(source, vgroups)
     for v in markers:
         wanted[v] = found[v].first if wanted[v] == EARLIEST else found[v].next_version
     return wanted

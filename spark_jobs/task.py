@@ -110,9 +110,8 @@ def run_piece(plan: LivePlan, piece: Piece, on_rows: Callable[[int], None]) -> P
         writer.close()
         attempt.unlink(missing_ok=True)
         raise
+    # a piece with no matching rows wrote no file (the writer opens it at the first row)
     name = plan.job.commit_task(attempt, piece) if writer.rows else ""
-    if not writer.rows:
-        attempt.unlink(missing_ok=True)
     on_rows(writer.rows)
     elapsed = time.monotonic() - started
     return PieceOutput(piece.vgroup, piece.seq, writer.rows, read, name, elapsed)
@@ -126,13 +125,7 @@ def _evaluate(plan: LivePlan, pending: _Pending) -> pa.Table:
     own, versions, _indexes = split_ids(
         evaluate(_connection(), tracked_sql(plan.select_sql), batch)
     )
-    own = own.cast(plan.shape.out)
-    fields = list(plan.schema)[:-1]  # the last is `_version`
-    columns = [
-        col if col.type == f.type else col.cast(f.type)
-        for col, f in zip(own.columns, fields, strict=True)
-    ]
-    return pa.Table.from_arrays([*columns, versions], schema=plan.schema)
+    return types.to_spark(own.cast(plan.shape.out).append_column(VERSION, versions), plan.schema)
 
 
 class _Writer:

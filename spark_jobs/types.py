@@ -17,6 +17,8 @@ microseconds), so a database of precision 'ns' is refused before any Spark work.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pyarrow as pa
 
 from sqltopic.errors import BackfillUnsupported
@@ -37,6 +39,7 @@ _SPARK: dict[pa.DataType, tuple[str, pa.DataType]] = {
     pa.large_string(): ("STRING", pa.string()),
 }
 SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
+Data = TypeVar("Data", pa.RecordBatch, pa.Table)
 
 # Integer ranges of the Arrow types, for range checks of Spark arithmetic done wider.
 INTEGER_RANGES: dict[pa.DataType, tuple[int, int]] = {
@@ -78,16 +81,17 @@ def spark_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, spark_arrow_type(f.type)) for f in schema])
 
 
-def to_spark(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """`batch` cast to `target` (a `spark_schema`): zero-copy where only metadata
-    differs; a timestamp in ms is scaled to us, unsigned integers are widened."""
+def to_spark(batch: Data, target: pa.Schema) -> Data:
+    """`batch` (a RecordBatch or a Table) cast to `target` (a `spark_schema`): zero-copy
+    where only metadata differs; a timestamp in ms is scaled to us, unsigned integers
+    are widened."""
     if batch.schema.equals(target, check_metadata=False):
         return batch.replace_schema_metadata(None)
     arrays = [
         col if col.type == field.type else col.cast(field.type)
         for col, field in zip(batch.columns, target, strict=True)
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return type(batch).from_arrays(arrays, schema=target)
 
 
 def ddl(schema: pa.Schema) -> str:
