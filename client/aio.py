@@ -55,10 +55,12 @@ class Consumer:
         parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
         self._transport = consumer_transport(parsed)
         self._core = ConsumerCore(parsed)
+        self._core.follow_window = streams.FOLLOW_WINDOW
         self._channels: dict[str, aio.Channel] = {}
         self._streams: dict[str, streams.AioConsumeStream] = {}  # vnode endpoint -> its stream
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._fetches: dict[int, asyncio.Task[None]] = {}
+        self._followed: dict[int, streams.AioConsumeStream] = {}  # open follows' streams
         self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
         self._heartbeat: asyncio.Task[None] | None = None
         self._commits = asyncio.Lock()  # commit_async stores in call order
@@ -226,7 +228,12 @@ class Consumer:
         if isinstance(effect, fx.Rpc):
             return await self._call(effect)
         if isinstance(effect, fx.Fetch):
-            self._fetches[effect.ticket] = asyncio.create_task(self._fetch(effect))
+            following = effect.follow and self._streaming
+            work = self._follow(effect) if following else self._fetch(effect)
+            self._fetches[effect.ticket] = asyncio.create_task(work)
+        elif isinstance(effect, fx.Grant):
+            for stream, tickets in streams.by_stream(effect.tickets, self._followed).items():
+                stream.grant(tickets)
         elif isinstance(effect, fx.Cancel):
             for ticket in effect.tickets:
                 task = self._fetches.pop(ticket, None)
@@ -308,6 +315,47 @@ class Consumer:
             result = fx.failed(fetch, exc)
         if self._fetches.pop(fetch.ticket, None) is not None:
             self._results.put_nowait(result)
+
+    async def _follow(self, fetch: fx.Fetch) -> None:
+        """One vgroup's follow, as a task that lasts while it does: each answer goes to
+        the queue as it arrives. A server without Consume: one poll instead."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[Exception | None] = loop.create_future()
+
+        def answered(answer: streams.Answer, still_open: bool) -> None:
+            if isinstance(answer, streams.Unstreamed):
+                ended.set_result(answer)
+                return
+            result = fx.followed(fetch, answer, still_open)
+            if self._fetches.get(fetch.ticket) is not None:
+                self._results.put_nowait(result)
+            if not result.open and not ended.done():
+                if still_open:  # a malformed answer ends it here: end it there too
+                    stream.unfollow(fetch.ticket)
+                ended.set_result(None)
+
+        try:
+            stream = self._consume_stream(self._stub("vnode", fetch.endpoint), fetch)
+            self._followed[fetch.ticket] = stream
+            stream.follow(fetch.ticket, fetch.request, fetch.follow, answered)
+            try:
+                unstreamed = await ended
+            except asyncio.CancelledError:
+                stream.unfollow(fetch.ticket)
+                raise
+            finally:
+                self._followed.pop(fetch.ticket, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every poll answers, or its vgroup would stall
+            if self._fetches.pop(fetch.ticket, None) is not None:
+                self._results.put_nowait(fx.failed(fetch, exc))
+            return
+        if unstreamed is not None:
+            self._streaming = False  # an older server: unary Fetches from now on
+            await self._fetch(fetch)
+            return
+        self._fetches.pop(fetch.ticket, None)
 
     async def _fetch_one(self, stub: Any, fetch: fx.Fetch) -> pb.PollResponse:
         """The poll on the endpoint's Consume stream (or, against a server without one,

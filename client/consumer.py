@@ -59,6 +59,7 @@ class Consumer:
         parsed = config if isinstance(config, ConsumerConfig) else parse_config(config)
         self._transport = consumer_transport(parsed)  # ConfigError for a bad PEM file
         self._core = ConsumerCore(parsed)
+        self._core.follow_window = streams.FOLLOW_WINDOW
         self._lock = threading.Lock()  # guards the core (steps of flows)
         self._calls_lock = threading.Lock()  # guards _calls and _channels
         self._channels: dict[str, grpc.Channel] = {}
@@ -275,6 +276,12 @@ class Consumer:
             with self._calls_lock:
                 self._calls[effect.ticket] = None
             self._fetch(stub, effect)
+        elif isinstance(effect, fx.Grant):
+            with self._calls_lock:
+                calls = {t: self._calls.get(t) for t in effect.tickets}
+            on = {t: call.stream for t, call in calls.items() if isinstance(call, _Ticket)}
+            for stream, tickets in streams.by_stream(effect.tickets, on).items():
+                stream.grant(tickets)
         elif isinstance(effect, fx.Cancel):
             self._cancel(effect.tickets)
         elif isinstance(effect, fx.Wait):
@@ -323,9 +330,37 @@ class Consumer:
         ticket = _Ticket(stream, fetch.ticket)
         if self._started(fetch.ticket, lambda: ticket) is None:
             return  # cancelled before it started
+        if fetch.follow:
+            stream.follow(
+                fetch.ticket, fetch.request, fetch.follow,
+                lambda answer, still_open: self._followed(stub, fetch, answer, still_open),
+            )  # fmt: skip
+            return
         stream.fetch(
             fetch.ticket, fetch.request, lambda answer: self._answered(stub, fetch, answer)
         )
+
+    def _followed(
+        self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch, answer: streams.Answer, still_open: bool
+    ) -> None:
+        """A follow's answer (on the stream's reader thread): to the queue while the core
+        expects the ticket; the last one ends the ticket."""
+        if isinstance(answer, streams.Unstreamed):
+            self._streaming = False  # an older server: unary Fetches from now on
+            self._fetch_unary(stub, fetch)
+            return
+        result = fx.followed(fetch, answer, still_open)
+        if result.open:
+            with self._calls_lock:
+                expected = fetch.ticket in self._calls
+            if expected:
+                self._results.put(result)
+            return
+        with self._calls_lock:
+            call = self._calls.get(fetch.ticket)
+        self._deliver(fetch.ticket, result)
+        if still_open and isinstance(call, _Ticket):  # a malformed answer ended it here
+            call.cancel()
 
     def _consume_stream(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> streams.ConsumeStream:
         """The endpoint's open stream for the poll's session (a new one after a broken

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from sqltopic.client.effects import Fetch, Fetched, Flow, Wait
+from sqltopic.client.effects import Fetch, Fetched, Flow, Grant, Wait
 from sqltopic.client.group import Membership
 from sqltopic.client.message import Empty, Message
 from sqltopic.client.state import REBALANCE_RETRY_S, TRANSIENT, Held
@@ -26,6 +26,7 @@ from sqltopic.errors import (
     ConsumerFenced,
     Error,
     NoPermission,
+    TooLarge,
     TopicDropped,
     TopicNotFound,
 )
@@ -61,6 +62,7 @@ class ConsumerCore(Membership):
             self.raise_callback_error()
             message = self._take_ready()
             if message is not None:
+                yield from self._grant()
                 return message
             yield from self._launch()
             done: Fetched | None = yield Wait(self._wait_s(deadline))
@@ -123,9 +125,11 @@ class ConsumerCore(Membership):
             if acks:
                 self.acks_in_flight[held.ticket] = (key, acks)
             request = self._poll_request(held, acks)
+            follow = 0 if self.sharing or held.no_follow else self.follow_window
+            held.following, held.no_follow = follow > 0, False
             yield Fetch(
                 held.ticket, held.topic, held.database, held.vgroup, held.endpoint,
-                request, self.metadata_at(held.endpoint), timeout,
+                request, self.metadata_at(held.endpoint), timeout, follow,
             )  # fmt: skip
 
     def _wait_s(self, deadline: float | None) -> float | None:
@@ -146,16 +150,26 @@ class ConsumerCore(Membership):
         if done.epoch > self.epoch:
             self.need_refresh = True  # our assignment moved on: take it up now
         self.acks_in_flight.pop(done.ticket, None)  # answered: the vnode applied them
-        key = self._in_flight.pop(done.ticket, None)
+        if done.open:
+            key = self._in_flight.get(done.ticket)
+        else:
+            key = self._in_flight.pop(done.ticket, None)
         held = self.held.get(key) if key is not None else None
         if held is None or held.ticket != done.ticket:
             return  # a poll of a vgroup since dropped or seeked
-        held.ticket = None
+        if not done.open:
+            held.ticket = None
+            self.grants.pop(done.ticket, None)
         result = done.result
-        if isinstance(result, Empty):
-            held.position = result.end_offset
-        elif isinstance(result, Message):
-            held.ready = result
+        if isinstance(result, TooLarge) and held.following:
+            held.no_follow = True  # the message needs several frames: one Poll reads it
+        elif isinstance(result, Message | Empty):
+            if held.ready is not None:  # a follow's: in order, behind the one ready
+                held.more.append(result)
+            elif isinstance(result, Empty):
+                held.position = result.end_offset
+            else:
+                held.ready = result
         else:
             self._on_poll_error(held, result)
 
@@ -192,6 +206,30 @@ class ConsumerCore(Membership):
                 held.position = message.end_offset
                 held.rows += message.row_count
                 self._turn = index + 1
+                self._behind(held)
                 self.delivered(message)
                 return message
         return None
+
+    def _grant(self) -> Flow[None]:
+        """Grant what the follows are owed, in halves of the window: a follow keeps at
+        least half its window while the application keeps up, and sends one grant
+        for every few messages instead of one each."""
+        due = max(self.follow_window // 2, 1)
+        tickets = [t for t, n in self.grants.items() if n >= due for _ in range(n)]
+        if tickets:
+            for ticket in set(tickets):
+                del self.grants[ticket]
+            yield Grant(tuple(tickets))
+
+    def _behind(self, held: Held) -> None:
+        """After `held.ready` was handed out: its follow may send one more, and what
+        arrived behind it moves up (empties move the position)."""
+        if held.following and held.ticket is not None:
+            self.grants[held.ticket] = self.grants.get(held.ticket, 0) + 1
+        while held.more and held.ready is None:
+            item = held.more.popleft()
+            if isinstance(item, Empty):
+                held.position = item.end_offset
+            else:
+                held.ready = item

@@ -10,7 +10,7 @@ protocol decision lives once, in the core, and a front end is only a few lines o
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, TypeVar
 
 from sqltopic.client.message import Empty, Message, TopicPartition, message_from_frames
@@ -74,6 +74,16 @@ class Fetch:
     request: pb.PollRequest
     metadata: Metadata
     timeout: float
+    # > 0: a follow on the endpoint's Consume stream with this window (its answers keep
+    # coming as `Fetched` with `open` set until the last); 0: one poll
+    follow: int = 0
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Let each of these open follows send one more message (one was handed out)."""
+
+    tickets: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -124,9 +134,11 @@ class Fetched:
     result: Message | Empty | Error
     # the consumer's epoch at the mnode, as the vnode saw it when answering (0: unknown)
     epoch: int = 0
+    # a follow's answer after which its ticket stays open (more answers will come)
+    open: bool = False
 
 
-Effect = Rpc | Fetch | Cancel | Wait | Sleep | Wake | Notify
+Effect = Rpc | Fetch | Grant | Cancel | Wait | Sleep | Wake | Notify
 Flow = Generator[Effect, Any, T]
 
 
@@ -165,6 +177,14 @@ def fetched(fetch: Fetch, frames: list[pb.PollResponse]) -> Fetched:
     except Exception as exc:  # a malformed answer fails this poll, not the consumer
         return failed(fetch, exc)
     return Fetched(fetch.ticket, message, frames[0].epoch if frames else 0)
+
+
+def followed(fetch: Fetch, answer: pb.PollResponse | Exception, still_open: bool) -> Fetched:
+    """The Fetched of one answer of a follow (`still_open`: more will come)."""
+    if isinstance(answer, Exception):
+        return failed(fetch, answer)
+    done = fetched(fetch, [answer])
+    return replace(done, open=still_open and not isinstance(done.result, Error))
 
 
 def failed(fetch: Fetch, exc: BaseException) -> Fetched:

@@ -144,8 +144,10 @@ class Offsets(Acks):
         if held is not None:
             stale, held.ticket = held.ticket, None
             held.position, held.ready, held.retry_at = target, None, 0.0
+            held.more.clear()
             if stale is not None:
                 self._in_flight.pop(stale, None)
+                self.grants.pop(stale, None)
                 yield Cancel((stale,))
 
     def lag(self) -> Flow[list[VgroupLag]]:

@@ -11,7 +11,7 @@ import itertools
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from sqltopic.client.effects import (
     Service,
     Sleep,
 )
-from sqltopic.client.message import Message
+from sqltopic.client.message import Empty, Message
 from sqltopic.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -114,6 +114,12 @@ class Held:
     rows: int = 0  # rows handed to the application since the vgroup was assigned
     ticket: int | None = None  # the poll in flight
     ready: Message | None = None  # fetched, not yet handed out
+    # a follow's answers that arrived behind `ready` (empties and messages, in order)
+    more: deque[Message | Empty] = field(default_factory=deque)
+    following: bool = False  # `ticket` is a follow: it stays open across answers
+    # its last follow met a message over one frame: the next poll is a single one
+    # (the front end reads that message with a streamed Poll)
+    no_follow: bool = False
     retry_at: float = 0.0  # no poll before this (after RebalanceInProgress/ConsumerFenced)
     fenced: bool = False  # a vnode refused us here: if it moves on, it is lost, not revoked
 
@@ -154,6 +160,10 @@ class CoreState:
         self.acks_in_flight: dict[int, tuple[Key, RowIds]] = {}
         self._tickets = itertools.count(1)
         self._in_flight: dict[int, Key] = {}
+        # the follow window the front end offers (0: it polls once per message), and
+        # the grants owed to follows for messages handed out, by ticket
+        self.follow_window = 0
+        self.grants: dict[int, int] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
         self._turn = 0  # round-robin start among ready vgroups
         self._commit_at = clock() + config.auto_commit_interval_ms / 1000
@@ -221,6 +231,8 @@ class CoreState:
             if held.ticket is not None:
                 tickets.append(held.ticket)
                 self._in_flight.pop(held.ticket, None)
+                self.grants.pop(held.ticket, None)
+            held.more.clear()
         if tickets:
             yield Cancel(tuple(tickets))
 

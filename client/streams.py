@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
@@ -31,8 +31,14 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 
 Answer = pb.PollResponse | Exception
+# Messages a follow may send ahead of the application (its credit): two keep a
+# caught-up follower standing in the server's shared pass through a round trip.
+FOLLOW_WINDOW = 4
+# a follow's answer, and whether its ticket stays open
+Followed = Callable[[Answer, bool], None]
 # (status code, details) of a failed stream -> the sqltopic error to report
 Translate = Callable[[grpc.RpcError], Error]
+S = TypeVar("S")
 
 
 class Unstreamed(Exception):
@@ -44,6 +50,16 @@ def answer_of(response: pb.ConsumeResponse) -> Answer:
     if response.WhichOneof("result") == "error":
         return from_call_status(response.error)
     return response.message
+
+
+def by_stream(tickets: Iterable[int], streams: Mapping[int, S]) -> dict[S, list[int]]:
+    """The tickets of open follows, by the stream each is on (ended ones dropped)."""
+    out: dict[S, list[int]] = {}
+    for ticket in tickets:
+        stream = streams.get(ticket)
+        if stream is not None:
+            out.setdefault(stream, []).append(ticket)
+    return out
 
 
 class _Stream:
@@ -90,6 +106,7 @@ class ConsumeStream(_Stream):
         self._requests: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
         self._lock = threading.Lock()
         self._open: dict[int, Callable[[Answer], None]] = {}
+        self._follows: dict[int, Followed] = {}
         self._call = start(iter(self._requests.get, None), metadata)
         threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
 
@@ -104,9 +121,26 @@ class ConsumeStream(_Stream):
         if failed:
             done(ServerUnavailable("the consume stream ended; poll again"))
 
+    def follow(self, ticket: int, request: pb.PollRequest, window: int, answered: Followed) -> None:
+        """Send `request` as a follow: each answer goes to `answered` on the reader
+        thread, the last with False (after which the ticket is free)."""
+        with self._lock:
+            if not self.broken:
+                self._follows[ticket] = answered
+                self._requests.put(pb.ConsumeRequest(ticket=ticket, poll=request, follow=window))
+                return
+        answered(ServerUnavailable("the consume stream ended; poll again"), False)
+
+    def grant(self, tickets: list[int]) -> None:
+        """One more message for each of these open follows."""
+        with self._lock:
+            if not self.broken:
+                self._requests.put(pb.ConsumeRequest(grants=tickets))
+
     def cancel(self, ticket: int) -> None:
         with self._lock:
-            if self._open.pop(ticket, None) is not None and not self.broken:
+            found = self._open.pop(ticket, None) or self._follows.pop(ticket, None)
+            if found is not None and not self.broken:
                 self._requests.put(pb.ConsumeRequest(ticket=ticket, cancel=True))
 
     def close(self) -> None:
@@ -120,17 +154,27 @@ class ConsumeStream(_Stream):
             for response in self._call:
                 with self._lock:
                     done = self._open.pop(response.ticket, None)
+                    answered = None
+                    if done is None:
+                        answered = self._follows.get(response.ticket)
+                        if answered is not None and not response.open:
+                            del self._follows[response.ticket]
                 if done is not None:
                     done(answer_of(response))
+                elif answered is not None:
+                    answered(answer_of(response), response.open)
         except Exception as exc:  # every open poll answers, or its vgroup would stall
             ended = exc
         error = self._ended(ended)
         with self._lock:
             self.broken = True
             orphans, self._open = list(self._open.values()), {}
+            followed, self._follows = list(self._follows.values()), {}
         self._requests.put(None)
         for done in orphans:
             done(error)
+        for answered in followed:
+            answered(error, False)
 
 
 class AioConsumeStream(_Stream):
@@ -146,6 +190,7 @@ class AioConsumeStream(_Stream):
         super().__init__(metadata, translate)
         self._call = call
         self._open: dict[int, asyncio.Future[Answer]] = {}
+        self._follows: dict[int, Followed] = {}
         self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
 
@@ -164,6 +209,25 @@ class AioConsumeStream(_Stream):
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    def follow(self, ticket: int, request: pb.PollRequest, window: int, answered: Followed) -> None:
+        """Send `request` as a follow: each answer goes to `answered`, the last with
+        False (after which the ticket is free)."""
+        if self.broken:
+            answered(ServerUnavailable("the consume stream ended; poll again"), False)
+            return
+        self._follows[ticket] = answered
+        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, poll=request, follow=window))
+
+    def grant(self, tickets: list[int]) -> None:
+        """One more message for each of these open follows."""
+        if not self.broken:
+            self._writes.put_nowait(pb.ConsumeRequest(grants=tickets))
+
+    def unfollow(self, ticket: int) -> None:
+        """End a follow: no more answers reach its callback."""
+        if self._follows.pop(ticket, None) is not None and not self.broken:
+            self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, cancel=True))
 
     def close(self) -> None:
         self.broken = True
@@ -185,12 +249,20 @@ class AioConsumeStream(_Stream):
                 future = self._open.pop(response.ticket, None)
                 if future is not None and not future.done():
                     future.set_result(answer_of(response))
+                elif future is None and response.ticket in self._follows:
+                    answered = self._follows[response.ticket]
+                    if not response.open:
+                        del self._follows[response.ticket]
+                    answered(answer_of(response), response.open)
         except (Exception, asyncio.CancelledError) as exc:  # every open poll answers
             ended = exc
         error = self._ended(ended)
         self.broken = True
         self._writes.put_nowait(None)
         orphans, self._open = list(self._open.values()), {}
+        followed, self._follows = list(self._follows.values()), {}
         for future in orphans:
             if not future.done():
                 future.set_result(error)
+        for answered in followed:
+            answered(error, False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -70,6 +70,8 @@ class TopicMeta:
 
 
 TopicItem = TopicBlock | TopicMeta
+# (a query topic's form, its entries' (version, batch) identities) -> their evaluation
+Evaluated = dict[tuple[str, tuple[tuple[int, int], ...]], TopicBlock]
 
 
 def read_topic(
@@ -129,6 +131,7 @@ def read_topics(
     # entries (a thousand may wait, a write reaches a few)
     by_topic = _asked(topic_names, None if has_meta else wanted)
     found: dict[str, list[TopicItem]] = {}
+    shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
     for name, names in by_topic.items():
         topic = known.get(name)
         if topic is None:
@@ -136,7 +139,7 @@ def read_topics(
         _check_vgroup(state, topic, vgroup)
         if topic.name not in wanted and not (has_meta and topic.meta != "none"):
             continue
-        collector = _Collector(_Scope.of(state, topic, vgroup))
+        collector = _Collector(_Scope.of(state, topic, vgroup, shared))
         for e in entries:
             if e.owner is None:
                 if topic.meta != "none":
@@ -301,11 +304,12 @@ class _Scope:
     state: State
     topic: Topic
     tables: dict[str, Table]  # the tables whose data entries the topic delivers
+    shared: Evaluated | None = None  # a shared pass's evaluations, for topics alike
 
     @classmethod
-    def of(cls, state: State, topic: Topic, vgroup: int) -> _Scope:
+    def of(cls, state: State, topic: Topic, vgroup: int, shared: Evaluated | None = None) -> _Scope:
         """The topic's tables in `vgroup` (server/core/topic_tables.py)."""
-        return cls(state, topic, topic_tables(state, topic, vgroup))
+        return cls(state, topic, topic_tables(state, topic, vgroup), shared)
 
     def table_of(self, owner: EntryTable) -> Table | None:
         """The topic's table that owns an entry's run, or None: another table's, or an
@@ -331,7 +335,7 @@ class _Scope:
         if not pending:
             return []
         if self.topic.kind == "query":
-            return [_run_query(self.state, self.topic, pending)]
+            return [_run_query(self.state, self.topic, pending, self.shared)]
         return _runs(self.state.catalog, pending)
 
 
@@ -351,9 +355,23 @@ def _runs(catalog: Catalog, pending: list[_Entry]) -> list[TopicItem]:
     return blocks
 
 
-def _run_query(state: State, topic: Topic, pending: list[_Entry]) -> TopicBlock:
-    """Evaluate a query topic over every pending entry at once."""
+def _run_query(
+    state: State, topic: Topic, pending: list[_Entry], shared: Evaluated | None = None
+) -> TopicBlock:
+    """Evaluate a query topic over every pending entry at once. In a shared pass, topics
+    of one form (the same SQL for rows, over the same columns and tags: a thousand
+    device-set topics are one) over the same entries share one evaluation."""
     shape = _Shape.of_state(state, topic)
+    if shared is None or topic.params:
+        return _evaluated(state, topic, shape, pending)
+    key = (shape.form, tuple((e.version, id(e.batch)) for e in pending))
+    block = shared.get(key)
+    if block is None:
+        block = shared[key] = _evaluated(state, topic, shape, pending)
+    return block
+
+
+def _evaluated(state: State, topic: Topic, shape: _Shape, pending: list[_Entry]) -> TopicBlock:
     batch = shape.batch([e.table for e in pending], [e.batch for e in pending])
     out = _evaluate(state, topic, batch, shape.row_sql)
     if not topic.params:  # a shared form keeps its hidden columns for the partition
@@ -370,15 +388,41 @@ class _Shape(QueryShape):
     time on them."""
 
     row_sql: str = ""  # what decides a row of a table the topic reads (topic_tables.row_sql)
+    # what its rows are a function of besides the entries: equal for topics that
+    # evaluate alike (their SQL for rows and every schema)
+    form: str = ""
 
     @classmethod
     def of_state(cls, state: State, topic: Topic) -> _Shape:
-        return state.derived(state.shapes, (topic.name, topic.create_us),
-                             lambda: cls._compute(state.catalog, topic))  # fmt: skip
+        """Kept until the catalog objects it is made of change, not at every catalog
+        change: deriving it costs ~2 ms (a parse of the topic's SQL), and one CREATE
+        TABLE would otherwise make a thousand topics pay it again in the next pass."""
+        key = (topic.name, topic.create_us)
+        made_of = _made_of(state.catalog, topic)
+        hit = state.shapes.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], made_of, strict=True)):
+            return cast("_Shape", hit[1])
+        shape = cls._compute(state.catalog, topic)
+        state.shapes[key] = (made_of, shape)
+        return shape
 
     @classmethod
     def _compute(cls, cat: Catalog, topic: Topic) -> _Shape:
-        return cls(**vars(QueryShape.of(cat, topic)), row_sql=row_sql(cat, topic))
+        shape, sql = QueryShape.of(cat, topic), row_sql(cat, topic)
+        out = shape.out.to_string(truncate_metadata=False)
+        form = "\n".join([sql, shape.data.to_string(), repr(shape.tags), shape.precision,
+                           str(shape.tbname), out])  # fmt: skip
+        return cls(**vars(shape), row_sql=sql, form=form)
+
+
+def _made_of(cat: Catalog, topic: Topic) -> tuple[object, ...]:
+    """The catalog objects a topic's shape derives from (frozen: a change replaces
+    them): the topic, its database, and its target table and super table."""
+    target = (topic.db, topic.target or "")
+    table = cat.tables.get(target)
+    stable = cat.stables.get((topic.db, table.stable)) if table and table.stable else None
+    return (cat.topics.get(topic.name), cat.databases.get(topic.db), table, stable,
+            cat.stables.get(target))  # fmt: skip
 
 
 def _evaluate(state: State, topic: Topic, batch: pa.Table, sql: str | None = None) -> pa.Table:

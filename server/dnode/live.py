@@ -14,6 +14,11 @@ timer loop, no re-poll (docs/architecture.md, "The shared pass").
 A poll the pass cannot serve exactly as `read_message` would (more pending WAL than a
 caught-up consumer has, a message over the poll's limits, an error) is told to read for
 itself, as a poll that is behind does.
+
+A waiter with a `sink` stands (a follow on a Consume stream, server/dnode/follow.py): the
+pass hands it each message through the sink and, while its credit lasts, it stays in its
+bucket and moves on with the level, so a caught-up follower costs one sink call per
+message and nothing in between: no new poll, no read of its own, no new waiter.
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ INLINE_PASS_BYTES = 64 << 10
 # they are behind rather than waiting, and each reads for itself in growing steps.
 SHARED_PASS_BYTES = 8 << 20
 
-Outcome = Literal["data", "look", "quiet"]
+Outcome = Literal["data", "look", "quiet", "credit"]
 Runner = Callable[..., Awaitable[Any]]
+# What a sink did with a message: delivered it and stands on ("stay"), delivered it and
+# leaves ("leave": its credit is spent), or did not deliver it ("skip": it leaves and
+# reads for itself, from where it was).
+Verdict = Literal["stay", "leave", "skip"]
+Sink = Callable[[Message], Verdict]
 
 
 @dataclass(eq=False)
@@ -55,6 +65,10 @@ class Waiter:
     limits: PollLimits
     future: asyncio.Future[tuple[Outcome, Message | None]]
     bucket: _Bucket | None = None
+    sink: Sink | None = None  # a standing waiter's: the pass delivers through it
+    # a standing waiter's catalog generation when its poll last checked it (rights):
+    # after a change, it goes back to a poll that checks it again
+    generation: int = 0
 
 
 @dataclass(eq=False)
@@ -112,15 +126,18 @@ class LiveHub:
 
     async def wait(
         self, topic: str, position: int, consumer_id: int, epoch: int, limits: PollLimits,
-        timeout: float,
+        timeout: float, sink: Sink | None = None, generation: int = 0,
     ) -> tuple[Outcome, Message | None, int]:  # fmt: skip
         """Hold a poll of `topic` at `position` until the pass has data for it ("data" and
         the message), it must read for itself ("look"), or `timeout` seconds, a
-        reassignment or a stop passed ("quiet"); with the position it has reached."""
+        reassignment or a stop passed ("quiet"); with the position it has reached. With
+        a `sink` the poll stands: messages go to the sink, and the wait ends only when
+        the sink leaves ("credit") or as above; and only while the catalog stays at
+        `generation` (the one its poll checked it at)."""
         if self.vnode.wal.notifier.next_version > position:
             return "look", None, position  # entries landed since its read
         future: asyncio.Future[tuple[Outcome, Message | None]] = self._loop.create_future()
-        waiter = Waiter(topic, consumer_id, epoch, limits, future)
+        waiter = Waiter(topic, consumer_id, epoch, limits, future, sink=sink, generation=generation)
         self._add(waiter, position)
         timer = self._loop.call_later(max(timeout, 0.0), _settle, future, "quiet", None)
         try:
@@ -217,15 +234,19 @@ class LiveHub:
             return
         for topic, items in found.items():
             bucket = level.buckets.get(topic)
-            if bucket is not None and self._serve(bucket, items, position, next_version):
+            served = bucket is not None and self._serve(
+                bucket, items, position, next_version, generation
+            )
+            if served:
                 del level.buckets[topic]
         self._move(level, next_version)
 
     def _serve(
-        self, bucket: _Bucket, items: list[TopicItem], position: int, next_version: int
-    ) -> bool:
+        self, bucket: _Bucket, items: list[TopicItem], position: int, next_version: int,
+        generation: int,
+    ) -> bool:  # fmt: skip
         """Answer a bucket's waiters with what the pass found for their topic; False
-        when it was nothing (they go on waiting)."""
+        when it was nothing or standing waiters stay (they go on waiting)."""
         try:
             message = first_message(self._engine, bucket.topic, items, position, next_version)
         except Exception:
@@ -233,14 +254,30 @@ class LiveHub:
             return True
         if message.kind == "empty":
             return False
-        size = sum(b.data.nbytes for b in message.blocks)  # once: a hundred may wait
+        size = _Size(message)  # once, if a poll's limit asks: a hundred may wait
+        # a standing waiter stays only where the level goes next (not before a meta event)
+        whole = message.end_offset == next_version
+        kept: set[Waiter] = set()
         for waiter in bucket.waiters:
-            if _fits(message, size, waiter.limits):
-                _settle(waiter.future, "data", message)
-            else:
+            if waiter.future.done():
+                continue  # answered meanwhile (its timer, a wake): it is leaving
+            if not _fits(message, size, waiter.limits):
                 _settle(waiter.future, "look", None)
-        _detach(bucket)
-        return True
+            elif waiter.sink is None:
+                _settle(waiter.future, "data", message)
+            elif waiter.generation != generation:  # a right may have been revoked
+                _settle(waiter.future, "look", None)
+            else:
+                verdict = waiter.sink(message)
+                if verdict == "stay" and whole:
+                    kept.add(waiter)
+                else:
+                    _settle(waiter.future, "look" if verdict == "skip" else "credit", None)
+        if not kept:
+            _detach(bucket)
+            return True
+        _split(bucket, kept)
+        return False
 
     def _move(self, level: _Level, position: int) -> None:
         """`level`'s waiters now wait at `position`, merged with any already there."""
@@ -262,11 +299,26 @@ class LiveHub:
             into.waiters |= bucket.waiters
 
 
-def _fits(message: Message, size: int, limits: PollLimits) -> bool:
-    """Whether `message` (`size` bytes of blocks) is within a poll's limits."""
+class _Size:
+    """A message's bytes of blocks, summed once when first asked. The buffers' whole
+    sizes (a slice counts its buffers whole: at most more than its bytes, so a poll is
+    at worst sent to read for itself): `nbytes` costs 50 times more, for every slice."""
+
+    def __init__(self, message: Message) -> None:
+        self._message = message
+        self._bytes: int | None = None
+
+    def at_most(self, limit: int) -> bool:
+        if self._bytes is None:
+            self._bytes = sum(b.data.get_total_buffer_size() for b in self._message.blocks)
+        return self._bytes <= limit
+
+
+def _fits(message: Message, size: _Size, limits: PollLimits) -> bool:
+    """Whether `message` (of `size`) is within a poll's limits."""
     if limits.max_rows and message.rows > limits.max_rows:
         return False
-    return size <= limits.max_bytes
+    return size.at_most(limits.max_bytes)
 
 
 def _release(buckets: Iterable[_Bucket]) -> None:
@@ -275,6 +327,17 @@ def _release(buckets: Iterable[_Bucket]) -> None:
         for waiter in bucket.waiters:
             _settle(waiter.future, "look", None)
         _detach(bucket)
+
+
+def _split(bucket: _Bucket, kept: set[Waiter]) -> None:
+    """Keep only `kept` in `bucket`; the others go to a detached bucket of their own
+    (they are leaving: each discards itself when it resumes)."""
+    gone = bucket.waiters - kept
+    if gone:
+        out = _Bucket(bucket.topic, _Level(bucket.level.position), gone)
+        for waiter in gone:
+            waiter.bucket = out
+        bucket.waiters = kept
 
 
 def _detach(bucket: _Bucket) -> None:

@@ -5,8 +5,10 @@ unary call per held poll: on this machine a call costs the server ~0.7 ms of CPU
 message on an open stream well under half that, and a poll held on the stream costs
 nothing while it waits. Each `poll` request runs as the Fetch it stands for (the
 service's own `fetch`, checked for its caller as a call would be), in a task of its own,
-and its answer goes out tagged with its ticket as soon as it is ready. This module owns
-the tickets and the stream's life; what a poll does is the service's.
+and its answer goes out tagged with its ticket as soon as it is ready. A poll with
+`follow` stays open and is answered again after each message, within the credit its
+client grants (server/dnode/follow.py). This module owns the tickets, the credits and
+the stream's life; what a poll does is the service's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from sqltopic.errors import Error, InvalidRequest, LimitExceeded
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
+from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
 from sqltopic.server.rpc.rpc import unexpected
 
 # Open tickets per stream: far more vgroups than one consumer reads on one host (a
@@ -32,6 +35,8 @@ Fetch = Callable[[pb.PollRequest, str], Awaitable[pb.PollResponse]]
 Caller = Callable[[], str]
 # (user) -> a slot held while the poll is open (LimitExceeded when none is free)
 Slot = Callable[[str], AbstractContextManager[None]]
+# (ticket, request, user, credit, put, caller) -> once the follow ended (errors raise)
+Follow = Callable[[int, pb.PollRequest, str, Credit, Put, Caller], Awaitable[None]]
 
 
 @dataclass
@@ -45,10 +50,13 @@ class ConsumeStream:
     # ones answered (their held polls answer at once then), so that a graceful stop does
     # not wait out its grace for streams the clients keep open
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # runs follows; without it a follow is answered once, as a poll (open false)
+    follow: Follow | None = None
     _answers: asyncio.Queue[pb.ConsumeResponse | BaseException | None] = field(
         default_factory=asyncio.Queue
     )
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
 
     async def run(
         self, requests: AsyncIterator[pb.ConsumeRequest]
@@ -62,6 +70,8 @@ class ConsumeStream:
                 if item is None:  # half-closed, or the server stops: finish the open ones
                     reading = False
                     reader.cancel()
+                    for ticket in list(self._credits):  # no grant can come: follows end
+                        self._withdraw(ticket)
                 elif isinstance(item, BaseException):
                     raise item
                 else:
@@ -87,10 +97,14 @@ class ConsumeStream:
 
     def _take(self, request: pb.ConsumeRequest) -> None:
         ticket, action = request.ticket, request.WhichOneof("action")
+        for granted in request.grants:
+            credit = self._credits.get(granted)
+            if credit is not None:  # else ended meanwhile: the grant crossed its end
+                credit.grant()
+        if action is None and request.grants:
+            return
         if action == "cancel":
-            task = self._open.pop(ticket, None)
-            if task is not None:
-                task.cancel()
+            self._withdraw(ticket)
             return
         if action != "poll":
             raise InvalidRequest(
@@ -108,7 +122,15 @@ class ConsumeStream:
             )
             self._answers.put_nowait(pb.ConsumeResponse(ticket=ticket, error=call_status(err)))
             return
-        task = asyncio.create_task(self._poll(ticket, request.poll))
+        if request.follow > MAX_FOLLOW_WINDOW:
+            raise InvalidRequest(
+                f"Consume: ticket {ticket} asks to follow with a window of {request.follow} "
+                f"messages; at most {MAX_FOLLOW_WINDOW}"
+            )
+        if request.follow and self.follow is not None:
+            task = asyncio.create_task(self._follow(ticket, request.poll, request.follow))
+        else:
+            task = asyncio.create_task(self._poll(ticket, request.poll))
         self._open[ticket] = task
 
     async def _poll(self, ticket: int, request: pb.PollRequest) -> None:
@@ -123,7 +145,40 @@ class ConsumeStream:
         except Exception as exc:
             answer = pb.ConsumeResponse(ticket=ticket, error=call_status(unexpected(exc)))
         finally:
-            task = self._open.get(ticket)
-            if task is asyncio.current_task():
-                del self._open[ticket]
+            self._close(ticket)
         self._answers.put_nowait(answer)
+
+    async def _follow(self, ticket: int, request: pb.PollRequest, window: int) -> None:
+        credit = self._credits[ticket] = Credit(window)
+        answer = None
+        try:
+            user = self.caller()
+            with self.slot(user):
+                assert self.follow is not None
+                await self.follow(ticket, request, user, credit, self._answers.put_nowait,
+                                  self.caller)  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except Error as err:
+            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(err))
+        except Exception as exc:
+            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(unexpected(exc)))
+        finally:
+            self._close(ticket)
+        if answer is not None:
+            self._answers.put_nowait(answer)
+
+    def _withdraw(self, ticket: int) -> None:
+        """End an open poll or follow without an answer."""
+        task = self._open.pop(ticket, None)
+        self._credits.pop(ticket, None)
+        if task is not None:
+            task.cancel()
+
+    def _close(self, ticket: int) -> None:
+        """Forget the ticket of the poll or follow ending in this task (a new one may
+        reuse it once its last answer is out)."""
+        task = self._open.get(ticket)
+        if task is asyncio.current_task():
+            del self._open[ticket]
+            self._credits.pop(ticket, None)

@@ -40,6 +40,7 @@ from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.users import check_consumer_user, check_evict
 from sqltopic.server.dnode import topic_read
+from sqltopic.server.dnode.follow import Follows
 from sqltopic.server.dnode.live import LiveHub, Waiter
 from sqltopic.server.dnode.poll import (
     DEFAULT_MAX_BYTES,
@@ -113,6 +114,9 @@ class VnodeService(pb_grpc.VnodeServicer):
 
         coordinator.listeners.append(on_change)
         self._shares = SharePolls(engine, coordinator, self._run, self._commit_run)
+        self._follows = Follows(
+            self._fetch, self._hub_for, coordinator.epoch_of, lambda: engine.generation, stopping
+        )
         self._stop_watch = loop.create_task(self._on_stop())
 
     def _on_reassign(self) -> None:
@@ -181,7 +185,7 @@ class VnodeService(pb_grpc.VnodeServicer):
             return await self._fetch(request, wait_s(request, None), user)
 
         with self._slots.hold(token, session.user, "Consume"):
-            stream = ConsumeStream(fetch, caller, slot, self._stopping)
+            stream = ConsumeStream(fetch, caller, slot, self._stopping, self._follows.run)
             async for answer in stream.run(requests):
                 yield answer
 
@@ -259,6 +263,10 @@ class VnodeService(pb_grpc.VnodeServicer):
                 f"PollRequest: acquire_mode {request.acquire_mode} is for shared groups; "
                 f"group {request.group_id} reads whole WAL entries (leave it unset)"
             )
+
+    def _hub_for(self, request: pb.PollRequest) -> LiveHub:
+        """The shared pass of the vnode a follow reads (TopicNotFound once dropped)."""
+        return self._hub(self._engine.vnode_of(request.topic, request.vgroup))
 
     def _hub(self, vnode: Vnode) -> LiveHub:
         """The shared pass of `vnode`'s held polls (a new one for a vnode created again

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
 import grpc
@@ -18,6 +18,7 @@ from sqltopic.client import Connection
 from sqltopic.errors import ConsumerFenced, LimitExceeded, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
+from sqltopic.server.dnode.follow import Credit, Put
 from sqltopic.server.rpc import consume
 from sqltopic.server.rpc.consume import ConsumeStream
 from tests.server.wire import CALL_TIMEOUT_S, Wire, poll_request, rows, status
@@ -174,6 +175,66 @@ def test_a_stopping_server_ends_the_stream_once_its_open_polls_answered() -> Non
         return got
 
     assert asyncio.run(scenario()) == [(1, 1)]
+
+
+class Follows:
+    """A follow function of our own: answers each grant with one more message (its
+    epoch counts them), until cancelled."""
+
+    def __init__(self) -> None:
+        self.credits: dict[int, Credit] = {}
+
+    async def run(
+        self, ticket: int, request: pb.PollRequest, user: str, credit: Credit, put: Put,
+        caller: Callable[[], str],
+    ) -> None:  # fmt: skip
+        self.credits[ticket] = credit
+        sent = 0
+        never = asyncio.Event()
+        while True:
+            await credit.wait(never)
+            sent += 1
+            credit.spend()
+            put(pb.ConsumeResponse(ticket=ticket, message=pb.PollResponse(epoch=sent), open=True))
+
+
+def follow(ticket: int, window: int) -> pb.ConsumeRequest:
+    return pb.ConsumeRequest(ticket=ticket, poll=pb.PollRequest(vgroup=1), follow=window)
+
+
+def test_a_follow_sends_within_its_credit_and_ends_quietly_when_cancelled() -> None:
+    follows = Follows()
+
+    async def run() -> list[tuple[int, int, bool]]:
+        more, done = asyncio.Event(), asyncio.Event()
+        stream = ConsumeStream(Polls().fetch, lambda: "a", free, follow=follows.run)
+        requests = feed([
+            follow(1, 2), more, pb.ConsumeRequest(grants=[1, 1, 1, 9]),  # 9: unknown
+            done, pb.ConsumeRequest(ticket=1, cancel=True), follow(2, 1),
+        ])  # fmt: skip
+        got: list[tuple[int, int, bool]] = []
+        async for answer in stream.run(requests):
+            got.append((answer.ticket, answer.message.epoch, answer.open))
+            if len(got) == 2:  # the window is spent: nothing more until the grants
+                more.set()
+            if len(got) == 4:  # the credit never exceeds the window: 2 more, not 3
+                done.set()
+        return got
+
+    # the client half-closed with follow 2 open: it ends without an answer after its
+    # first, and cancelled follow 1 is forgotten (no error at the end)
+    got = asyncio.run(run())
+    assert got == [(1, 1, True), (1, 2, True), (1, 3, True), (1, 4, True), (2, 1, True)]
+    assert follows.credits[1].left == 0
+
+
+def test_without_a_follow_function_a_follow_is_answered_once() -> None:
+    polls = Polls()
+    polls.gates[1] = asyncio.Event()
+    polls.gates[1].set()
+    stream = ConsumeStream(polls.fetch, lambda: "a", free)
+    got = answers(stream, feed([follow(1, 4)]))
+    assert got == [(1, 1)]
 
 
 # --- against a real server ----------------------------------------------------------------

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.core.topic_reader import READ_BYTES
-from sqltopic.server.dnode.live import LiveHub
-from sqltopic.server.dnode.poll import PollLimits, read_message
+from sqltopic.server.core.topic_reader import READ_BYTES, TopicBlock
+from sqltopic.server.dnode.live import LiveHub, Verdict
+from sqltopic.server.dnode.poll import Message, PollLimits, read_message
 from tests.server.support import block_rows, vgroups_of
 
 # Topics of every kind over the power fixture's `meters`: device sets, tag and value
@@ -233,6 +233,150 @@ def test_polls_of_a_topic_dropped_while_they_wait_read_for_themselves(power: Eng
         hub.close()
 
     asyncio.run(scenario())
+
+
+class _Sink:
+    """A standing waiter's sink: keeps what it is handed, says `verdicts` in turn."""
+
+    def __init__(self, *verdicts: Verdict) -> None:
+        self.verdicts = list(verdicts)
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> Verdict:
+        verdict = self.verdicts.pop(0)
+        if verdict != "skip":
+            self.messages.append(message)
+        return verdict
+
+
+def test_a_standing_waiter_takes_each_message_through_its_sink_and_moves_on(
+    power: Engine,
+) -> None:
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a';"
+        "CREATE TOPIC tz AS SELECT ts, voltage FROM meters WHERE location = 'z'"
+    )
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        run = asyncio.get_running_loop().run_in_executor
+        start = vnode.wal.next_version
+        sink = _Sink("stay", "stay", "leave")
+        standing = asyncio.ensure_future(
+            hub.wait("ta", start, 1, 1, PollLimits(), 30.0, sink, power.generation)
+        )
+        other = asyncio.ensure_future(hub.wait("tz", start, 2, 1, PollLimits(), 30.0))
+        await asyncio.sleep(0)
+        for k in range(3):
+            await run(None, power.execute, f"INSERT INTO a VALUES ({k}, 1, {10 + k}, 1)")
+            await _until(lambda k=k: len(sink.messages) == k + 1)  # type: ignore[misc]
+            if k < 2:  # still standing, with tz, at the level the pass moved to
+                assert not standing.done()
+                assert hub.waiting == 2
+                assert _bucket_position(hub) == vnode.wal.next_version
+        # each message from where the last ended, each the write's row: what the topic
+        # reads alone from the same positions
+        at = start
+        for k, message in enumerate(sink.messages):
+            assert (message.kind, message.offset) == ("data", at)
+            assert [r[1] for r in block_rows(message.blocks)] == [10 + k]
+            at = message.end_offset
+        alone = read_message(power, vnode, "ta", start, PollLimits())
+        assert (alone.end_offset, alone.rows) == (at, 3)
+        # the third left (its credit spent): the wait ends where that message began
+        # (the sink keeps where it got to), the others wait on
+        third = sink.messages[2].offset
+        assert await asyncio.wait_for(standing, 30) == ("credit", None, third)
+        assert hub.waiting == 1
+        assert not other.done()
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_sink_that_skips_reads_for_itself_from_where_it_stood(power: Engine) -> None:
+    power.execute("CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a")
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        start = vnode.wal.next_version
+        sink = _Sink("skip")
+        standing = asyncio.ensure_future(
+            hub.wait("ta", start, 1, 1, PollLimits(), 30.0, sink, power.generation)
+        )
+        await asyncio.sleep(0)
+        await asyncio.get_running_loop().run_in_executor(
+            None, power.execute, "INSERT INTO a VALUES (1, 1, 1, 1)"
+        )
+        assert await asyncio.wait_for(standing, 30) == ("look", None, start)
+        assert sink.messages == []
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_catalog_change_sends_standing_waiters_back_to_read(power: Engine) -> None:
+    """A right may have been revoked: a standing waiter is not handed rows after a
+    catalog change; it reads for itself, and its poll checks it again."""
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a'"
+    )
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        run = asyncio.get_running_loop().run_in_executor
+        start = vnode.wal.next_version
+        sink = _Sink("stay", "stay")
+        standing = asyncio.ensure_future(
+            hub.wait("ta", start, 1, 1, PollLimits(), 30.0, sink, power.generation)
+        )
+        ordinary = asyncio.ensure_future(hub.wait("ta", start, 2, 1, PollLimits(), 30.0))
+        await asyncio.sleep(0)
+        await run(None, power.execute, "INSERT INTO a VALUES (1, 1, 11, 1)")
+        outcome, _, position = await asyncio.wait_for(ordinary, 30)
+        assert outcome == "data"
+        await _until(lambda: len(sink.messages) == 1)
+        await run(None, power.execute, "CREATE TABLE b USING meters TAGS ('y', 2)")
+        await run(None, power.execute, "INSERT INTO a VALUES (2, 1, 12, 1)")
+        assert await asyncio.wait_for(standing, 30) == ("look", None, position)
+        assert len(sink.messages) == 1
+        assert hub.waiting == 0
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_topics_of_one_form_share_one_evaluation(power: Engine) -> None:
+    """Device-set topics differ only in their tables: over the same entries they are
+    evaluated once, and each still reads exactly what it reads alone."""
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1); CREATE TABLE b USING meters TAGS ('y', 2);"
+        "CREATE TOPIC t_ab AS SELECT ts, voltage FROM meters WHERE tbname IN ('a', 'b');"
+        "CREATE TOPIC t_a AS SELECT ts, voltage FROM meters WHERE tbname = 'a';"
+        "CREATE TOPIC t_b AS SELECT ts, voltage FROM meters WHERE tbname IN ('b');"
+        "CREATE TOPIC t_a2 AS SELECT ts, current FROM meters WHERE tbname = 'a'"
+    )
+    vgroup = power.state.catalog.tables[("power", "a")].vgroup
+    start = power.state.vnode(vgroup).wal.next_version
+    power.execute("INSERT INTO a VALUES (1, 1.5, 11, 1) b VALUES (1, 2.5, 21, 1)")
+    names = ["t_ab", "t_a", "t_b", "t_a2"]
+    found, _ = power.read_topics(names, vgroup, start)
+    for name in names:
+        alone, _ = power.read_topic(name, vgroup, start, 10**9)
+        assert _comparable(found.get(name, [])) == _comparable(alone), name
+    # t_a and t_ab evaluate alike over a's entry when a is their only table there
+    a_vgroup_only = power.state.catalog.tables[("power", "b")].vgroup != vgroup
+    blocks = {name: items[0] for name, items in found.items()}
+    assert all(isinstance(block, TopicBlock) for block in blocks.values())
+    data = {name: block.data for name, block in blocks.items() if isinstance(block, TopicBlock)}
+    if a_vgroup_only:
+        assert data["t_ab"] is data["t_a"]
+    assert data["t_a2"] is not data["t_a"]  # another form
 
 
 def _bucket_position(hub: LiveHub) -> int | None:

@@ -947,6 +947,8 @@ class ConsumeRequest(_message.Message):
     TICKET_FIELD_NUMBER: _builtins.int
     POLL_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    GRANTS_FIELD_NUMBER: _builtins.int
     ticket: _builtins.int
     """The client's id for the poll: unique among the stream's open tickets (an answered
     or cancelled ticket may be used again).
@@ -955,9 +957,29 @@ class ConsumeRequest(_message.Message):
     """Withdraw the open poll of `ticket` (no answer follows; unknown tickets are
     ignored: the answer may have crossed the cancel).
     """
+    follow: _builtins.int
+    """With `poll`: 0 answers the poll once (a Fetch). N > 0 makes it a follow: the
+    ticket stays open and is answered again after each message, from that message's
+    end_offset, without another request; at most N data, meta or data_lost messages
+    are sent before the client grants more (`grants`), and an empty message when the
+    poll's max_wait_ms passed without one (it moves the position; it needs no
+    credit). A follow waits in the vnode's shared pass between messages, so a caught-up
+    consumer costs the server nothing but the messages it receives. It ends (the answer
+    has `open` false) with an error, when the consumer's epoch rises (an empty message
+    with the new epoch: refresh the assignment and follow again), or when the server
+    stops. At most 64.
+    """
     @_builtins.property
     def poll(self) -> Global___PollRequest:
         """A Fetch to answer under `ticket`."""
+
+    @_builtins.property
+    def grants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Tickets of open follows that may each send one more message: send one per message
+        handed to the application. Unknown tickets are ignored (the follow may have ended);
+        a follow's credit never exceeds its `follow`. May come alone (no action) or with
+        any request.
+        """
 
     def __init__(
         self,
@@ -965,10 +987,12 @@ class ConsumeRequest(_message.Message):
         ticket: _builtins.int = ...,
         poll: Global___PollRequest | None = ...,
         cancel: _builtins.bool = ...,
+        follow: _builtins.int = ...,
+        grants: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "poll", b"poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "poll", b"poll", "ticket", b"ticket"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "follow", b"follow", "grants", b"grants", "poll", b"poll", "ticket", b"ticket"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["poll", "cancel"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
@@ -985,8 +1009,14 @@ class ConsumeResponse(_message.Message):
     TICKET_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    OPEN_FIELD_NUMBER: _builtins.int
     ticket: _builtins.int
     """The ticket of the poll answered."""
+    open: _builtins.bool
+    """True when the ticket stays open after this answer (a follow that goes on): more
+    answers will carry the same ticket. False for a single poll's answer and a
+    follow's last one: the ticket may be used again.
+    """
     @_builtins.property
     def message(self) -> Global___PollResponse:
         """What the poll's Fetch would have answered."""
@@ -1001,10 +1031,11 @@ class ConsumeResponse(_message.Message):
         ticket: _builtins.int = ...,
         message: Global___PollResponse | None = ...,
         error: Global___CallStatus | None = ...,
+        open: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "result", b"result", "ticket", b"ticket"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "open", b"open", "result", b"result", "ticket", b"ticket"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["message", "error"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015

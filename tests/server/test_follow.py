@@ -1,0 +1,190 @@
+"""Follows on Vnode.Consume against a real server (server/dnode/follow.py): a poll that
+stays open and is answered again after each message, from its end, within the credit
+the client grants; how it ends (a rising epoch, a cancel, a revoke); every refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import grpc
+import pytest
+
+from sqltopic.client import Connection
+from sqltopic.errors import NoPermission
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import from_call_status
+from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW
+from tests.live_server import ServerProcess
+from tests.server.test_consume_stream import HOLD_MS, TOPIC, Stream, write
+from tests.server.test_grpc_users import PASSWORD, UserWire
+from tests.server.wire import Wire, poll_request, rows, status
+
+
+@pytest.fixture
+def hot(live_power: Connection) -> Connection:
+    live_power.execute(TOPIC)
+    return live_power
+
+
+def follow(stream: Stream, ticket: int, request: pb.PollRequest, window: int) -> None:
+    stream.requests.put(pb.ConsumeRequest(ticket=ticket, poll=request, follow=window))
+
+
+def grant(stream: Stream, *tickets: int) -> None:
+    stream.requests.put(pb.ConsumeRequest(grants=list(tickets)))
+
+
+def answer(stream: Stream) -> pb.ConsumeResponse:
+    got = stream.next()
+    assert isinstance(got, pb.ConsumeResponse), got
+    return got
+
+
+def span(got: pb.ConsumeResponse) -> tuple[str, int, int]:
+    """An answer's kind and [offset, end_offset)."""
+    kind = got.message.WhichOneof("message") or ""
+    found = getattr(got.message, kind)
+    return kind, found.offset, found.end_offset
+
+
+def voltages(got: pb.ConsumeResponse) -> list[object]:
+    return [r["voltage"] for r in rows([got.message])]
+
+
+def follows(
+    wire: Wire, group: str, window: int, start: int = 1
+) -> tuple[Stream, pb.SubscribeResponse, int, dict[int, int]]:
+    """A consumer of `hot` in `group` following each of its vgroups from the start;
+    its stream, subscription, epoch and ticket -> vgroup."""
+    sub = wire.subscribe(group, ["hot"], auto_offset_reset=pb.OFFSET_RESET_EARLIEST)
+    asg = wire.assignment(sub.consumer_id)
+    stream = Stream(wire)
+    tickets = {}
+    for ticket, a in enumerate(sorted(asg.assignments, key=lambda a: a.vgroup), start=start):
+        request = poll_request(sub.consumer_id, group, "hot", a.vgroup, asg.epoch, 1,
+                               {"max_wait_ms": HOLD_MS})  # fmt: skip
+        follow(stream, ticket, request, window)
+        tickets[ticket] = a.vgroup
+    return stream, sub, asg.epoch, tickets
+
+
+def test_a_follow_answers_each_write_from_where_the_last_answer_ended(
+    hot: Connection, wire: Wire
+) -> None:
+    write(hot, "d1", [230, 210], 0)  # one row for the topic
+    stream, _, epoch, _ = follows(wire, "g", window=4)
+    first = answer(stream)
+    assert (first.open, voltages(first), first.message.epoch) == (True, [230], epoch)
+    ticket = first.ticket
+    kind, _, end = span(first)
+    assert kind == "data"
+    # caught up: every write to d1 is pushed on the same ticket, contiguous, exact
+    for k, voltage in enumerate([231, 232, 233, 234, 235]):
+        write(hot, "d1", [voltage, 200], 10 * (k + 1))  # 200 is not the topic's
+        got = answer(stream)
+        assert (got.ticket, got.open, voltages(got)) == (ticket, True, [voltage])
+        kind, offset, next_end = span(got)
+        assert (kind, offset) == ("data", end)
+        end = next_end
+        grant(stream, ticket)
+    assert stream.close() == []  # half-closing ends the follows
+
+
+def test_a_follow_sends_no_more_than_its_credit_until_granted(hot: Connection, wire: Wire) -> None:
+    write(hot, "d1", [230], 0)
+    stream, _, _, _ = follows(wire, "g", window=1)
+    first = answer(stream)
+    ticket = first.ticket
+    _, _, end = span(first)
+    # no credit left: these writes wait for a grant, then come as one message
+    write(hot, "d1", [231], 10)
+    write(hot, "d1", [232], 20)
+    grant(stream, 999, ticket)  # an unknown ticket is ignored
+    got = answer(stream)
+    assert (got.ticket, got.open, voltages(got)) == (ticket, True, [231, 232])
+    assert span(got)[1] == end
+    assert stream.close() == []
+
+
+def test_a_follow_ends_when_its_consumers_epoch_rises(hot: Connection, wire: Wire) -> None:
+    write(hot, "d1", [230], 0)
+    stream, sub, epoch, tickets = follows(wire, "g", window=4)
+    answer(stream)  # d1's vgroup answered; each follow now waits for writes
+    # a second member joins: the first consumer's assignment moves on, and every follow
+    # it holds ends at once with the new epoch (refresh, then follow again)
+    wire.subscribe("g", ["hot"])
+    ended: dict[int, pb.ConsumeResponse] = {}
+    while len(ended) < len(tickets):
+        got = answer(stream)
+        assert not got.open
+        ended[got.ticket] = got
+    for got in ended.values():
+        if got.WhichOneof("result") == "message":
+            assert got.message.epoch > epoch
+            assert got.message.WhichOneof("message") == "empty"
+        else:  # the vgroup is no longer its own: fenced
+            assert type(from_call_status(got.error)).__name__ == "ConsumerFenced"
+    assert wire.assignment(sub.consumer_id).epoch > epoch
+    assert stream.close() == []
+
+
+def test_a_cancelled_follow_is_not_answered_again(hot: Connection, wire: Wire) -> None:
+    write(hot, "d1", [230], 0)
+    stream, sub, epoch, tickets = follows(wire, "g", window=4)
+    first = answer(stream)
+    _, _, end = span(first)
+    for other in tickets:
+        stream.send(other)  # cancel every follow
+    write(hot, "d1", [231], 10)
+    # a new follow of the same vgroup from there: its answer is the only one (an
+    # answer of a cancelled follow would come before it, or before the stream ends)
+    request = poll_request(sub.consumer_id, "g", "hot", tickets[first.ticket], epoch, end,
+                           {"max_wait_ms": HOLD_MS})  # fmt: skip
+    follow(stream, 60, request, 4)
+    got = answer(stream)
+    assert (got.ticket, voltages(got), span(got)[1]) == (60, [231], end)
+    assert stream.close() == []
+
+
+def test_a_window_over_the_limit_ends_the_stream(hot: Connection, wire: Wire) -> None:
+    stream = Stream(wire)
+    grant(stream, 5)  # grants alone are a valid request
+    follow(stream, 1, poll_request(1, "g", "hot", 1, 1, None, {}), MAX_FOLLOW_WINDOW + 1)
+    ended = stream.next()
+    assert isinstance(ended, grpc.RpcError)
+    code, trailers = status(ended)
+    assert (code, trailers["sqltopic-error"]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "InvalidRequest",
+    )
+    assert f"at most {MAX_FOLLOW_WINDOW}" in (cast("grpc.Call", ended).details() or "")
+
+
+@pytest.fixture
+def alice_follows(server: ServerProcess, hot: Connection) -> Iterator[tuple[UserWire, Connection]]:
+    hot.execute(f"CREATE USER alice PASS '{PASSWORD}'; GRANT READ ON power.* TO alice;"
+                "GRANT SUBSCRIBE ON hot TO alice")  # fmt: skip
+    wire = UserWire(server.address, "alice", PASSWORD)
+    yield wire, hot
+    wire.close()
+
+
+def test_a_revoke_ends_a_follow_with_no_permission(
+    alice_follows: tuple[UserWire, Connection],
+) -> None:
+    wire, root = alice_follows
+    write(root, "d1", [230], 0)
+    stream, _, _, _ = follows(wire, "ga", window=4)
+    ticket = answer(stream).ticket
+    write(root, "d1", [231], 10)
+    assert voltages(answer(stream)) == [231]  # standing now
+    grant(stream, ticket)
+    root.execute("REVOKE SUBSCRIBE ON hot FROM alice")
+    write(root, "d1", [232], 20)  # not delivered: the follow is checked again first
+    got = answer(stream)
+    assert (got.ticket, got.open, got.WhichOneof("result")) == (ticket, False, "error")
+    error = from_call_status(got.error)
+    assert isinstance(error, NoPermission)
+    assert "topic hot" in str(error)
+    assert stream.close() == []
