@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from grpc import aio
 
 import sqltopic.client.effects as fx
-from sqltopic.client import beats, streams
+from sqltopic.client import beats, stream_pool, streams
 from sqltopic.client.aio_connection import Connection, connect
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
 from sqltopic.client.connection import (
@@ -60,7 +60,9 @@ class Consumer:
         self._streams: dict[str, streams.AioConsumeStream] = {}  # vnode endpoint -> its stream
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._fetches: dict[int, asyncio.Task[None]] = {}
-        self._followed: dict[int, streams.AioConsumeStream] = {}  # open follows' streams
+        # open follows: the core's ticket -> their stream and the stream's ticket
+        self._followed: dict[int, tuple[streams.AioConsumeStream, int]] = {}
+        self._letting_go: set[asyncio.Task[None]] = set()  # streams being released
         self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
         self._heartbeat: asyncio.Task[None] | None = None
         self._commits = asyncio.Lock()  # commit_async stores in call order
@@ -182,7 +184,7 @@ class Consumer:
             channels, self._channels = list(self._channels.values()), {}
             opened, self._streams = list(self._streams.values()), {}
             for stream in opened:
-                stream.close()
+                await stream_pool.release(stream)
             for channel in channels:
                 await channel.close()
 
@@ -232,8 +234,7 @@ class Consumer:
             work = self._follow(effect) if following else self._fetch(effect)
             self._fetches[effect.ticket] = asyncio.create_task(work)
         elif isinstance(effect, fx.Grant):
-            for stream, tickets in streams.by_stream(effect.tickets, self._followed).items():
-                stream.grant(tickets)
+            self._grant(effect.tickets)
         elif isinstance(effect, fx.Cancel):
             for ticket in effect.tickets:
                 task = self._fetches.pop(ticket, None)
@@ -259,6 +260,10 @@ class Consumer:
                 answer = await pool.beat(effect.request, effect.metadata, self._send_beats)
                 if answer is not None:
                     return answer
+        if effect.method == "Commit" and effect.service == "vnode":
+            stream = self._streams.get(effect.endpoint or self._core.config.server)
+            if stream is not None and stream.follows and stream.serves(effect.metadata):
+                return await self._commit_on(stream, effect)
         method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
         try:
             with _translated(self._transport):
@@ -272,6 +277,29 @@ class Consumer:
             if self._core.closed and task is not None and not task.cancelling():
                 raise Error("the consumer is closed") from None
             raise
+
+    def _grant(self, granted: Sequence[int]) -> None:
+        """Grants to open follows, each on its stream under the stream's ticket."""
+        on: dict[streams.AioConsumeStream, list[int]] = {}
+        for ticket in granted:
+            if (found := self._followed.get(ticket)) is not None:
+                on.setdefault(found[0], []).append(found[1])
+        for stream, tickets in on.items():
+            stream.grant(tickets)
+
+    async def _commit_on(self, stream: streams.AioConsumeStream, effect: fx.Rpc) -> Any:
+        """A Commit as a message on the endpoint's Consume stream: an auto-commit every
+        few seconds from each of many consumers costs the server far less than calls."""
+        try:
+            await asyncio.wait_for(
+                stream.commit(stream.ticket(), effect.request, streams.token_of(effect.metadata)),
+                effect.timeout,
+            )
+        except TimeoutError:
+            raise ServerUnavailable(
+                f"no answer to a commit within {effect.timeout:g} s; commit again"
+            ) from None
+        return pb.CommitResponse()
 
     async def _notify(self, notify: fx.Notify) -> Exception | None:
         """Call the rebalance callback (awaiting a coroutine); its error is the answer."""
@@ -331,17 +359,19 @@ class Consumer:
                 self._results.put_nowait(result)
             if not result.open and not ended.done():
                 if still_open:  # a malformed answer ends it here: end it there too
-                    stream.unfollow(fetch.ticket)
+                    stream.unfollow(ticket)
                 ended.set_result(None)
 
         try:
-            stream = self._consume_stream(self._stub("vnode", fetch.endpoint), fetch)
-            self._followed[fetch.ticket] = stream
-            stream.follow(fetch.ticket, fetch.request, fetch.follow, answered)
+            stream = self._consume_stream(fetch.endpoint, fetch.metadata)
+            ticket = stream.ticket()
+            self._followed[fetch.ticket] = (stream, ticket)
+            token = streams.token_of(fetch.metadata)
+            stream.follow(ticket, fetch.request, fetch.follow, answered, token)
             try:
                 unstreamed = await ended
             except asyncio.CancelledError:
-                stream.unfollow(fetch.ticket)
+                stream.unfollow(ticket)
                 raise
             finally:
                 self._followed.pop(fetch.ticket, None)
@@ -361,10 +391,11 @@ class Consumer:
         """The poll on the endpoint's Consume stream (or, against a server without one,
         as a unary Fetch), within the poll's own deadline."""
         if self._streaming:
-            stream = self._consume_stream(stub, fetch)
+            stream = self._consume_stream(fetch.endpoint, fetch.metadata)
+            token = streams.token_of(fetch.metadata)
             try:
                 return await asyncio.wait_for(
-                    stream.fetch(fetch.ticket, fetch.request), fetch.timeout
+                    stream.fetch(stream.ticket(), fetch.request, token), fetch.timeout
                 )
             except TimeoutError:
                 raise ServerUnavailable(
@@ -378,20 +409,23 @@ class Consumer:
             )
         return answer
 
-    def _consume_stream(self, stub: Any, fetch: fx.Fetch) -> streams.AioConsumeStream:
-        """The endpoint's open stream for the poll's session (a new one after a broken
-        stream or a new login)."""
-        address = fetch.endpoint or self._core.config.server
+    def _consume_stream(self, endpoint: str, metadata: fx.Metadata) -> streams.AioConsumeStream:
+        """The endpoint's open stream, shared with the process's other consumers of the
+        same user (client/stream_pool.py); a new one after a broken stream."""
+        if self._core.closed:
+            raise Error("this consumer is closed; create a new one")
+        address = endpoint or self._core.config.server
         found = self._streams.get(address)
-        if found is not None and found.serves(fetch.metadata):
+        if found is not None and found.serves(metadata):
             return found
-        if found is not None:
-            found.close()  # its polls (of an old session) fail and are polled again
-        stream = self._streams[address] = streams.AioConsumeStream(
-            stub.Consume(metadata=fetch.metadata),
-            fetch.metadata,
-            lambda exc: _error_of(exc, self._transport),
-        )
+        if found is not None:  # broken: its polls failed and are polled again
+            task = asyncio.create_task(stream_pool.release(found))
+            self._letting_go.add(task)
+            task.add_done_callback(self._letting_go.discard)
+        stream = self._streams[address] = stream_pool.take(
+            address, self._transport, self._core.config.user, fx.channel_options(endpoint),
+            metadata, lambda exc: _error_of(exc, self._transport),
+        )  # fmt: skip
         return stream
 
     def _stub(self, service: str, endpoint: str) -> Any:

@@ -13,6 +13,7 @@ commit_async threads are its own).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -60,6 +61,7 @@ class Consumer:
         self._transport = consumer_transport(parsed)  # ConfigError for a bad PEM file
         self._core = ConsumerCore(parsed)
         self._core.follow_window = streams.FOLLOW_WINDOW
+        self._commit_tickets = itertools.count(streams.COMMIT_TICKETS)
         self._lock = threading.Lock()  # guards the core (steps of flows)
         self._calls_lock = threading.Lock()  # guards _calls and _channels
         self._channels: dict[str, grpc.Channel] = {}
@@ -264,24 +266,14 @@ class Consumer:
 
     def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Rpc):
-            if is_beat(effect) and self._beats.batched:
-                answer = self._beats.beat(effect.request, effect.metadata, self._send_beats)
-                if answer is not None:
-                    return answer
-            method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
-            with _translated(self._transport):
-                return method(effect.request, metadata=effect.metadata, timeout=effect.timeout)
+            return self._call(effect)
         if isinstance(effect, fx.Fetch):
             stub = self._stub("vnode", effect.endpoint)
             with self._calls_lock:
                 self._calls[effect.ticket] = None
             self._fetch(stub, effect)
         elif isinstance(effect, fx.Grant):
-            with self._calls_lock:
-                calls = {t: self._calls.get(t) for t in effect.tickets}
-            on = {t: call.stream for t, call in calls.items() if isinstance(call, _Ticket)}
-            for stream, tickets in streams.by_stream(effect.tickets, on).items():
-                stream.grant(tickets)
+            self._grant(effect.tickets)
         elif isinstance(effect, fx.Cancel):
             self._cancel(effect.tickets)
         elif isinstance(effect, fx.Wait):
@@ -296,6 +288,27 @@ class Consumer:
         elif isinstance(effect, fx.Notify):
             return self._notify(effect)
         return None
+
+    def _call(self, effect: fx.Rpc) -> Any:
+        if is_beat(effect) and self._beats.batched:
+            answer = self._beats.beat(effect.request, effect.metadata, self._send_beats)
+            if answer is not None:
+                return answer
+        if effect.method == "Commit" and effect.service == "vnode":
+            stream = self._stream_for_commit(effect)
+            if stream is not None:  # an auto-commit as a message, not a call
+                stream.commit(next(self._commit_tickets), effect.request, effect.timeout)
+                return pb.CommitResponse()
+        method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
+        with _translated(self._transport):
+            return method(effect.request, metadata=effect.metadata, timeout=effect.timeout)
+
+    def _grant(self, granted: Sequence[int]) -> None:
+        with self._calls_lock:
+            calls = {t: self._calls.get(t) for t in granted}
+        on = {t: call.stream for t, call in calls.items() if isinstance(call, _Ticket)}
+        for stream, tickets in streams.by_stream(granted, on).items():
+            stream.grant(tickets)
 
     def _notify(self, notify: fx.Notify) -> Exception | None:
         """Call the rebalance callback (on this thread, no lock held: it may call the
@@ -361,6 +374,15 @@ class Consumer:
         self._deliver(fetch.ticket, result)
         if still_open and isinstance(call, _Ticket):  # a malformed answer ended it here
             call.cancel()
+
+    def _stream_for_commit(self, effect: fx.Rpc) -> streams.ConsumeStream | None:
+        """The endpoint's open stream, if its server takes commits and the session is
+        the commit's."""
+        with self._calls_lock:
+            stream = self._streams.get(effect.endpoint or self._core.config.server)
+        if stream is not None and stream.follows and stream.serves(effect.metadata):
+            return stream
+        return None
 
     def _consume_stream(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> streams.ConsumeStream:
         """The endpoint's open stream for the poll's session (a new one after a broken

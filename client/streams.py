@@ -16,9 +16,11 @@ reader thread), `AioConsumeStream` the asyncio one (answers as awaited futures).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
@@ -31,9 +33,13 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 
 Answer = pb.PollResponse | Exception
-# Messages a follow may send ahead of the application (its credit): two keep a
-# caught-up follower standing in the server's shared pass through a round trip.
-FOLLOW_WINDOW = 4
+# Messages a follow may send ahead of the application (its credit; granted back in
+# halves): a few keep a caught-up follower standing in the server's shared pass through
+# a round trip, and each grant message on the stream stands for four messages.
+FOLLOW_WINDOW = 8
+# Tickets of commits sent on a stream start here, far above those of polls (which the
+# consumer core numbers from 1), so that the two never meet on one stream.
+COMMIT_TICKETS = 1 << 62
 # a follow's answer, and whether its ticket stays open
 Followed = Callable[[Answer, bool], None]
 # (status code, details) of a failed stream -> the sqltopic error to report
@@ -52,6 +58,23 @@ def answer_of(response: pb.ConsumeResponse) -> Answer:
     return response.message
 
 
+def token_of(metadata: Metadata) -> str:
+    """The bearer token a session's metadata carries ("" when it has none)."""
+    for key, value in metadata:
+        if key.lower() == "authorization":
+            return value.partition(" ")[2].strip()
+    return ""
+
+
+def commit_error(response: pb.ConsumeResponse) -> Exception | None:
+    """A commit's answer: None once stored, else the error its call would have raised."""
+    if response.WhichOneof("result") == "committed":
+        return None
+    if response.WhichOneof("result") == "error":
+        return from_call_status(response.error)
+    return ServerUnavailable("a commit on the consume stream was answered with a poll's answer")
+
+
 def by_stream(tickets: Iterable[int], streams: Mapping[int, S]) -> dict[S, list[int]]:
     """The tickets of open follows, by the stream each is on (ended ones dropped)."""
     out: dict[S, list[int]] = {}
@@ -66,16 +89,21 @@ class _Stream:
     """What both kinds of stream share: their state, and the error that fails the polls
     open when the stream ends."""
 
-    def __init__(self, metadata: Metadata, translate: Translate) -> None:
+    def __init__(self, metadata: Metadata, translate: Translate, shared: bool = False) -> None:
         self.metadata = metadata  # the session the stream was opened with
+        # carries several consumers' requests, each with its own session's token
+        self.shared = shared
         self._translate = translate
         self.broken = False
         self.unimplemented = False
+        # the server answered a follow as one: it knows follows and commits on the
+        # stream (a server before them would end the stream at a commit)
+        self.follows = False
 
     def serves(self, metadata: Metadata) -> bool:
         """Whether a poll of this session goes on this stream (not broken, and opened
         with the same session: after a new login its polls would fail)."""
-        return not self.broken and self.metadata == metadata
+        return not self.broken and (self.shared or self.metadata == metadata)
 
     def _ended(self, exc: BaseException | None) -> Exception:
         """The error for the polls open when the stream ended with `exc` (None: it
@@ -107,6 +135,7 @@ class ConsumeStream(_Stream):
         self._lock = threading.Lock()
         self._open: dict[int, Callable[[Answer], None]] = {}
         self._follows: dict[int, Followed] = {}
+        self._commits: dict[int, futures.Future[Exception | None]] = {}
         self._call = start(iter(self._requests.get, None), metadata)
         threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
 
@@ -137,6 +166,27 @@ class ConsumeStream(_Stream):
             if not self.broken:
                 self._requests.put(pb.ConsumeRequest(grants=tickets))
 
+    def commit(self, ticket: int, request: pb.CommitRequest, timeout: float) -> None:
+        """Store offsets as a Commit call would (its errors raise), waiting at most
+        `timeout` seconds for the answer."""
+        future: futures.Future[Exception | None] = futures.Future()
+        with self._lock:
+            if self.broken:
+                raise ServerUnavailable("the consume stream ended; commit again")
+            self._commits[ticket] = future
+            self._requests.put(pb.ConsumeRequest(ticket=ticket, commit=request))
+        try:
+            error = future.result(timeout)
+        except futures.TimeoutError:
+            raise ServerUnavailable(
+                f"no answer to a commit within {timeout:g} s; commit again"
+            ) from None
+        finally:
+            with self._lock:
+                self._commits.pop(ticket, None)
+        if error is not None:
+            raise error
+
     def cancel(self, ticket: int) -> None:
         with self._lock:
             found = self._open.pop(ticket, None) or self._follows.pop(ticket, None)
@@ -153,7 +203,9 @@ class ConsumeStream(_Stream):
         try:
             for response in self._call:
                 with self._lock:
+                    self.follows = self.follows or response.open
                     done = self._open.pop(response.ticket, None)
+                    committed = self._commits.pop(response.ticket, None)
                     answered = None
                     if done is None:
                         answered = self._follows.get(response.ticket)
@@ -161,6 +213,8 @@ class ConsumeStream(_Stream):
                             del self._follows[response.ticket]
                 if done is not None:
                     done(answer_of(response))
+                elif committed is not None:
+                    committed.set_result(commit_error(response))
                 elif answered is not None:
                     answered(answer_of(response), response.open)
         except Exception as exc:  # every open poll answers, or its vgroup would stall
@@ -170,36 +224,53 @@ class ConsumeStream(_Stream):
             self.broken = True
             orphans, self._open = list(self._open.values()), {}
             followed, self._follows = list(self._follows.values()), {}
+            commits, self._commits = list(self._commits.values()), {}
         self._requests.put(None)
         for done in orphans:
             done(error)
+        for committed in commits:
+            committed.set_result(error)
         for answered in followed:
             answered(error, False)
 
 
 class AioConsumeStream(_Stream):
-    """One Consume call of an asyncio consumer: `fetch` awaits its ticket's answer; a
-    cancelled `fetch` withdraws its poll."""
+    """One Consume call of asyncio consumers (one, or a process's: client/stream_pool.py):
+    `fetch` awaits its ticket's answer; a cancelled `fetch` withdraws its poll. Each
+    request may carry the token of the session it runs as. Answers come batched (the
+    first request asks for it): each is handled as its own."""
 
     def __init__(
         self,
         call: aio.StreamStreamCall[pb.ConsumeRequest, pb.ConsumeResponse],
         metadata: Metadata,
         translate: Translate,
+        shared: bool = False,
     ) -> None:
-        super().__init__(metadata, translate)
+        super().__init__(metadata, translate, shared)
         self._call = call
+        self._tickets = itertools.count(1)
+        self._asked_batch = False
         self._open: dict[int, asyncio.Future[Answer]] = {}
         self._follows: dict[int, Followed] = {}
+        self._commits: dict[int, asyncio.Future[Exception | None]] = {}
         self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
 
-    async def fetch(self, ticket: int, request: pb.PollRequest) -> pb.PollResponse:
+    def ticket(self) -> int:
+        """A ticket no request on this stream has (its consumers share the numbers)."""
+        return next(self._tickets)
+
+    @property
+    def open_tickets(self) -> int:
+        return len(self._open) + len(self._follows) + len(self._commits)
+
+    async def fetch(self, ticket: int, request: pb.PollRequest, token: str = "") -> pb.PollResponse:
         if self.broken:
             raise ServerUnavailable("the consume stream ended; poll again")
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._open[ticket] = future
-        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, poll=request))
+        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, poll=request, token=token))
         try:
             answer = await future
         except asyncio.CancelledError:
@@ -210,19 +281,38 @@ class AioConsumeStream(_Stream):
             raise answer
         return answer
 
-    def follow(self, ticket: int, request: pb.PollRequest, window: int, answered: Followed) -> None:
+    def follow(
+        self, ticket: int, request: pb.PollRequest, window: int, answered: Followed,
+        token: str = "",
+    ) -> None:  # fmt: skip
         """Send `request` as a follow: each answer goes to `answered`, the last with
         False (after which the ticket is free)."""
         if self.broken:
             answered(ServerUnavailable("the consume stream ended; poll again"), False)
             return
         self._follows[ticket] = answered
-        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, poll=request, follow=window))
+        self._writes.put_nowait(
+            pb.ConsumeRequest(ticket=ticket, poll=request, follow=window, token=token)
+        )
 
     def grant(self, tickets: list[int]) -> None:
         """One more message for each of these open follows."""
         if not self.broken:
             self._writes.put_nowait(pb.ConsumeRequest(grants=tickets))
+
+    async def commit(self, ticket: int, request: pb.CommitRequest, token: str = "") -> None:
+        """Store offsets as a Commit call would (its errors raise)."""
+        if self.broken:
+            raise ServerUnavailable("the consume stream ended; commit again")
+        future: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+        self._commits[ticket] = future
+        self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, commit=request, token=token))
+        try:
+            error = await future
+        finally:
+            self._commits.pop(ticket, None)
+        if error is not None:
+            raise error
 
     def unfollow(self, ticket: int) -> None:
         """End a follow: no more answers reach its callback."""
@@ -238,6 +328,8 @@ class AioConsumeStream(_Stream):
     async def _write(self) -> None:
         try:
             while (request := await self._writes.get()) is not None:
+                if not self._asked_batch:
+                    request.batch = self._asked_batch = True
                 await self._call.write(request)
         except (grpc.RpcError, aio.UsageError):  # the stream ended: the reader reports it
             return
@@ -245,24 +337,43 @@ class AioConsumeStream(_Stream):
     async def _read(self) -> None:
         ended: BaseException | None = None
         try:
-            async for response in self._call:
-                future = self._open.pop(response.ticket, None)
-                if future is not None and not future.done():
-                    future.set_result(answer_of(response))
-                elif future is None and response.ticket in self._follows:
-                    answered = self._follows[response.ticket]
-                    if not response.open:
-                        del self._follows[response.ticket]
-                    answered(answer_of(response), response.open)
+            async for batch in self._call:
+                for response in (batch, *batch.batch):
+                    self._answer(response)
         except (Exception, asyncio.CancelledError) as exc:  # every open poll answers
             ended = exc
+        self._end(ended)
+
+    def _answer(self, response: pb.ConsumeResponse) -> None:
+        """One answer to whoever waits for its ticket."""
+        self.follows = self.follows or response.open
+        future = self._open.pop(response.ticket, None)
+        if future is not None:
+            if not future.done():
+                future.set_result(answer_of(response))
+        elif response.ticket in self._commits:
+            committed = self._commits.pop(response.ticket)
+            if not committed.done():
+                committed.set_result(commit_error(response))
+        elif response.ticket in self._follows:
+            answered = self._follows[response.ticket]
+            if not response.open:
+                del self._follows[response.ticket]
+            answered(answer_of(response), response.open)
+
+    def _end(self, ended: BaseException | None) -> None:
+        """The stream ended (`ended`: how): everything open on it fails."""
         error = self._ended(ended)
         self.broken = True
         self._writes.put_nowait(None)
         orphans, self._open = list(self._open.values()), {}
         followed, self._follows = list(self._follows.values()), {}
+        commits, self._commits = list(self._commits.values()), {}
         for future in orphans:
             if not future.done():
                 future.set_result(error)
         for answered in followed:
             answered(error, False)
+        for committed in commits:
+            if not committed.done():
+                committed.set_result(error)

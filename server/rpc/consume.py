@@ -14,6 +14,7 @@ the stream's life; what a poll does is the service's.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -27,16 +28,29 @@ from sqltopic.server.rpc.rpc import unexpected
 # Open tickets per stream: far more vgroups than one consumer reads on one host (a
 # consumer of 1,000 parameter bindings over 4 vgroups holds 4,000), and a bound on the
 # tasks one stream can make the server keep.
-MAX_TICKETS = 4096
+# A stream may carry the consumers of a whole client process (each request with its
+# own session's token): 250 consumers of 40 bindings over 4 vgroups hold 40,000. Each
+# session's stream slots bound what one user holds (--max-streams-per-session).
+MAX_TICKETS = 65_536
+# Answers sent as one message at most (a batch): ready together, they cost one write.
+MAX_BATCH_ANSWERS = 256
+# Bytes of answers in one batch at most, far inside the clients' 256 MiB receive limit
+# (a single answer of one frame is at most ~4 MiB).
+MAX_BATCH_BYTES = 16 << 20
 
 # (request, user) -> the Fetch's one frame, or its sqltopic error
 Fetch = Callable[[pb.PollRequest, str], Awaitable[pb.PollResponse]]
-# () -> the caller's user, checked again for each poll (AuthenticationFailed)
-Caller = Callable[[], str]
-# (user) -> a slot held while the poll is open (LimitExceeded when none is free)
-Slot = Callable[[str], AbstractContextManager[None]]
-# (ticket, request, user, credit, put, caller) -> once the follow ended (errors raise)
-Follow = Callable[[int, pb.PollRequest, str, Credit, Put, Caller], Awaitable[None]]
+# (a request's token, "" for the stream's) -> the session's token and user, checked
+# again for each poll (AuthenticationFailed)
+Caller = Callable[[str], tuple[str, str]]
+# (token, user) -> a slot held while the poll is open (LimitExceeded when none is free)
+Slot = Callable[[str, str], AbstractContextManager[None]]
+# () -> the follow's user, checked again (AuthenticationFailed once its session ended)
+User = Callable[[], str]
+# (ticket, request, user, credit, put, user again) -> once the follow ended (errors raise)
+Follow = Callable[[int, pb.PollRequest, str, Credit, Put, User], Awaitable[None]]
+# (request, user) -> once the offsets are stored (its sqltopic error raises)
+Commit = Callable[[pb.CommitRequest, str], Awaitable[None]]
 
 
 @dataclass
@@ -52,11 +66,14 @@ class ConsumeStream:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # runs follows; without it a follow is answered once, as a poll (open false)
     follow: Follow | None = None
+    # stores commits; without it a commit is refused (InvalidRequest, its ticket only)
+    commit: Commit | None = None
     _answers: asyncio.Queue[pb.ConsumeResponse | BaseException | None] = field(
         default_factory=asyncio.Queue
     )
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
+    _batching: bool = False  # the client takes answers batched
 
     async def run(
         self, requests: AsyncIterator[pb.ConsumeRequest]
@@ -64,9 +81,10 @@ class ConsumeStream:
         reader = asyncio.create_task(self._read(requests))
         stop = asyncio.create_task(self._stop())
         reading = True
+        held: list[pb.ConsumeResponse | BaseException | None] = []  # taken, not handled
         try:
-            while reading or self._open or not self._answers.empty():
-                item = await self._answers.get()
+            while reading or self._open or not self._answers.empty() or held:
+                item = held.pop() if held else await self._answers.get()
                 if item is None:  # half-closed, or the server stops: finish the open ones
                     reading = False
                     reader.cancel()
@@ -75,12 +93,28 @@ class ConsumeStream:
                 elif isinstance(item, BaseException):
                     raise item
                 else:
+                    if self._batching:
+                        held += self._batch(item)
                     yield item
         finally:
             reader.cancel()
             stop.cancel()
             for task in list(self._open.values()):
                 task.cancel()
+
+    def _batch(self, first: pb.ConsumeResponse) -> list[pb.ConsumeResponse | BaseException | None]:
+        """Add the answers ready behind `first` to its batch; what ended the batch (the
+        next item, not an answer or over the bounds), to be handled next, if any."""
+        size = first.ByteSize()
+        while not self._answers.empty() and len(first.batch) < MAX_BATCH_ANSWERS:
+            item = self._answers.get_nowait()
+            if not isinstance(item, pb.ConsumeResponse):
+                return [item]
+            size += item.ByteSize()
+            if size > MAX_BATCH_BYTES:
+                return [item]
+            first.batch.append(item)
+        return []
 
     async def _stop(self) -> None:
         await self.stopping.wait()
@@ -97,18 +131,20 @@ class ConsumeStream:
 
     def _take(self, request: pb.ConsumeRequest) -> None:
         ticket, action = request.ticket, request.WhichOneof("action")
+        self._batching = self._batching or request.batch
         for granted in request.grants:
             credit = self._credits.get(granted)
             if credit is not None:  # else ended meanwhile: the grant crossed its end
                 credit.grant()
-        if action is None and request.grants:
+        if action is None and (request.grants or request.batch):
             return
         if action == "cancel":
             self._withdraw(ticket)
             return
-        if action != "poll":
+        if action not in ("poll", "commit"):
             raise InvalidRequest(
-                f"Consume: the request of ticket {ticket} has no action: set `poll` or `cancel`"
+                f"Consume: the request of ticket {ticket} has no action: set `poll`, "
+                "`commit` or `cancel`"
             )
         if ticket in self._open:
             raise InvalidRequest(
@@ -127,36 +163,23 @@ class ConsumeStream:
                 f"Consume: ticket {ticket} asks to follow with a window of {request.follow} "
                 f"messages; at most {MAX_FOLLOW_WINDOW}"
             )
-        if request.follow and self.follow is not None:
-            task = asyncio.create_task(self._follow(ticket, request.poll, request.follow))
+        token = request.token
+        work: Callable[[], Awaitable[pb.ConsumeResponse | None]]
+        if action == "commit":
+            work = functools.partial(self._commit, ticket, request.commit, token)
+        elif request.follow and self.follow is not None:
+            work = functools.partial(self._follow, ticket, request.poll, request.follow, token)
         else:
-            task = asyncio.create_task(self._poll(ticket, request.poll))
-        self._open[ticket] = task
+            work = functools.partial(self._poll, ticket, request.poll, token)
+        self._open[ticket] = asyncio.create_task(self._answer(ticket, work))
 
-    async def _poll(self, ticket: int, request: pb.PollRequest) -> None:
+    async def _answer(
+        self, ticket: int, work: Callable[[], Awaitable[pb.ConsumeResponse | None]]
+    ) -> None:
+        """Run a ticket's work; its answer, or its error as the answer, goes out (a
+        follow sends its own until its last), and the ticket is free again."""
         try:
-            user = self.caller()
-            with self.slot(user):
-                answer = pb.ConsumeResponse(ticket=ticket, message=await self.fetch(request, user))
-        except asyncio.CancelledError:
-            raise
-        except Error as err:
-            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(err))
-        except Exception as exc:
-            answer = pb.ConsumeResponse(ticket=ticket, error=call_status(unexpected(exc)))
-        finally:
-            self._close(ticket)
-        self._answers.put_nowait(answer)
-
-    async def _follow(self, ticket: int, request: pb.PollRequest, window: int) -> None:
-        credit = self._credits[ticket] = Credit(window)
-        answer = None
-        try:
-            user = self.caller()
-            with self.slot(user):
-                assert self.follow is not None
-                await self.follow(ticket, request, user, credit, self._answers.put_nowait,
-                                  self.caller)  # fmt: skip
+            answer = await work()
         except asyncio.CancelledError:
             raise
         except Error as err:
@@ -167,6 +190,30 @@ class ConsumeStream:
             self._close(ticket)
         if answer is not None:
             self._answers.put_nowait(answer)
+
+    async def _poll(self, ticket: int, request: pb.PollRequest, token: str) -> pb.ConsumeResponse:
+        session, user = self.caller(token)
+        with self.slot(session, user):
+            return pb.ConsumeResponse(ticket=ticket, message=await self.fetch(request, user))
+
+    async def _commit(
+        self, ticket: int, request: pb.CommitRequest, token: str
+    ) -> pb.ConsumeResponse:
+        if self.commit is None:
+            raise InvalidRequest("Consume: this stream takes no commits; call Commit")
+        await self.commit(request, self.caller(token)[1])
+        return pb.ConsumeResponse(ticket=ticket, committed=pb.CommitResponse())
+
+    async def _follow(
+        self, ticket: int, request: pb.PollRequest, window: int, token: str
+    ) -> pb.ConsumeResponse | None:
+        credit = self._credits[ticket] = Credit(window)
+        session, user = self.caller(token)
+        with self.slot(session, user):
+            assert self.follow is not None
+            await self.follow(ticket, request, user, credit, self._answers.put_nowait,
+                              lambda: self.caller(token)[1])  # fmt: skip
+        return None  # it sent its answers itself
 
     def _withdraw(self, ticket: int) -> None:
         """End an open poll or follow without an answer."""

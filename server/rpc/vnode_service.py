@@ -175,17 +175,21 @@ class VnodeService(pb_grpc.VnodeServicer):
         metadata = context.invocation_metadata()
         token, session = self._sessions.caller(metadata)
 
-        def caller() -> str:  # a session ended meanwhile fails the poll
-            return self._sessions.session(metadata).user
+        def caller(carried: str) -> tuple[str, str]:  # a session ended fails the poll
+            if carried:  # a request's own session: a process's consumers share streams
+                return carried, self._sessions.named(carried).user
+            return token, self._sessions.session(metadata).user
 
-        def slot(user: str) -> AbstractContextManager[None]:
-            return self._slots.hold(token, user, "Consume")
+        def slot(session: str, user: str) -> AbstractContextManager[None]:
+            return self._slots.hold(session, user, "Consume")
 
         async def fetch(request: pb.PollRequest, user: str) -> pb.PollResponse:
             return await self._fetch(request, wait_s(request, None), user)
 
         with self._slots.hold(token, session.user, "Consume"):
-            stream = ConsumeStream(fetch, caller, slot, self._stopping, self._follows.run)
+            stream = ConsumeStream(
+                fetch, caller, slot, self._stopping, self._follows.run, self._stream_commit
+            )
             async for answer in stream.run(requests):
                 yield answer
 
@@ -383,9 +387,13 @@ class VnodeService(pb_grpc.VnodeServicer):
     @unary
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         user = self._sessions.session(context.invocation_metadata()).user
+        await self._stream_commit(request, user)
+        return pb.CommitResponse()
+
+    async def _stream_commit(self, request: pb.CommitRequest, user: str) -> None:
+        """A Commit, the call's or a Consume stream's: on the commit pool."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._committer, self._commit, request, user)
-        return pb.CommitResponse()
 
     def _commit(self, request: pb.CommitRequest, user: str) -> None:
         """Check every offset, then store them (one transaction per vnode); with `evict`,

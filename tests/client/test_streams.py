@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import pytest
 
 from sqltopic import aio
 from sqltopic.client import Connection, streams
@@ -19,7 +20,7 @@ from sqltopic.client.consumer import Consumer
 from sqltopic.errors import Error, NoPermission, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
-from tests.client.support import DEADLINE_S, SELECT, config, drain, drain_async, rows_of
+from tests.client.support import DEADLINE_S, SELECT, config, drain, drain_async, later_rows, rows_of
 from tests.live_server import ServerProcess
 
 
@@ -130,6 +131,67 @@ def test_a_server_without_consume_is_reported_as_unstreamed() -> None:
     assert stream.unimplemented
 
 
+def test_a_follows_answers_reach_it_until_its_last_and_a_broken_stream_ends_it() -> None:
+    stream, (call,) = open_stream()
+    got: list[tuple[Any, bool]] = []
+    ended = threading.Event()
+
+    def answered(answer: Any, still_open: bool) -> None:
+        got.append((answer, still_open))
+        if not still_open:
+            ended.set()
+
+    stream.follow(5, pb.PollRequest(vgroup=2), 4, answered)
+    sent = next(call.requests)
+    assert (sent.ticket, sent.follow, sent.poll.vgroup) == (5, 4, 2)
+    known_before = stream.follows
+    for epoch in (1, 2):
+        call.answers.put(
+            pb.ConsumeResponse(ticket=5, message=pb.PollResponse(epoch=epoch), open=True)
+        )
+    stream.grant([5, 5])
+    assert next(call.requests).grants == [5, 5]
+    call.answers.put(pb.ConsumeResponse(ticket=5, message=pb.PollResponse(epoch=3)))  # last
+    assert ended.wait(DEADLINE_S)
+    assert [(a.epoch, o) for a, o in got] == [(1, True), (2, True), (3, False)]
+    # the server knows follows (and commits on the stream) once it answered one
+    assert (known_before, stream.follows) == (False, True)
+    # a follow open when the stream breaks gets the error as its last answer
+    ended.clear()
+    stream.follow(6, pb.PollRequest(), 4, answered)
+    call.answers.put(Failed(grpc.StatusCode.UNAVAILABLE))
+    assert ended.wait(DEADLINE_S)
+    assert isinstance(got[-1][0], ServerUnavailable)
+    assert got[-1][1] is False
+
+
+def test_a_commit_on_the_stream_returns_once_stored_or_raises_the_calls_error() -> None:
+    stream, (call,) = open_stream()
+    results: queue.Queue[Exception | None] = queue.Queue()
+
+    def commit(ticket: int) -> None:
+        try:
+            stream.commit(ticket, pb.CommitRequest(group_id="g"), DEADLINE_S)
+            results.put(None)
+        except Exception as exc:
+            results.put(exc)
+
+    threading.Thread(target=commit, args=(streams.COMMIT_TICKETS,), daemon=True).start()
+    sent = next(call.requests)
+    assert (sent.ticket, sent.commit.group_id) == (streams.COMMIT_TICKETS, "g")
+    call.answers.put(pb.ConsumeResponse(ticket=sent.ticket, committed=pb.CommitResponse()))
+    assert results.get(timeout=DEADLINE_S) is None
+    threading.Thread(target=commit, args=(streams.COMMIT_TICKETS + 1,), daemon=True).start()
+    sent = next(call.requests)
+    refused = call_status(NoPermission("not yours"))
+    call.answers.put(pb.ConsumeResponse(ticket=sent.ticket, error=refused))
+    assert isinstance(results.get(timeout=DEADLINE_S), NoPermission)
+    threading.Thread(target=commit, args=(streams.COMMIT_TICKETS + 2,), daemon=True).start()
+    next(call.requests)
+    call.answers.put(Failed(grpc.StatusCode.UNAVAILABLE))  # broken: the commit fails
+    assert isinstance(results.get(timeout=DEADLINE_S), ServerUnavailable)
+
+
 # --- against a real server -------------------------------------------------------------
 
 
@@ -155,5 +217,93 @@ def test_an_asyncio_consumer_polls_every_vgroup_on_one_stream(
             assert len(await consumer.assignment()) > 1
             assert list(consumer._streams) == [server.address]
             assert rows_of(delivered) == Counter(power.execute(SELECT).rows)
+
+    asyncio.run(run())
+
+
+def test_both_consumers_follow_and_commit_on_their_stream(
+    power: Connection, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the server answered a follow as one, commits go on the stream: the
+    committed offsets are what a Commit call stores."""
+    commits: list[int] = []
+    sync_commit, aio_commit = streams.ConsumeStream.commit, streams.AioConsumeStream.commit
+
+    def counted(self: streams.ConsumeStream, ticket: int, request: Any, timeout: float) -> None:
+        commits.append(ticket)
+        sync_commit(self, ticket, request, timeout)
+
+    async def counted_aio(
+        self: streams.AioConsumeStream, ticket: int, request: Any, token: str = ""
+    ) -> None:
+        commits.append(ticket)
+        await aio_commit(self, ticket, request, token)
+
+    monkeypatch.setattr(streams.ConsumeStream, "commit", counted)
+    monkeypatch.setattr(streams.AioConsumeStream, "commit", counted_aio)
+    with Consumer(config(server.address, "g1")) as consumer:
+        consumer.subscribe(["overvoltage"])
+        delivered = drain(consumer)
+        assert consumer._streams[server.address].follows
+        consumer.commit()
+        positions = {
+            (p.topic, p.vgroup): p.offset for p in consumer.position(consumer.assignment())
+        }
+        stored = consumer.committed(consumer.assignment())
+        assert {(p.topic, p.vgroup): p.offset for p in stored} == positions
+    assert rows_of(delivered) == Counter(power.execute(SELECT).rows)
+    assert len(commits) >= 1
+
+    async def run() -> None:
+        async with aio.Consumer(config(server.address, "g2")) as consumer:
+            await consumer.subscribe(["overvoltage"])
+            await drain_async(consumer)
+            assert consumer._streams[server.address].follows
+            await consumer.commit()
+            parts = await consumer.assignment()
+            positions = {(p.topic, p.vgroup): p.offset for p in consumer.position(parts)}
+            stored = await consumer.committed(parts)
+            assert {(p.topic, p.vgroup): p.offset for p in stored} == positions
+
+    before = len(commits)
+    asyncio.run(run())
+    assert len(commits) > before
+
+
+def test_asyncio_consumers_of_one_user_share_one_stream_and_each_gets_its_rows(
+    power: Connection, server: ServerProcess
+) -> None:
+    """A process's consumers of one server and user share one Consume stream (each
+    request under its own session): each still gets exactly its rows, one closing
+    leaves the others reading, and the last one closes the stream."""
+    power.execute(later_rows(10_000, 3))  # more rows than the example's, for everyone
+    expected = Counter(power.execute(SELECT).rows)
+
+    async def run() -> None:
+        first = aio.Consumer(config(server.address, "s1"))
+        second = aio.Consumer(config(server.address, "s2"))
+        third = aio.Consumer(config(server.address, "s3", **{"enable.auto.commit": "true"}))
+        consumers = [first, second, third]
+        for consumer in consumers:
+            await consumer.subscribe(["overvoltage"])
+        for consumer in consumers:
+            assert rows_of(await drain_async(consumer)) == expected
+        streams_used = {id(c._streams[server.address]) for c in consumers}
+        assert len(streams_used) == 1  # one stream for the three of them
+        shared = first._streams[server.address]
+        assert shared.shared
+        await first.close()
+        assert not shared.broken  # the others still use it
+        power.execute(later_rows(20_000, 2, voltage=240))
+        for consumer in (second, third):
+            got = await drain_async(consumer)
+            assert sum(m.row_count for m in got) == 2
+        await third.commit()  # on the shared stream, as third's own session
+        parts = await third.assignment()
+        stored = {(p.topic, p.vgroup): p.offset for p in await third.committed(parts)}
+        assert stored == {(p.topic, p.vgroup): p.offset for p in third.position(parts)}
+        await second.close()
+        await third.close()
+        assert shared.broken  # the last one closed it
 
     asyncio.run(run())

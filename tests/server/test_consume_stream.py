@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.client import Connection
-from sqltopic.errors import ConsumerFenced, LimitExceeded, NoPermission
+from sqltopic.errors import ConsumerFenced, InvalidRequest, LimitExceeded, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 from sqltopic.server.dnode.follow import Credit, Put
@@ -47,8 +47,13 @@ class Polls:
 
 
 @contextmanager
-def free(user: str) -> Iterator[None]:
+def free(token: str, user: str) -> Iterator[None]:
     yield
+
+
+def as_user(user: str) -> Callable[[str], tuple[str, str]]:
+    """A caller: every poll runs as `user`, under its request's token or the stream's."""
+    return lambda token: (token or "stream", user)
 
 
 def poll(ticket: int, vgroup: int) -> pb.ConsumeRequest:
@@ -83,7 +88,7 @@ def test_answers_come_as_polls_finish_and_cancelled_ones_never() -> None:
 
     async def run() -> list[tuple[int, object]]:
         later = asyncio.Event()
-        stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+        stream = ConsumeStream(polls.fetch, as_user("alice"), free)
         requests = feed([
             poll(1, 10), poll(2, 20), poll(3, 30), pb.ConsumeRequest(ticket=3, cancel=True),
             pb.ConsumeRequest(ticket=99, cancel=True),  # unknown: ignored
@@ -112,7 +117,7 @@ def test_a_failed_poll_fails_only_its_ticket() -> None:
     polls = Polls()
     polls.gates[1] = asyncio.Event()
     polls.gates[1].set()
-    stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+    stream = ConsumeStream(polls.fetch, as_user("alice"), free)
     got = answers(stream, feed([poll(1, -1), poll(2, 1)]))
     assert [t for t, _ in got] == [1, 2]
     assert isinstance(got[0][1], NoPermission)
@@ -121,11 +126,14 @@ def test_a_failed_poll_fails_only_its_ticket() -> None:
 
 def test_a_reused_open_ticket_or_an_empty_request_ends_the_stream() -> None:
     polls = Polls()
-    stream = ConsumeStream(polls.fetch, lambda: "alice", free)
+    stream = ConsumeStream(polls.fetch, as_user("alice"), free)
     with pytest.raises(Exception, match="ticket 1 is open already"):
         answers(stream, feed([poll(1, 5), poll(1, 6)]))
     with pytest.raises(Exception, match="ticket 7 has no action"):
-        answers(ConsumeStream(polls.fetch, lambda: "a", free), feed([pb.ConsumeRequest(ticket=7)]))
+        answers(
+            ConsumeStream(polls.fetch, as_user("a"), free),
+            feed([pb.ConsumeRequest(ticket=7)]),
+        )
 
 
 def test_polls_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,7 +144,7 @@ def test_polls_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> 
 
     async def run() -> list[tuple[int, object]]:
         release = asyncio.Event()
-        stream = ConsumeStream(polls.fetch, lambda: "a", free)
+        stream = ConsumeStream(polls.fetch, as_user("a"), free)
         got: list[tuple[int, object]] = []
         async for answer in stream.run(feed([poll(1, 1), poll(2, 2), poll(3, 3), release])):
             err = answer.error if answer.WhichOneof("result") == "error" else None
@@ -159,7 +167,7 @@ def test_a_stopping_server_ends_the_stream_once_its_open_polls_answered() -> Non
     async def scenario() -> list[tuple[int, int]]:
         stopping = asyncio.Event()
         never = asyncio.Event()  # the client keeps its side open
-        stream = ConsumeStream(polls.fetch, lambda: "a", free, stopping)
+        stream = ConsumeStream(polls.fetch, as_user("a"), free, stopping)
         got: list[tuple[int, int]] = []
 
         async def consume() -> None:
@@ -207,7 +215,7 @@ def test_a_follow_sends_within_its_credit_and_ends_quietly_when_cancelled() -> N
 
     async def run() -> list[tuple[int, int, bool]]:
         more, done = asyncio.Event(), asyncio.Event()
-        stream = ConsumeStream(Polls().fetch, lambda: "a", free, follow=follows.run)
+        stream = ConsumeStream(Polls().fetch, as_user("a"), free, follow=follows.run)
         requests = feed([
             follow(1, 2), more, pb.ConsumeRequest(grants=[1, 1, 1, 9]),  # 9: unknown
             done, pb.ConsumeRequest(ticket=1, cancel=True), follow(2, 1),
@@ -232,9 +240,61 @@ def test_without_a_follow_function_a_follow_is_answered_once() -> None:
     polls = Polls()
     polls.gates[1] = asyncio.Event()
     polls.gates[1].set()
-    stream = ConsumeStream(polls.fetch, lambda: "a", free)
+    stream = ConsumeStream(polls.fetch, as_user("a"), free)
     got = answers(stream, feed([follow(1, 4)]))
     assert got == [(1, 1)]
+
+
+def test_a_commit_without_a_commit_function_is_refused_on_its_ticket() -> None:
+    polls = Polls()
+    polls.gates[1] = asyncio.Event()
+    polls.gates[1].set()
+    stream = ConsumeStream(polls.fetch, as_user("a"), free)
+    commit = pb.ConsumeRequest(ticket=3, commit=pb.CommitRequest(group_id="g"))
+    got = answers(stream, feed([commit, poll(4, 1)]))
+    assert sorted(t for t, _ in got) == [3, 4]
+    refused = dict(got)[3]
+    assert isinstance(refused, InvalidRequest)
+    assert "takes no commits" in str(refused)
+
+
+def test_answers_ready_together_go_as_one_batch_to_a_client_that_takes_them() -> None:
+    polls = Polls()
+    sessions: list[tuple[str, str]] = []
+
+    @contextmanager
+    def slot(token: str, user: str) -> Iterator[None]:
+        sessions.append((token, user))
+        yield
+
+    def caller(token: str) -> tuple[str, str]:
+        return (token, "bob") if token else ("stream", "alice")
+
+    async def run() -> list[list[tuple[int, int]]]:
+        stream = ConsumeStream(polls.fetch, caller, slot)
+        released = asyncio.Event()
+        first = pb.ConsumeRequest(ticket=1, poll=pb.PollRequest(vgroup=1), batch=True)
+        theirs = pb.ConsumeRequest(ticket=2, poll=pb.PollRequest(vgroup=2), token="tb")
+        got: list[list[tuple[int, int]]] = []
+
+        async def release() -> None:
+            while len(polls.gates) < 3:
+                await asyncio.sleep(0)
+            for gate in polls.gates.values():  # all three ready at once
+                gate.set()
+            released.set()
+
+        task = asyncio.create_task(release())
+        async for answer in stream.run(feed([first, theirs, poll(3, 3), released])):
+            got.append([(a.ticket, a.message.epoch) for a in (answer, *answer.batch)])
+        await task
+        return got
+
+    got = asyncio.run(run())
+    assert [sorted(batch) for batch in got] == [[(1, 1), (2, 2), (3, 3)]]  # one message
+    # each poll ran as its request's session, or the stream's
+    assert sorted(sessions) == [("stream", "alice"), ("stream", "alice"), ("tb", "bob")]
+    assert sorted(polls.users) == ["alice", "alice", "bob"]
 
 
 # --- against a real server ----------------------------------------------------------------

@@ -188,3 +188,34 @@ def test_a_revoke_ends_a_follow_with_no_permission(
     assert isinstance(error, NoPermission)
     assert "topic hot" in str(error)
     assert stream.close() == []
+
+
+def test_a_commit_on_the_stream_is_stored_as_by_the_call_and_refused_alike(
+    hot: Connection, wire: Wire
+) -> None:
+    write(hot, "d1", [230], 0)
+    stream, sub, epoch, tickets = follows(wire, "g", window=4)
+    first = answer(stream)
+    vgroup, (_, _, end) = tickets[first.ticket], span(first)
+
+    def commit(ticket: int, at_epoch: int, offset: int) -> pb.ConsumeResponse:
+        item = pb.TopicVgroupOffset(topic="hot", vgroup=vgroup, offset=offset)
+        request = pb.CommitRequest(consumer_id=sub.consumer_id, group_id="g", epoch=at_epoch,
+                                   offsets=[item])  # fmt: skip
+        stream.requests.put(pb.ConsumeRequest(ticket=ticket, commit=request))
+        return answer(stream)
+
+    stored = commit(100, epoch, end)
+    assert (stored.ticket, stored.WhichOneof("result"), stored.open) == (100, "committed", False)
+    assert wire.committed("g", "hot", vgroup) == end  # durable before the answer
+    # refused as the call would be, on its ticket only: the stream goes on
+    fenced = commit(101, epoch + 7, end)
+    assert (fenced.ticket, type(from_call_status(fenced.error)).__name__) == (
+        101, "ConsumerFenced",
+    )  # fmt: skip
+    beyond = commit(102, epoch, end + 1000)
+    assert type(from_call_status(beyond.error)).__name__ == "OffsetOutOfRange"
+    assert wire.committed("g", "hot", vgroup) == end
+    write(hot, "d1", [231], 10)
+    assert voltages(answer(stream)) == [231]  # the follow still runs
+    assert stream.close() == []

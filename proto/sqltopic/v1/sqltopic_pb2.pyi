@@ -947,8 +947,11 @@ class ConsumeRequest(_message.Message):
     TICKET_FIELD_NUMBER: _builtins.int
     POLL_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
     GRANTS_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     ticket: _builtins.int
     """The client's id for the poll: unique among the stream's open tickets (an answered
     or cancelled ticket may be used again).
@@ -969,9 +972,27 @@ class ConsumeRequest(_message.Message):
     with the new epoch: refresh the assignment and follow again), or when the server
     stops. At most 64.
     """
+    token: _builtins.str
+    """The bearer token of the session this request's poll, follow or commit runs as
+    (what its own calls carry after `authorization: Bearer `), when not the stream's:
+    one stream then carries the consumers of a whole client process, each checked as
+    its own session and holding its own session's stream slots. Empty: the stream's.
+    """
+    batch: _builtins.bool
+    """Set once (on any request) to take answers batched: a ConsumeResponse may then
+    carry further answers in `batch`.
+    """
     @_builtins.property
     def poll(self) -> Global___PollRequest:
         """A Fetch to answer under `ticket`."""
+
+    @_builtins.property
+    def commit(self) -> Global___CommitRequest:
+        """A Commit to answer under `ticket` (`committed`, or the error its Commit call
+        would have failed with), stored as durably as by the call. Cheaper than the
+        call for a consumer that commits often (auto-commit). The stream's
+        `authorization` is checked for it as for a poll.
+        """
 
     @_builtins.property
     def grants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -987,14 +1008,17 @@ class ConsumeRequest(_message.Message):
         ticket: _builtins.int = ...,
         poll: Global___PollRequest | None = ...,
         cancel: _builtins.bool = ...,
+        commit: Global___CommitRequest | None = ...,
         follow: _builtins.int = ...,
         grants: _abc.Iterable[_builtins.int] | None = ...,
+        token: _builtins.str = ...,
+        batch: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "poll", b"poll"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "commit", b"commit", "poll", b"poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "follow", b"follow", "grants", b"grants", "poll", b"poll", "ticket", b"ticket"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch", b"batch", "cancel", b"cancel", "commit", b"commit", "follow", b"follow", "grants", b"grants", "poll", b"poll", "ticket", b"ticket", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["poll", "cancel"]  # noqa: Y015
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["poll", "cancel", "commit"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
 
@@ -1009,7 +1033,9 @@ class ConsumeResponse(_message.Message):
     TICKET_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
     OPEN_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     ticket: _builtins.int
     """The ticket of the poll answered."""
     open: _builtins.bool
@@ -1023,7 +1049,18 @@ class ConsumeResponse(_message.Message):
 
     @_builtins.property
     def error(self) -> Global___CallStatus:
-        """The error its Fetch would have failed with."""
+        """The error its Fetch (or Commit) would have failed with."""
+
+    @_builtins.property
+    def committed(self) -> Global___CommitResponse:
+        """A `commit` stored: what its Commit call would have answered."""
+
+    @_builtins.property
+    def batch(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumeResponse]:
+        """Only to a client that set `batch`: answers that were ready together with this
+        one, each a whole answer of its own ticket (never batched further), to be handled
+        in order after this one.
+        """
 
     def __init__(
         self,
@@ -1031,13 +1068,15 @@ class ConsumeResponse(_message.Message):
         ticket: _builtins.int = ...,
         message: Global___PollResponse | None = ...,
         error: Global___CallStatus | None = ...,
+        committed: Global___CommitResponse | None = ...,
         open: _builtins.bool = ...,
+        batch: _abc.Iterable[Global___ConsumeResponse] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "error", b"error", "message", b"message", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message", "open", b"open", "result", b"result", "ticket", b"ticket"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "committed", b"committed", "error", b"error", "message", b"message", "open", b"open", "result", b"result", "ticket", b"ticket"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["message", "error"]  # noqa: Y015
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["message", "error", "committed"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
 

@@ -519,7 +519,7 @@ class VnodeStub:
     not answered. A message on an open stream costs the server less than half a call,
     and a held poll nothing, so this is the cheapest way to consume many vgroups. The
     stream's `authorization` is checked again for every poll; a stream has at most
-    4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+    65,536 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
     request that cannot be served at all (a repeated open ticket, no action:
     INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
     """
@@ -591,7 +591,7 @@ class VnodeAsyncStub(VnodeStub):
     not answered. A message on an open stream costs the server less than half a call,
     and a held poll nothing, so this is the cheapest way to consume many vgroups. The
     stream's `authorization` is checked again for every poll; a stream has at most
-    4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+    65,536 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
     request that cannot be served at all (a repeated open ticket, no action:
     INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
     """
@@ -678,7 +678,7 @@ class VnodeServicer(metaclass=_abc_1.ABCMeta):
         not answered. A message on an open stream costs the server less than half a call,
         and a held poll nothing, so this is the cheapest way to consume many vgroups. The
         stream's `authorization` is checked again for every poll; a stream has at most
-        4,096 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
+        65,536 open tickets (an answer RESOURCE_EXHAUSTED beyond). Ends with the first
         request that cannot be served at all (a repeated open ticket, no action:
         INVALID_ARGUMENT), or once the client half-closed and every ticket was answered.
         """
