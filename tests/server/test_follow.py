@@ -219,3 +219,30 @@ def test_a_commit_on_the_stream_is_stored_as_by_the_call_and_refused_alike(
     write(hot, "d1", [231], 10)
     assert voltages(answer(stream)) == [231]  # the follow still runs
     assert stream.close() == []
+
+
+def test_a_requests_own_token_is_checked_as_its_session(
+    alice_follows: tuple[UserWire, Connection], wire: Wire
+) -> None:
+    """A stream may carry other sessions' requests (a client process's consumers):
+    each is checked as the session its token names, and refused on its ticket only."""
+    alice, _ = alice_follows
+    sub = wire.subscribe("gr", ["hot"], auto_offset_reset=pb.OFFSET_RESET_EARLIEST)
+    asg = wire.assignment(sub.consumer_id)
+    root_poll = poll_request(sub.consumer_id, "gr", "hot", asg.assignments[0].vgroup,
+                             asg.epoch, 1, {})  # fmt: skip
+    alice_token = alice.md[0][1].partition(" ")[2]
+    stream = Stream(wire)  # opened as root
+    stream.requests.put(pb.ConsumeRequest(ticket=1, poll=root_poll, token="no-such-token"))
+    refused = answer(stream)
+    assert (refused.ticket, type(from_call_status(refused.error)).__name__) == (
+        1, "AuthenticationFailed",
+    )  # fmt: skip
+    # alice may not poll as root's consumer, even on root's stream
+    stream.requests.put(pb.ConsumeRequest(ticket=2, poll=root_poll, token=alice_token))
+    other = answer(stream)
+    assert (other.ticket, type(from_call_status(other.error)).__name__) == (2, "NoPermission")
+    # the stream's own session still polls
+    stream.send(3, root_poll)
+    assert answer(stream).WhichOneof("result") == "message"
+    assert stream.close() == []
