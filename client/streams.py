@@ -75,6 +75,29 @@ def commit_error(response: pb.ConsumeResponse) -> Exception | None:
     return ServerUnavailable("a commit on the consume stream was answered with a poll's answer")
 
 
+def _merged_grants(
+    first: pb.ConsumeRequest, queued: asyncio.Queue[pb.ConsumeRequest | None]
+) -> list[pb.ConsumeRequest | None]:
+    """`first` and the requests queued behind it, in order, with grants that follow one
+    another as one request: a process's consumers grant often, and the server handles
+    a request with a fixed cost whatever it carries."""
+    out: list[pb.ConsumeRequest | None] = [first]
+    while not queued.empty():
+        item = queued.get_nowait()
+        last = out[-1]
+        if item is not None and last is not None and _grants_only(item) and _grants_only(last):
+            last.grants.extend(item.grants)
+        else:
+            out.append(item)
+        if item is None:
+            break
+    return out
+
+
+def _grants_only(request: pb.ConsumeRequest) -> bool:
+    return request.WhichOneof("action") is None and not request.token
+
+
 def by_stream(tickets: Iterable[int], streams: Mapping[int, S]) -> dict[S, list[int]]:
     """The tickets of open follows, by the stream each is on (ended ones dropped)."""
     out: dict[S, list[int]] = {}
@@ -327,10 +350,13 @@ class AioConsumeStream(_Stream):
 
     async def _write(self) -> None:
         try:
-            while (request := await self._writes.get()) is not None:
-                if not self._asked_batch:
-                    request.batch = self._asked_batch = True
-                await self._call.write(request)
+            while (first := await self._writes.get()) is not None:
+                for request in _merged_grants(first, self._writes):
+                    if request is None:
+                        return
+                    if not self._asked_batch:
+                        request.batch = self._asked_batch = True
+                    await self._call.write(request)
         except (grpc.RpcError, aio.UsageError):  # the stream ended: the reader reports it
             return
 

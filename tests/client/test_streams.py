@@ -192,6 +192,22 @@ def test_a_commit_on_the_stream_returns_once_stored_or_raises_the_calls_error() 
     assert isinstance(results.get(timeout=DEADLINE_S), ServerUnavailable)
 
 
+def test_grants_queued_together_go_as_one_request_in_order_with_the_rest() -> None:
+    queued: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
+    poll = pb.ConsumeRequest(ticket=9, poll=pb.PollRequest(vgroup=1))
+    for item in (pb.ConsumeRequest(grants=[2]), pb.ConsumeRequest(grants=[3, 3]), poll,
+                 pb.ConsumeRequest(grants=[4]), None, pb.ConsumeRequest(grants=[5])):  # fmt: skip
+        queued.put_nowait(item)
+    out = streams._merged_grants(pb.ConsumeRequest(grants=[1]), queued)
+    assert out == [
+        pb.ConsumeRequest(grants=[1, 2, 3, 3]),
+        poll,
+        pb.ConsumeRequest(grants=[4]),
+        None,
+    ]
+    assert queued.qsize() == 1  # what comes after the end stays unread
+
+
 # --- against a real server -------------------------------------------------------------
 
 
