@@ -262,8 +262,11 @@ class Consumer:
                     return answer
         if effect.method == "Commit" and effect.service == "vnode":
             stream = self._streams.get(effect.endpoint or self._core.config.server)
-            if stream is not None and stream.follows and stream.serves(effect.metadata):
-                return await self._commit_on(stream, effect)
+            if stream is not None and stream.takes_commits(effect.metadata):
+                # an auto-commit as a message, not a call
+                token = beats.token_of(effect.metadata)
+                await stream.commit(stream.ticket(), effect.request, effect.timeout, token)
+                return pb.CommitResponse()
         method = getattr(self._stub(effect.service, effect.endpoint), effect.method)
         try:
             with _translated(self._transport):
@@ -280,26 +283,8 @@ class Consumer:
 
     def _grant(self, granted: Sequence[int]) -> None:
         """Grants to open follows, each on its stream under the stream's ticket."""
-        on: dict[streams.AioConsumeStream, list[int]] = {}
-        for ticket in granted:
-            if (found := self._followed.get(ticket)) is not None:
-                on.setdefault(found[0], []).append(found[1])
-        for stream, tickets in on.items():
+        for stream, tickets in streams.by_stream(granted, self._followed).items():
             stream.grant(tickets)
-
-    async def _commit_on(self, stream: streams.AioConsumeStream, effect: fx.Rpc) -> Any:
-        """A Commit as a message on the endpoint's Consume stream: an auto-commit every
-        few seconds from each of many consumers costs the server far less than calls."""
-        try:
-            await asyncio.wait_for(
-                stream.commit(stream.ticket(), effect.request, streams.token_of(effect.metadata)),
-                effect.timeout,
-            )
-        except TimeoutError:
-            raise ServerUnavailable(
-                f"no answer to a commit within {effect.timeout:g} s; commit again"
-            ) from None
-        return pb.CommitResponse()
 
     async def _notify(self, notify: fx.Notify) -> Exception | None:
         """Call the rebalance callback (awaiting a coroutine); its error is the answer."""
@@ -366,7 +351,7 @@ class Consumer:
             stream = self._consume_stream(fetch.endpoint, fetch.metadata)
             ticket = stream.ticket()
             self._followed[fetch.ticket] = (stream, ticket)
-            token = streams.token_of(fetch.metadata)
+            token = beats.token_of(fetch.metadata)
             stream.follow(ticket, fetch.request, fetch.follow, answered, token)
             try:
                 unstreamed = await ended
@@ -392,7 +377,7 @@ class Consumer:
         as a unary Fetch), within the poll's own deadline."""
         if self._streaming:
             stream = self._consume_stream(fetch.endpoint, fetch.metadata)
-            token = streams.token_of(fetch.metadata)
+            token = beats.token_of(fetch.metadata)
             try:
                 return await asyncio.wait_for(
                     stream.fetch(stream.ticket(), fetch.request, token), fetch.timeout

@@ -306,7 +306,7 @@ class Consumer:
     def _grant(self, granted: Sequence[int]) -> None:
         with self._calls_lock:
             calls = {t: self._calls.get(t) for t in granted}
-        on = {t: call.stream for t, call in calls.items() if isinstance(call, _Ticket)}
+        on = {t: (call.stream, t) for t, call in calls.items() if isinstance(call, _Ticket)}
         for stream, tickets in streams.by_stream(granted, on).items():
             stream.grant(tickets)
 
@@ -380,9 +380,7 @@ class Consumer:
         the commit's."""
         with self._calls_lock:
             stream = self._streams.get(effect.endpoint or self._core.config.server)
-        if stream is not None and stream.follows and stream.serves(effect.metadata):
-            return stream
-        return None
+        return stream if stream is not None and stream.takes_commits(effect.metadata) else None
 
     def _consume_stream(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch) -> streams.ConsumeStream:
         """The endpoint's open stream for the poll's session (a new one after a broken

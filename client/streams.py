@@ -58,14 +58,6 @@ def answer_of(response: pb.ConsumeResponse) -> Answer:
     return response.message
 
 
-def token_of(metadata: Metadata) -> str:
-    """The bearer token a session's metadata carries ("" when it has none)."""
-    for key, value in metadata:
-        if key.lower() == "authorization":
-            return value.partition(" ")[2].strip()
-    return ""
-
-
 def commit_error(response: pb.ConsumeResponse) -> Exception | None:
     """A commit's answer: None once stored, else the error its call would have raised."""
     if response.WhichOneof("result") == "committed":
@@ -98,14 +90,19 @@ def _grants_only(request: pb.ConsumeRequest) -> bool:
     return request.WhichOneof("action") is None and not request.token
 
 
-def by_stream(tickets: Iterable[int], streams: Mapping[int, S]) -> dict[S, list[int]]:
-    """The tickets of open follows, by the stream each is on (ended ones dropped)."""
+def by_stream(tickets: Iterable[int], on: Mapping[int, tuple[S, int]]) -> dict[S, list[int]]:
+    """The consumer's tickets of open follows as the tickets of the streams they are on
+    (`on`: ticket -> its stream and the stream's ticket), by stream; ended ones dropped."""
     out: dict[S, list[int]] = {}
     for ticket in tickets:
-        stream = streams.get(ticket)
-        if stream is not None:
-            out.setdefault(stream, []).append(ticket)
+        found = on.get(ticket)
+        if found is not None:
+            out.setdefault(found[0], []).append(found[1])
     return out
+
+
+def commit_timed_out(timeout: float) -> ServerUnavailable:
+    return ServerUnavailable(f"no answer to a commit within {timeout:g} s; commit again")
 
 
 class _Stream:
@@ -127,6 +124,12 @@ class _Stream:
         """Whether a poll of this session goes on this stream (not broken, and opened
         with the same session: after a new login its polls would fail)."""
         return not self.broken and (self.shared or self.metadata == metadata)
+
+    def takes_commits(self, metadata: Metadata) -> bool:
+        """Whether a commit of this session goes on this stream: it serves the session
+        and its server answered a follow (a server before follows would end the
+        stream at a commit)."""
+        return self.follows and self.serves(metadata)
 
     def _ended(self, exc: BaseException | None) -> Exception:
         """The error for the polls open when the stream ended with `exc` (None: it
@@ -201,9 +204,7 @@ class ConsumeStream(_Stream):
         try:
             error = future.result(timeout)
         except futures.TimeoutError:
-            raise ServerUnavailable(
-                f"no answer to a commit within {timeout:g} s; commit again"
-            ) from None
+            raise commit_timed_out(timeout) from None
         finally:
             with self._lock:
                 self._commits.pop(ticket, None)
@@ -323,15 +324,20 @@ class AioConsumeStream(_Stream):
         if not self.broken:
             self._writes.put_nowait(pb.ConsumeRequest(grants=tickets))
 
-    async def commit(self, ticket: int, request: pb.CommitRequest, token: str = "") -> None:
-        """Store offsets as a Commit call would (its errors raise)."""
+    async def commit(
+        self, ticket: int, request: pb.CommitRequest, timeout: float, token: str = ""
+    ) -> None:
+        """Store offsets as a Commit call would (its errors raise), waiting at most
+        `timeout` seconds for the answer."""
         if self.broken:
             raise ServerUnavailable("the consume stream ended; commit again")
         future: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self._commits[ticket] = future
         self._writes.put_nowait(pb.ConsumeRequest(ticket=ticket, commit=request, token=token))
         try:
-            error = await future
+            error = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise commit_timed_out(timeout) from None
         finally:
             self._commits.pop(ticket, None)
         if error is not None:

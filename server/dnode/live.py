@@ -254,7 +254,7 @@ class LiveHub:
             return True
         if message.kind == "empty":
             return False
-        size = _Size(message)  # once, if a poll's limit asks: a hundred may wait
+        size = _size(message)  # once: a hundred may wait
         # a standing waiter stays only where the level goes next (not before a meta event)
         whole = message.end_offset == next_version
         kept: set[Waiter] = set()
@@ -299,26 +299,18 @@ class LiveHub:
             into.waiters |= bucket.waiters
 
 
-class _Size:
-    """A message's bytes of blocks, summed once when first asked. The buffers' whole
-    sizes (a slice counts its buffers whole: at most more than its bytes, so a poll is
-    at worst sent to read for itself): `nbytes` costs 50 times more, for every slice."""
-
-    def __init__(self, message: Message) -> None:
-        self._message = message
-        self._bytes: int | None = None
-
-    def at_most(self, limit: int) -> bool:
-        if self._bytes is None:
-            self._bytes = sum(b.data.get_total_buffer_size() for b in self._message.blocks)
-        return self._bytes <= limit
+def _size(message: Message) -> int:
+    """A message's bytes of blocks, as its buffers' whole sizes: a slice counts its
+    buffers whole (at most more than its bytes, so a poll is at worst sent to read for
+    itself), where `nbytes` costs 50 times more, for every slice."""
+    return sum(b.data.get_total_buffer_size() for b in message.blocks)
 
 
-def _fits(message: Message, size: _Size, limits: PollLimits) -> bool:
-    """Whether `message` (of `size`) is within a poll's limits."""
+def _fits(message: Message, size: int, limits: PollLimits) -> bool:
+    """Whether `message` (`size` bytes of blocks) is within a poll's limits."""
     if limits.max_rows and message.rows > limits.max_rows:
         return False
-    return size.at_most(limits.max_bytes)
+    return size <= limits.max_bytes
 
 
 def _release(buckets: Iterable[_Bucket]) -> None:

@@ -188,7 +188,7 @@ class VnodeService(pb_grpc.VnodeServicer):
 
         with self._slots.hold(token, session.user, "Consume"):
             stream = ConsumeStream(
-                fetch, caller, slot, self._stopping, self._follows.run, self._stream_commit
+                fetch, caller, slot, self._stopping, self._follows.run, self._store_commit
             )
             async for answer in stream.run(requests):
                 yield answer
@@ -387,13 +387,12 @@ class VnodeService(pb_grpc.VnodeServicer):
     @unary
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:
         user = self._sessions.session(context.invocation_metadata()).user
-        await self._stream_commit(request, user)
+        await self._store_commit(request, user)
         return pb.CommitResponse()
 
-    async def _stream_commit(self, request: pb.CommitRequest, user: str) -> None:
+    async def _store_commit(self, request: pb.CommitRequest, user: str) -> None:
         """A Commit, the call's or a Consume stream's: on the commit pool."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._committer, self._commit, request, user)
+        await self._commit_run(self._commit, request, user)
 
     def _commit(self, request: pb.CommitRequest, user: str) -> None:
         """Check every offset, then store them (one transaction per vnode); with `evict`,

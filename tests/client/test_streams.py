@@ -250,10 +250,10 @@ def test_both_consumers_follow_and_commit_on_their_stream(
         sync_commit(self, ticket, request, timeout)
 
     async def counted_aio(
-        self: streams.AioConsumeStream, ticket: int, request: Any, token: str = ""
+        self: streams.AioConsumeStream, ticket: int, request: Any, timeout: float, token: str = ""
     ) -> None:
         commits.append(ticket)
-        await aio_commit(self, ticket, request, token)
+        await aio_commit(self, ticket, request, timeout, token)
 
     monkeypatch.setattr(streams.ConsumeStream, "commit", counted)
     monkeypatch.setattr(streams.AioConsumeStream, "commit", counted_aio)
