@@ -1,6 +1,7 @@
 """The asyncio `Connection` of `sqltopic.aio` (`await connect()`): SQL and Arrow writes
 as coroutines, routed on a cluster exactly as the sync Connection routes them
-(connection.py, routing.py).
+(connection.py, routing.py). Writes to the server connected to go as messages on one
+`Sql.Writes` stream (write_stream.py): writes awaited together are under way together.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import contextlib
 from types import TracebackType
 
+import grpc
 import pyarrow as pa
 from grpc import aio
 
@@ -39,7 +41,8 @@ from sqltopic.client.routing import (
     write_flow,
 )
 from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
-from sqltopic.errors import AuthenticationFailed, ServerUnavailable
+from sqltopic.client.write_stream import STREAM_WRITE_BYTES, AioWriteStream, Unstreamed
+from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -71,6 +74,8 @@ class Connection:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._timeout = timeout
         self._closed = False
+        self._writes: AioWriteStream | None = None  # opened by the first write
+        self._unstreamed = False  # the server has no Sql.Writes: Write calls
 
     async def execute(self, sql: str) -> Result:
         """Run one or more statements; the last one's result."""
@@ -97,7 +102,7 @@ class Connection:
         db = database_of(target, database or self._database)
         routes = self._routes if self._routes is not None else await self._read_routes()
         if not routes.routed or db is None:
-            return await self._write_at(HERE, target, data, database)
+            return await self._write_here(target, data, database)
         flow = write_flow(routes, db, target, data)
         try:
             step = next(flow)
@@ -111,6 +116,23 @@ class Connection:
             return int(done.value)
         except Unreachable as exc:
             raise exc.error from None
+
+    async def _write_here(self, target: str, data: pa.Table, database: str | None) -> int:
+        """A write to the server connected to: on the Writes stream when it fits one
+        message and the server has the method, else by a Write call."""
+        ipc = to_ipc(data)
+        if not self._unstreamed and len(ipc) <= STREAM_WRITE_BYTES:
+            if self._writes is None or self._writes.broken:
+                call = self._sql.Writes(metadata=self._metadata)
+                self._writes = AioWriteStream(call, self._translate)
+            try:
+                return await self._writes.write(target, database, ipc.to_pybytes(), self._timeout)
+            except Unstreamed:  # nothing was written
+                self._unstreamed = True
+        return await self._write_at(HERE, target, data, database)
+
+    def _translate(self, exc: grpc.RpcError) -> Error:
+        return _error_of(exc, self._transport)
 
     async def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
         """Each part written at its dnode, the calls all under way at once."""
@@ -185,6 +207,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
+        if self._writes is not None:
+            self._writes.close()
         for endpoint, (_channel, _stub, metadata) in list(self._dnodes.items()):
             with contextlib.suppress(aio.AioRpcError):  # gone: the token died with it
                 await pb_grpc.SessionStub(_channel).Logout(

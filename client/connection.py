@@ -1,7 +1,9 @@
 """The Python client of a sqltopic server: `connect()` logs in and returns a
-`Connection` that runs SQL (`execute`, `query`) and fast Arrow writes (`write`), over
-plain text or TLS (tls.py). On a cluster, writes go straight to the dnodes that host
-their rows (routing.py): the connection logs in to each with the same credentials.
+`Connection` that runs SQL (`execute`, `query`) and fast Arrow writes (`write`, and
+`write_async` to keep several under way), over plain text or TLS (tls.py). Writes go
+as messages on one `Sql.Writes` stream (write_stream.py). On a cluster, writes go
+straight to the dnodes that host their rows (routing.py): the connection logs in to
+each with the same credentials.
 
 It speaks only the public protocol (`proto/sqltopic/v1/sqltopic.proto`); a server error
 comes back as the very `sqltopic.Error` subclass the server raised, and a failed TLS
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -39,6 +42,12 @@ from sqltopic.client.tls import (
     handshake_error,
     load_transport,
     tls_files,
+)
+from sqltopic.client.write_stream import (
+    STREAM_WRITE_BYTES,
+    Unstreamed,
+    WriteStream,
+    write_timed_out,
 )
 from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
@@ -118,6 +127,8 @@ class Connection:
         self._database: str | None = None  # the session's, as the last statement left it
         self._routes: Routes | None = None
         self._dnodes: dict[str, _Dnode] = {}
+        self._writes: WriteStream | None = None  # opened by the first write
+        self._unstreamed = False  # the server has no Sql.Writes: Write calls
 
     def execute(self, sql: str) -> Result:
         """Run one or more statements; the last one's result."""
@@ -146,7 +157,7 @@ class Connection:
         db = database_of(target, database or self._database)
         routes = self._current_routes()
         if not routes.routed or db is None:
-            return self._write_at(HERE, target, data, database)
+            return self._write_here(target, data, database).result()
         flow = write_flow(routes, db, target, data)
         try:
             step = next(flow)
@@ -160,6 +171,47 @@ class Connection:
             return int(done.value)
         except Unreachable as exc:
             raise exc.error from None
+
+    def write_async(
+        self, target: str, data: pa.Table, database: str | None = None
+    ) -> futures.Future[int]:
+        """`write` without waiting for the answer: the future of the rows written (or of
+        the error `write` would raise). Writes are applied in the order they are made;
+        each is atomic on its own, and one failing leaves the others as they are. Up to
+        16 are under way at once (MAX_WRITES_IN_FLIGHT): past that, this waits for room.
+        On a cluster (rows routed to dnodes) the write is made before this returns."""
+        db = database_of(target, database or self._database)
+        routes = self._current_routes()
+        if not routes.routed or db is None:
+            return self._write_here(target, data, database)
+        done: futures.Future[int] = futures.Future()
+        try:
+            done.set_result(self.write(target, data, database))
+        except Error as exc:
+            done.set_exception(exc)
+        return done
+
+    def _write_here(self, target: str, data: pa.Table, database: str | None) -> _Written:
+        """A write to the server connected to, under way: on the Writes stream when it
+        fits one message and the server has the method, else by a Write call."""
+        ipc = to_ipc(data)
+        if self._unstreamed or len(ipc) > STREAM_WRITE_BYTES:
+            return _Written.made(lambda: self._write_at(HERE, target, data, database))
+        if self._writes is None or self._writes.broken:
+            self._writes = WriteStream(self._start_writes, self._translate)
+        future = self._writes.submit(target, database, ipc.to_pybytes())
+        return _Written(future, self._timeout, lambda: self._unstream(target, data, database))
+
+    def _start_writes(self, requests: Iterator[pb.WritesRequest]) -> Any:
+        return self._sql.Writes(requests, metadata=self._metadata)
+
+    def _translate(self, exc: grpc.RpcError) -> Error:
+        return _error_of(exc, self._transport)
+
+    def _unstream(self, target: str, data: pa.Table, database: str | None) -> int:
+        """The server has no Writes (nothing was written): Write calls from now on."""
+        self._unstreamed = True
+        return self._write_at(HERE, target, data, database)
 
     def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
         """Each part written at its dnode, the calls all under way at once."""
@@ -267,6 +319,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
+        if self._writes is not None:
+            self._writes.close()
         for endpoint, dnode in list(self._dnodes.items()):
             with contextlib.suppress(grpc.RpcError):  # gone: the token died with it
                 pb_grpc.SessionStub(dnode.channel).Logout(
@@ -289,6 +343,51 @@ class Connection:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class _Written(futures.Future[int]):
+    """A write under way on the Writes stream: its rows, its error, or (the server has no
+    Writes) the rows of the Write call `instead` makes, on the ended stream's thread in
+    the writes' order. `result()` waits at most the connection's timeout."""
+
+    def __init__(
+        self, sent: futures.Future[int] | None, timeout: float, instead: Callable[[], int]
+    ) -> None:
+        super().__init__()
+        self._timeout = timeout
+        self._instead = instead
+        if sent is not None:
+            sent.add_done_callback(self._settle)
+
+    @classmethod
+    def made(cls, write: Callable[[], int]) -> _Written:
+        """A write made at once by `write` (a Write call)."""
+        written = cls(None, 0.0, write)
+        written._run(write)
+        return written
+
+    def _run(self, write: Callable[[], int]) -> None:
+        try:
+            self.set_result(write())
+        except Error as exc:
+            self.set_exception(exc)
+
+    def _settle(self, sent: futures.Future[int]) -> None:
+        error = sent.exception()
+        if isinstance(error, Unstreamed):  # on the ended stream's thread, in order
+            self._run(self._instead)
+        elif error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(sent.result())
+
+    def result(self, timeout: float | None = None) -> int:
+        try:
+            return super().result(self._timeout if timeout is None else timeout)
+        except futures.TimeoutError:
+            if not self.done():
+                raise write_timed_out(self._timeout) from None
+            raise
 
 
 def connect(

@@ -144,7 +144,7 @@ async def _serve(
     fences = Coordinator(lambda topic: engine.topic_vgroups(topic)[1], follower=True)
     slots = Slots(config.limits)
     add_service(server, SessionService(sessions), "Session")
-    add_service(server, SqlService(engine, sessions, slots), "Sql")
+    add_service(server, SqlService(engine, sessions, slots, stopping), "Sql")
     vnodes = VnodeService(engine, sessions, fences, Executors(executor, committer), stopping, slots)
     add_service(server, vnodes, "Vnode")
     add_service(server, DnodeService(engine, secret), "Dnode")

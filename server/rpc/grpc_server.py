@@ -149,7 +149,7 @@ async def _serve(
     asyncio.get_running_loop().set_default_executor(executor)
     add_service(server, SessionService(sessions), "Session")
     slots = Slots(config.limits)  # streams and waiting polls, per session and user
-    add_service(server, SqlService(engine, sessions, slots), "Sql")
+    add_service(server, SqlService(engine, sessions, slots, stopping), "Sql")
     add_service(server, MnodeService(engine, sessions, coordinator), "Mnode")
     committer = ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="sqltopic-commit")
     vnodes = VnodeService(

@@ -1,5 +1,5 @@
-"""A Write call's frames: the target they name and the Arrow table they carry, checked
-as they arrive.
+"""A Write call's frames, or one write of a Writes stream: the target they name and the
+Arrow table they carry, checked as they arrive.
 
 Each frame's Arrow bytes join the call's IPC stream at once: the framing of every
 message that became complete is checked there (`ipc_check`), and the call is refused
@@ -65,7 +65,24 @@ async def receive(frames: AsyncIterator[pb.WriteRequest], max_bytes: int) -> Rec
     return Received(target, database, framing.finish(), max_bytes)
 
 
-def _names(frame: pb.WriteRequest) -> tuple[str, str | None]:
+def one(request: pb.WritesRequest, max_bytes: int) -> Received:
+    """The target, database override and Arrow stream of one write of a Writes stream,
+    checked as a Write call's frames are (its framing, its size, its names)."""
+    if len(request.arrow_ipc) > max_bytes:
+        raise TooLarge(
+            f"Writes: write {request.ticket} holds {len(request.arrow_ipc)} bytes of Arrow, "
+            f"over the server's --max-write-bytes ({max_bytes}): send its rows in several "
+            "writes; nothing of it was written"
+        )
+    if not request.target:
+        raise InvalidValueError(f"Writes: write {request.ticket} names no target table")
+    target, database = _names(request)
+    framing = IpcFraming()
+    framing.feed(request.arrow_ipc)
+    return Received(target, database, framing.finish(), max_bytes)
+
+
+def _names(frame: pb.WriteRequest | pb.WritesRequest) -> tuple[str, str | None]:
     database = frame.database if frame.HasField("database") else None
     _check_name("target", frame.target, MAX_TARGET_CHARS)
     if database is not None:

@@ -19,10 +19,12 @@ WINDOW_FIGURES = ["cpu_us_per_row", "kept_rows_s", "latency_ms_p50", "latency_ms
 FIGURES = [
     *(f"{name}_n{n}" for n in PHASES for name in WINDOW_FIGURES),
     *(f"{name}_params_{b}" for b in BINDINGS for name in ("cpu_us_per_row", "kept_rows_s")),
-    "wide_write_rows_s",
-    "wide_write_cpu_us_per_row",
-    "narrow_write_rows_s",
-    "narrow_write_cpu_us_per_row",
+    *(
+        f"{side}_write_{name}{how}"
+        for side in ("wide", "narrow")
+        for name in ("rows_s", "cpu_us_per_row")
+        for how in ("", "_one_at_a_time")
+    ),
 ]
 GOALS = ["cpu_growth_goal_met", "kept_rows_goal_met", "latency_p99_goal_met",
          "idle_cpu_goal_met", "wide_write_goal_met", "params_cpu_goal_met",

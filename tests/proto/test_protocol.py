@@ -28,7 +28,12 @@ CHUNK = 4 * MiB - 64 * 1024
 # service -> method -> (client streams, server streams)
 METHODS: dict[str, dict[str, tuple[bool, bool]]] = {
     "Session": {"Login": (False, False), "Logout": (False, False)},
-    "Sql": {"Execute": (False, True), "Run": (False, False), "Write": (True, False)},
+    "Sql": {
+        "Execute": (False, True),
+        "Run": (False, False),
+        "Write": (True, False),
+        "Writes": (True, True),
+    },
     "Mnode": {
         "Subscribe": (False, False),
         "Heartbeat": (False, False),

@@ -467,6 +467,82 @@ class WriteResponse(_message.Message):
 Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
 
 @_typing.final
+class WritesRequest(_message.Message):
+    """One write on a Writes stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    DATABASE_FIELD_NUMBER: _builtins.int
+    ARROW_IPC_FIELD_NUMBER: _builtins.int
+    ticket: _builtins.int
+    """The client's number for this write, echoed in its answer (any value; answers come
+    in the order of the requests).
+    """
+    target: _builtins.str
+    """`[db.]table` or `[db.]stable` with a `tbname` column, as WriteRequest.target."""
+    database: _builtins.str
+    """Database for an unqualified target. Absent: the session's current database."""
+    arrow_ipc: _builtins.bytes
+    """The rows' whole Arrow IPC stream, at most the server's --max-write-bytes and one
+    message (64 MiB; a client's own send limit may be lower): larger writes go by Write.
+    """
+    def __init__(
+        self,
+        *,
+        ticket: _builtins.int = ...,
+        target: _builtins.str = ...,
+        database: _builtins.str | None = ...,
+        arrow_ipc: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_database", b"_database", "database", b"database"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_database", b"_database", "arrow_ipc", b"arrow_ipc", "database", b"database", "target", b"target", "ticket", b"ticket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__database: _TypeAlias = _typing.Literal["database"]  # noqa: Y015
+    _WhichOneofArgType__database: _TypeAlias = _typing.Literal["_database", b"_database"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__database) -> _WhichOneofReturnType__database | None: ...
+
+Global___WritesRequest: _TypeAlias = WritesRequest  # noqa: Y015
+
+@_typing.final
+class WritesResponse(_message.Message):
+    """The answer to one write of a Writes stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_FIELD_NUMBER: _builtins.int
+    WRITTEN_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ticket: _builtins.int
+    """The ticket of the write answered."""
+    @_builtins.property
+    def written(self) -> Global___WriteResponse:
+        """The write is in the WAL: what its Write call would have answered."""
+
+    @_builtins.property
+    def error(self) -> Global___CallStatus:
+        """The error its Write call would have failed with; nothing of it was written."""
+
+    def __init__(
+        self,
+        *,
+        ticket: _builtins.int = ...,
+        written: Global___WriteResponse | None = ...,
+        error: Global___CallStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "result", b"result", "written", b"written"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "result", b"result", "ticket", b"ticket", "written", b"written"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["written", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___WritesResponse: _TypeAlias = WritesResponse  # noqa: Y015
+
+@_typing.final
 class TopicVgroup(_message.Message):
     """One vgroup of one topic (a topic partition)."""
 

@@ -174,6 +174,11 @@ class SqlStub:
                 request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteRequest.SerializeToString,
                 response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.Writes = channel.stream_stream(
+                '/sqltopic.v1.Sql/Writes',
+                request_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesRequest.SerializeToString,
+                response_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesResponse.FromString,
+                _registered_method=True)
 
 
 class SqlServicer:
@@ -219,6 +224,18 @@ class SqlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Writes(self, request_iterator, context):
+        """Many writes over one open stream, for a producer that writes often: each request
+        is one whole write (as a Write call of one frame, validated and appended alone, on
+        any error nothing of it is written), applied in the order sent, and answered under
+        its ticket in that order after its WAL append. A failed write fails its ticket
+        only; the stream goes on. A message costs the server a fraction of a call, and a
+        client may send the next writes before the answers come (pipelining).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SqlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -236,6 +253,11 @@ def add_SqlServicer_to_server(servicer, server):
                     servicer.Write,
                     request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteRequest.FromString,
                     response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteResponse.SerializeToString,
+            ),
+            'Writes': grpc.stream_stream_rpc_method_handler(
+                    servicer.Writes,
+                    request_deserializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesRequest.FromString,
+                    response_serializer=sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -320,6 +342,33 @@ class Sql:
             '/sqltopic.v1.Sql/Write',
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteRequest.SerializeToString,
             sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Writes(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sqltopic.v1.Sql/Writes',
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesRequest.SerializeToString,
+            sqltopic_dot_proto_dot_sqltopic_dot_v1_dot_sqltopic__pb2.WritesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -153,6 +153,14 @@ class SqlStub:
     error nothing is written), appends them to the WAL at the database's WAL_LEVEL,
     and only then answers.
     """
+    Writes: _grpc.StreamStreamMultiCallable[_sqltopic_pb2.WritesRequest, _sqltopic_pb2.WritesResponse]
+    """Many writes over one open stream, for a producer that writes often: each request
+    is one whole write (as a Write call of one frame, validated and appended alone, on
+    any error nothing of it is written), applied in the order sent, and answered under
+    its ticket in that order after its WAL append. A failed write fails its ticket
+    only; the stream goes on. A message costs the server a fraction of a call, and a
+    client may send the next writes before the answers come (pipelining).
+    """
 
 @_typing.type_check_only
 class SqlAsyncStub(SqlStub):
@@ -185,6 +193,14 @@ class SqlAsyncStub(SqlStub):
     When the client half-closes, the server validates all rows as one write (on any
     error nothing is written), appends them to the WAL at the database's WAL_LEVEL,
     and only then answers.
+    """
+    Writes: _aio.StreamStreamMultiCallable[_sqltopic_pb2.WritesRequest, _sqltopic_pb2.WritesResponse]  # type: ignore[assignment]
+    """Many writes over one open stream, for a producer that writes often: each request
+    is one whole write (as a Write call of one frame, validated and appended alone, on
+    any error nothing of it is written), applied in the order sent, and answered under
+    its ticket in that order after its WAL append. A failed write fails its ticket
+    only; the stream goes on. A message costs the server a fraction of a call, and a
+    client may send the next writes before the answers come (pipelining).
     """
 
 class SqlServicer(metaclass=_abc_1.ABCMeta):
@@ -233,6 +249,20 @@ class SqlServicer(metaclass=_abc_1.ABCMeta):
         When the client half-closes, the server validates all rows as one write (on any
         error nothing is written), appends them to the WAL at the database's WAL_LEVEL,
         and only then answers.
+        """
+
+    @_abc_1.abstractmethod
+    def Writes(
+        self,
+        request_iterator: _MaybeAsyncIterator[_sqltopic_pb2.WritesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sqltopic_pb2.WritesResponse], _abc.AsyncIterator[_sqltopic_pb2.WritesResponse]]:
+        """Many writes over one open stream, for a producer that writes often: each request
+        is one whole write (as a Write call of one frame, validated and appended alone, on
+        any error nothing of it is written), applied in the order sent, and answered under
+        its ticket in that order after its WAL append. A failed write fails its ticket
+        only; the stream goes on. A message costs the server a fraction of a call, and a
+        client may send the next writes before the answers come (pipelining).
         """
 
 def add_SqlServicer_to_server(servicer: SqlServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

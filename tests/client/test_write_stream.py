@@ -1,0 +1,140 @@
+"""Both Connections' writes on the `Sql.Writes` stream against a real server
+(client/write_stream.py): `write`, `write_async` many under way, the asyncio client's
+writes awaited together; each write's own error; a broken stream; and a server without
+the method (a real gRPC proxy of the real server that leaves Writes out), where the
+client goes back to Write calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any, cast
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from sqltopic import aio
+from sqltopic.client import Connection, connect
+from sqltopic.client.write_stream import MAX_WRITES_IN_FLIGHT
+from sqltopic.errors import InvalidValueError, NotFoundError, ServerUnavailable
+from tests.live_server import POWER, ServerProcess
+from tests.server.test_writes_stream import ANSWER_DEADLINE_S, rows, voltages
+
+
+def test_write_and_write_async_apply_every_write_in_order(live_power: Connection) -> None:
+    assert live_power.write("power.meters", rows(0, [1, 2])) == 2
+    pending = [
+        live_power.write_async("power.meters", rows(100 + 10 * k, [100 + k]))
+        for k in range(3 * MAX_WRITES_IN_FLIGHT)  # more than the window: waits for room
+    ]
+    assert [f.result(ANSWER_DEADLINE_S) for f in pending] == [1] * (3 * MAX_WRITES_IN_FLIGHT)
+    assert voltages(live_power) == [1, 2, *range(100, 100 + 3 * MAX_WRITES_IN_FLIGHT)]
+
+
+def test_a_failed_write_async_fails_its_future_only(live_power: Connection) -> None:
+    bad = rows(10, [9]).set_column(2, "voltage", pa.array(["high"]))
+    made = [
+        live_power.write_async("power.meters", rows(0, [1])),
+        live_power.write_async("power.meters", bad),
+        live_power.write_async("power.nothing", rows(20, [2])),
+        live_power.write_async("power.meters", rows(30, [3])),
+    ]
+    futures.wait(made, timeout=ANSWER_DEADLINE_S)
+    assert [type(f.exception()) for f in made] == [
+        type(None),
+        InvalidValueError,
+        NotFoundError,
+        type(None),
+    ]
+    with pytest.raises(InvalidValueError, match="voltage"):
+        live_power.write("power.meters", bad)
+    assert voltages(live_power) == [1, 3]
+
+
+def test_writes_under_way_when_the_server_dies_fail_with_server_unavailable(
+    server: ServerProcess, live_power: Connection
+) -> None:
+    assert live_power.write("power.meters", rows(0, [1])) == 1
+    server.kill()
+    with pytest.raises(ServerUnavailable):
+        live_power.write("power.meters", rows(10, [2]))
+    made = live_power.write_async("power.meters", rows(20, [3]))
+    assert isinstance(made.exception(ANSWER_DEADLINE_S), ServerUnavailable)
+
+
+def test_asyncio_writes_awaited_together_all_land(server: ServerProcess) -> None:
+    async def main() -> None:
+        async with await aio.connect(server.address) as conn:
+            await conn.execute(POWER)
+            writes = [conn.write("power.meters", rows(10 * k, [k])) for k in range(40)]
+            bad = conn.write("power.nothing", rows(1000, [0]))
+            got = await asyncio.gather(*writes, bad, return_exceptions=True)
+            assert got[:40] == [1] * 40
+            assert isinstance(got[40], NotFoundError)
+            table = await conn.query("SELECT voltage FROM power.meters ORDER BY ts")
+            assert table.column("voltage").to_pylist() == list(range(40))
+
+    asyncio.run(main())
+
+
+# --- a server without Writes ---------------------------------------------------------
+
+
+def _forward(
+    channel: grpc.Channel, method: str, streaming: bool
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler passing `method`'s request bytes to `channel` and its answer back."""
+
+    def call(request: object, context: grpc.ServicerContext) -> bytes:
+        metadata = context.invocation_metadata()
+        forward: Any = channel.stream_unary(method) if streaming else channel.unary_unary(method)
+        try:
+            return cast(bytes, forward(request, metadata=metadata))
+        except grpc.RpcError as exc:
+            failed = cast(grpc.Call, exc)
+            context.abort(failed.code(), failed.details() or "")
+
+    if streaming:
+        return grpc.stream_unary_rpc_method_handler(call)
+    return grpc.unary_unary_rpc_method_handler(call)
+
+
+@pytest.fixture
+def without_writes(server: ServerProcess) -> Iterator[str]:
+    """The address of a real gRPC server forwarding Session and Sql.Write to `server`,
+    as a server from before Sql.Writes would serve them (Writes: UNIMPLEMENTED)."""
+    channel = grpc.insecure_channel(server.address)
+    proxy = grpc.server(futures.ThreadPoolExecutor(4))
+    methods = {"Session": ("Login", "Logout"), "Sql": ("Write",)}
+    for service, names in methods.items():
+        handlers = {
+            name: _forward(channel, f"/sqltopic.v1.{service}/{name}", name == "Write")
+            for name in names
+        }
+        proxy.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(f"sqltopic.v1.{service}", handlers),)
+        )
+    port = proxy.add_insecure_port("127.0.0.1:0")
+    proxy.start()
+    yield f"127.0.0.1:{port}"
+    proxy.stop(None)
+    channel.close()
+
+
+def test_without_writes_on_the_server_the_client_uses_write_calls(
+    without_writes: str, live_power: Connection
+) -> None:
+    with connect(without_writes) as old:
+        assert old.write("power.meters", rows(0, [1])) == 1  # the stream refused: Write
+        made = [old.write_async("power.meters", rows(10 * k, [k])) for k in range(2, 6)]
+        assert [f.result(ANSWER_DEADLINE_S) for f in made] == [1, 1, 1, 1]
+
+    async def main() -> None:
+        async with await aio.connect(without_writes) as conn:
+            assert await conn.write("power.meters", rows(100, [6])) == 1
+            assert await conn.write("power.meters", rows(110, [7])) == 1
+
+    asyncio.run(main())
+    assert voltages(live_power) == [1, 2, 3, 4, 5, 6, 7]
