@@ -37,8 +37,8 @@ location)` and its 1,000 children d0..d999, all created before anything is measu
   reported in `phases_failed` and meta.failure_nN (why, with how many consumers were
   ready), and the run goes on.
 * Writes: back-to-back 1,000-row Arrow batches over 10 children (narrow) and over all
-  1,000 children, one row each (wide: what a gateway sends), no topics, four under way
-  at once (`Connection.write_async`, as a producer pipelines; `*_one_at_a_time`: each
+  1,000 children, one row each (wide: what a gateway sends), no topics, 16 under way
+  at once (`Connection.write_async` back to back, as a producer pipelines; `*_one_at_a_time`: each
   answered before the next); rows/s and the server's CPU µs per row.
 
 `--json` prints one JSON object on stdout (progress goes to stderr), otherwise a table;
@@ -77,6 +77,7 @@ from sqltopic.aio import Consumer as AioConsumer
 from sqltopic.cli.spawn import ServerChild
 from sqltopic.client import Connection, connect
 from sqltopic.client.message import Message, TopicPartition
+from sqltopic.client.write_stream import MAX_WRITES_IN_FLIGHT
 from sqltopic.errors import Error, ServerUnavailable
 
 DB = "fan"
@@ -843,10 +844,10 @@ def window_keys(n: str, window: Window, rows: int, latencies: pa.Array) -> Repor
 WRITE_VARIANTS = 8
 # Unmeasured batches first (first-call costs).
 WRITE_WARMUP = 2
-# Writes a producer keeps under way (Connection.write_async): what a gateway does, so the
-# figure is the server's, not one client's round trips; the *_one_at_a_time keys wait
-# for each answer.
-WRITE_WINDOW = 4
+# Writes a producer keeps under way: Connection.write_async back to back keeps as many
+# as the connection allows, as a gateway would, so the figure is the server's, not one
+# client's round trips; the *_one_at_a_time keys wait for each answer.
+WRITE_WINDOW = MAX_WRITES_IN_FLIGHT
 
 
 def write_side(

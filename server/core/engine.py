@@ -16,10 +16,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqltopic.errors import NotFoundError, ServerUnavailable, SqlError, UnsupportedStatement
+from sqltopic.errors import (
+    Error,
+    NotFoundError,
+    ServerUnavailable,
+    SqlError,
+    UnsupportedStatement,
+)
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
-from sqltopic.server.common.rwlock import RWLock
+from sqltopic.server.common.rwlock import RWLock, WouldBlock
 from sqltopic.server.core import (
     arrow_check,
     ddl,
@@ -449,6 +455,30 @@ class Engine:
                 "retry the write"
             )
         return writes.write_arrow(self._state, session, target, table)
+
+    def write_group(
+        self, target: str, tables: list[pa.Table], session: Session | None = None
+    ) -> list[int | Error]:
+        """Writes of one session to `target` that arrived together (validated, as
+        `write(..., validated=True)` takes them): appended as one when every one passes
+        (group commit: writes.write_arrow_group), else one by one. Per write, in order,
+        its rows or the error `write` would have raised for it. Within the lock's no-wait
+        mode (the event loop) only the group is tried: writing one by one raises
+        WouldBlock before any, so that a worker, doing it all again, writes none twice."""
+        session = session or self.session
+        try:
+            return list(writes.write_arrow_group(self._state, session, target, tables))
+        except (writes.GroupRefused, writes.TablesToCreate):
+            pass  # nothing was written
+        if self._state.lock.no_wait:
+            raise WouldBlock
+        done: list[int | Error] = []
+        for table in tables:
+            try:
+                done.append(self.write(target, table, session, validated=True))
+            except Error as exc:
+                done.append(exc)
+        return done
 
     def read_topic(
         self, topic: str, vgroup: int, from_version: int, max_rows: int,

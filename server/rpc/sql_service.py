@@ -22,7 +22,6 @@ from sqltopic.errors import Error, SqlError, TooLarge
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, chunks, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.proto.status import call_status
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
 from sqltopic.server.common.rwlock import here_or_worker
@@ -33,6 +32,7 @@ from sqltopic.server.mnode.throttle import peer_address
 from sqltopic.server.rpc import ingest
 from sqltopic.server.rpc.rpc import Context, streaming, unary, unexpected
 from sqltopic.server.rpc.slots import Slots
+from sqltopic.server.rpc.write_stream import Ahead, answer, runs
 from sqltopic.sql import statements as st
 
 # The installed distribution's version, as Login reports it.
@@ -41,11 +41,12 @@ SERVER_VERSION = version("sqltopic")
 # ~0.1-0.3 ms of work): a trip to a worker thread and back costs about as much, and is
 # most of the latency of a one-row write.
 INLINE_SQL_BYTES = 4096
-# Arrow bytes up to which a write decodes and appends on the event loop (a 1,000-row
-# batch over 1,000 children is 28 KB, ~0.8 ms of work), under the same rule: the trip
+# Arrow bytes up to which a write (or a group of writes of a Writes stream) decodes and
+# appends on the event loop (a 1,000-row batch over 1,000 children is 28 KB, ~0.8 ms of
+# work alone, four of them appended as one group ~1.5 ms), under the same rule: the trip
 # to a worker thread and back, and the two threads taking turns at the GIL, cost a
 # quarter more than the work (wide writes: 446k against 351k rows/s).
-INLINE_WRITE_BYTES = 64 * 1024
+INLINE_WRITE_BYTES = 128 * 1024
 # A call's metadata, where its session's token is.
 Metadata = Iterable[tuple[str, str | bytes]] | None
 # ResultHeader.row_count of a streamed result: its rows are not counted ahead.
@@ -190,21 +191,35 @@ class SqlService(pb_grpc.SqlServicer):
             # the headers at once: a client waits for them before its first write, so
             # that a server without Writes refuses the call before anything is sent
             await context.send_initial_metadata(())
-            async for request in _until(requests, self._stopping):
-                yield await self._stream_write(request, metadata)
+            ahead = Ahead(requests, self._stopping)
+            try:
+                while taken := await ahead.take():
+                    for answered in await self._stream_writes(taken, metadata):
+                        yield answered
+            finally:
+                ahead.close()
 
-    async def _stream_write(
-        self, request: pb.WritesRequest, metadata: Metadata
-    ) -> pb.WritesResponse:
-        """One write of a Writes stream, as a Write call of it; its error is its answer."""
+    async def _stream_writes(
+        self, taken: list[pb.WritesRequest], metadata: Metadata
+    ) -> list[pb.WritesResponse]:
+        """Writes of a Writes stream that waited together, applied in order (a run of
+        consecutive ones to one target as one group); each write's answer."""
+        results: dict[int, int | Error] = {}
         try:
             session = self._sessions.session(metadata)  # logged out meanwhile: refused
-            sent = ingest.one(request, self._engine.limits.max_write_bytes)
-            rows = await self._apply(sent, _for_call(session, sent.database))
-        except Exception as exc:  # the stream goes on: only this write failed
-            err = exc if isinstance(exc, Error) else unexpected(exc)
-            return pb.WritesResponse(ticket=request.ticket, error=call_status(err))
-        return pb.WritesResponse(ticket=request.ticket, written=pb.WriteResponse(rows=rows))
+        except Error as err:
+            return [answer(r.ticket, err) for r in taken]
+        checked: list[tuple[int, ingest.Received]] = []
+        for place, request in enumerate(taken):
+            try:
+                checked.append((place, ingest.one(request, self._engine.limits.max_write_bytes)))
+            except Error as err:
+                results[place] = err
+        for run in runs(checked):
+            sent = [s for _, s in run]
+            done = await self._apply_run(sent, _for_call(session, sent[0].database))
+            results |= {place: result for (place, _), result in zip(run, done, strict=True)}
+        return [answer(r.ticket, results[place]) for place, r in enumerate(taken)]
 
     async def _apply(self, sent: ingest.Received, call: Session) -> int:
         """The rows of a checked write appended: here when small and the lock is free."""
@@ -212,6 +227,31 @@ class SqlService(pb_grpc.SqlServicer):
             lock = self._engine.lock
             return await here_or_worker(lock, asyncio.to_thread, self._write, sent, call)
         return await asyncio.to_thread(self._write, sent, call)
+
+    async def _apply_run(self, run: list[ingest.Received], call: Session) -> list[int | Error]:
+        """A run's writes appended (as one group when all pass): per write its rows or
+        its error. Here when small and the lock is free, as a single write."""
+        try:
+            if len(run) == 1:
+                return [await self._apply(run[0], call)]
+            if sum(len(sent.stream) for sent in run) <= INLINE_WRITE_BYTES:
+                lock = self._engine.lock
+                return await here_or_worker(lock, asyncio.to_thread, self._write_run, run, call)
+            return await asyncio.to_thread(self._write_run, run, call)
+        except Exception as exc:  # the stream goes on: only these writes failed
+            err = exc if isinstance(exc, Error) else unexpected(exc)
+            return [err] * len(run)
+
+    def _write_run(self, run: list[ingest.Received], call: Session) -> list[int | Error]:
+        tables: list[pa.Table | Error] = []
+        for sent in run:
+            try:
+                tables.append(sent.table())
+            except Error as err:  # its values: this write alone is refused
+                tables.append(err)
+        good = [t for t in tables if isinstance(t, pa.Table)]
+        done = iter(self._engine.write_group(run[0].target, good, call) if good else ())
+        return [t if isinstance(t, Error) else next(done) for t in tables]
 
     def _write(self, sent: ingest.Received, call: Session) -> int:
         return self._engine.write(sent.target, sent.table(), call, validated=True)
@@ -240,40 +280,6 @@ class SqlService(pb_grpc.SqlServicer):
             database=session.db or "",
         )
         return _Outcome(header, to_ipc(result.table))
-
-
-async def _until(
-    requests: AsyncIterator[pb.WritesRequest], stopping: asyncio.Event
-) -> AsyncIterator[pb.WritesRequest]:
-    """A stream's requests until the client half-closes or the server stops (a graceful
-    stop does not wait out its grace for streams kept open). One request is read ahead
-    at most: the stream's flow control bounds what the client has in flight."""
-    ahead: asyncio.Queue[pb.WritesRequest | BaseException | None] = asyncio.Queue(1)
-
-    async def read() -> None:
-        try:
-            async for request in requests:
-                await ahead.put(request)
-        except Exception as exc:  # the stream ends with its status
-            await ahead.put(exc)
-            return
-        await ahead.put(None)
-
-    async def stop() -> None:
-        await stopping.wait()
-        while not ahead.empty():  # make room: the stream ends before its next write
-            ahead.get_nowait()
-        ahead.put_nowait(None)
-
-    tasks = (asyncio.create_task(read()), asyncio.create_task(stop()))
-    try:
-        while (item := await ahead.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        for task in tasks:
-            task.cancel()
 
 
 class _Frames:
