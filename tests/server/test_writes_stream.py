@@ -128,18 +128,22 @@ def test_a_refused_write_fails_its_ticket_only_and_writes_nothing(
         request(4, unknown_column),
         request(5, rows(10, [5]), target="power.nothing"),
         request(6, rows(20, [6]), target=""),
-        request(7, rows(30, [7])),
+        request(7, rows(30, [7]), target="power.me\x01ters"),
+        request(8, rows(40, [8]), target="power." + "m" * 300),
+        request(9, rows(50, [9])),
     )
-    assert [outcome(writes.answer()) for _ in range(7)] == [
+    assert [outcome(writes.answer()) for _ in range(9)] == [
         (1, 1),
         (2, InvalidValueError),
         (3, InvalidValueError),
         (4, NotFoundError),
         (5, NotFoundError),
         (6, InvalidValueError),
-        (7, 1),
+        (7, InvalidValueError),
+        (8, InvalidValueError),
+        (9, 1),
     ]
-    assert voltages(live_power) == [1, 7]
+    assert voltages(live_power) == [1, 9]
 
 
 def test_a_write_over_the_servers_write_limit_is_too_large(tmp_path: Path) -> None:
