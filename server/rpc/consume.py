@@ -209,10 +209,17 @@ class ConsumeStream:
     ) -> pb.ConsumeResponse | None:
         credit = self._credits[ticket] = Credit(window)
         session, user = self.caller(token)
+        mine = asyncio.current_task()
+
+        def put(answer: pb.ConsumeResponse) -> None:
+            # a pass may deliver between a cancel and the task's end: drop it, as the
+            # cancel promised (and a later follow may take the ticket again)
+            if self._open.get(ticket) is mine:
+                self._answers.put_nowait(answer)
+
         with self.slot(session, user):
             assert self.follow is not None
-            await self.follow(ticket, request, user, credit, self._answers.put_nowait,
-                              lambda: self.caller(token)[1])  # fmt: skip
+            await self.follow(ticket, request, user, credit, put, lambda: self.caller(token)[1])
         return None  # it sent its answers itself
 
     def _withdraw(self, ticket: int) -> None:

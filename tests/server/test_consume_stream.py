@@ -236,6 +236,37 @@ def test_a_follow_sends_within_its_credit_and_ends_quietly_when_cancelled() -> N
     assert follows.credits[1].left == 0
 
 
+def test_a_delivery_between_a_cancel_and_the_follows_end_is_dropped() -> None:
+    puts: dict[int, Put] = {}
+
+    async def standing(
+        ticket: int, request: pb.PollRequest, user: str, credit: Credit, put: Put,
+        caller: Callable[[], str],
+    ) -> None:  # fmt: skip
+        puts[ticket] = put  # as a follower standing in the shared pass
+        await asyncio.Event().wait()
+
+    def message(ticket: int, epoch: int) -> pb.ConsumeResponse:
+        return pb.ConsumeResponse(ticket=ticket, message=pb.PollResponse(epoch=epoch), open=True)
+
+    async def requests() -> AsyncIterator[pb.ConsumeRequest]:
+        yield follow(1, 4)
+        yield follow(2, 4)
+        while len(puts) < 2:
+            await asyncio.sleep(0)
+        puts[1](message(1, 1))
+        yield pb.ConsumeRequest(ticket=1, cancel=True)
+        # the cancel is taken, the follow's task not ended yet: a pass delivers now
+        puts[1](message(1, 2))
+        puts[2](message(2, 1))
+
+    async def run() -> list[tuple[int, int]]:
+        stream = ConsumeStream(Polls().fetch, as_user("a"), free, follow=standing)
+        return [(a.ticket, a.message.epoch) async for a in stream.run(requests())]
+
+    assert asyncio.run(run()) == [(1, 1), (2, 1)]
+
+
 def test_without_a_follow_function_a_follow_is_answered_once() -> None:
     polls = Polls()
     polls.gates[1] = asyncio.Event()
