@@ -64,6 +64,22 @@ def test_writes_under_way_when_the_server_dies_fail_with_server_unavailable(
     assert isinstance(made.exception(ANSWER_DEADLINE_S), ServerUnavailable)
 
 
+def test_closing_with_writes_under_way_settles_every_one(server: ServerProcess) -> None:
+    conn = connect(server.address)
+    conn.execute(POWER)
+    made = [conn.write_async("power.meters", rows(10 * k, [k])) for k in range(16)]
+    conn.close()
+    done, pending = futures.wait(made, timeout=ANSWER_DEADLINE_S)
+    assert not pending
+    # each was answered (written) or failed as cut off: ServerUnavailable, never a hang
+    errors = {type(f.exception()) for f in done if f.exception() is not None}
+    assert errors <= {ServerUnavailable}
+    answered = sum(f.result() for f in done if f.exception() is None)
+    with connect(server.address) as again:
+        [(count,)] = again.execute("SELECT count(*) FROM power.meters").rows
+    assert answered <= count <= 16  # one cut off may or may not have been written
+
+
 def test_asyncio_writes_awaited_together_all_land(server: ServerProcess) -> None:
     async def main() -> None:
         async with await aio.connect(server.address) as conn:
