@@ -26,7 +26,6 @@ from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_con
 from sqltopic.client.connection import (
     _error_of,
     _translated,
-    unimplemented,
 )
 from sqltopic.client.consumer import (
     ITERATION_POLL_S,
@@ -40,6 +39,7 @@ from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition, VgroupLag
 from sqltopic.errors import Error, ServerUnavailable, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.status import unimplemented
 
 log = logging.getLogger("sqltopic.consumer")
 T = TypeVar("T")

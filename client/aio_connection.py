@@ -26,7 +26,6 @@ from sqltopic.client.connection import (
     _translated,
     _write_frames,
     dnode_error,
-    unimplemented,
     writes_only,
 )
 from sqltopic.client.effects import Metadata
@@ -46,6 +45,7 @@ from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.proto.status import unimplemented
 
 
 class Connection:

@@ -53,7 +53,7 @@ from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable, Vgro
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
-from sqltopic.proto.status import from_status
+from sqltopic.proto.status import from_status, unimplemented
 
 DEFAULT_ADDRESS = "127.0.0.1:6030"
 CLIENT_NAME = "sqltopic-python"
@@ -154,23 +154,7 @@ class Connection:
         On a cluster the rows go to the dnodes hosting their vgroups, each part atomic
         on its vgroup (as a write over several vgroups of one server is); a dnode that
         says the routes are stale gets its part again after they are read anew."""
-        db = database_of(target, database or self._database)
-        routes = self._current_routes()
-        if not routes.routed or db is None:
-            return self._write_here(target, data, database).result()
-        flow = write_flow(routes, db, target, data)
-        try:
-            step = next(flow)
-            while True:
-                if isinstance(step, ReadRoutes):
-                    time.sleep(step.pause_s)
-                    step = flow.send(self._read_routes())
-                else:
-                    step = flow.send(self._send_parts(step.parts, target, db))
-        except StopIteration as done:
-            return int(done.value)
-        except Unreachable as exc:
-            raise exc.error from None
+        return self.write_async(target, data, database).result()
 
     def write_async(
         self, target: str, data: pa.Table, database: str | None = None
@@ -184,12 +168,23 @@ class Connection:
         routes = self._current_routes()
         if not routes.routed or db is None:
             return self._write_here(target, data, database)
-        done: futures.Future[int] = futures.Future()
+        return _Written.made(lambda: self._write_routed(routes, db, target, data))
+
+    def _write_routed(self, routes: Routes, db: str, target: str, data: pa.Table) -> int:
+        """The rows written at the dnodes hosting them, routes read anew when stale."""
+        flow = write_flow(routes, db, target, data)
         try:
-            done.set_result(self.write(target, data, database))
-        except Error as exc:
-            done.set_exception(exc)
-        return done
+            step = next(flow)
+            while True:
+                if isinstance(step, ReadRoutes):
+                    time.sleep(step.pause_s)
+                    step = flow.send(self._read_routes())
+                else:
+                    step = flow.send(self._send_parts(step.parts, target, db))
+        except StopIteration as done:
+            return int(done.value)
+        except Unreachable as exc:
+            raise exc.error from None
 
     def _write_here(self, target: str, data: pa.Table, database: str | None) -> _Written:
         """A write to the server connected to, under way: on the Writes stream when it
@@ -361,7 +356,7 @@ class _Written(futures.Future[int]):
 
     @classmethod
     def made(cls, write: Callable[[], int]) -> _Written:
-        """A write made at once by `write` (a Write call)."""
+        """A write made at once by `write` (Write calls)."""
         written = cls(None, 0.0, write)
         written._run(write)
         return written
@@ -477,13 +472,6 @@ def _translated(transport: Transport) -> Iterator[None]:
         yield
     except grpc.RpcError as exc:
         raise _error_of(exc, transport) from None
-
-
-def unimplemented(exc: grpc.RpcError) -> bool:
-    """Whether a call failed for want of the method on the server (an older server)."""
-    # every RpcError a call raises is also that call's grpc.Call (its status)
-    code = getattr(exc, "code", None)
-    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def dnode_error(endpoint: str, error: Error) -> Exception:

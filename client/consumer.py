@@ -29,12 +29,13 @@ import grpc
 import sqltopic.client.effects as fx
 from sqltopic.client import beats, streams
 from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_config
-from sqltopic.client.connection import _error_of, _translated, unimplemented
+from sqltopic.client.connection import _error_of, _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition, VgroupLag
 from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
+from sqltopic.proto.status import unimplemented
 
 log = logging.getLogger("sqltopic.consumer")
 T = TypeVar("T")

@@ -26,11 +26,10 @@ from typing import Any, TypeVar
 import grpc
 from grpc import aio
 
-from sqltopic.client.connection import unimplemented
 from sqltopic.client.effects import Metadata
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.status import from_call_status
+from sqltopic.proto.status import from_call_status, unimplemented
 
 Answer = pb.PollResponse | Exception
 # Messages a follow may send ahead of the application (its credit; granted back in

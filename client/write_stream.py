@@ -31,7 +31,7 @@ from grpc import aio
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.status import from_call_status
+from sqltopic.proto.status import from_call_status, unimplemented
 
 # Writes a connection keeps under way at most: enough for the server to find the next
 # one waiting when it answers one; each holds at most STREAM_WRITE_BYTES of the client's
@@ -83,8 +83,7 @@ class _Stream:
         """The error of the writes under way when the stream ended with `exc` (None:
         ended without a status)."""
         if isinstance(exc, grpc.RpcError):
-            code = getattr(exc, "code", None)
-            if callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED:
+            if unimplemented(exc):
                 self.unimplemented = True
                 return Unstreamed()
             return _maybe_written(self._translate(exc))

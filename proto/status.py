@@ -140,6 +140,13 @@ def from_call_status(status: pb.CallStatus) -> e.Error:
 _CODE_BY_NUMBER = {code.value[0]: code for code in Code}
 
 
+def unimplemented(exc: grpc.RpcError) -> bool:
+    """Whether a call failed for want of the method on the server (an older server)."""
+    # every RpcError a call raises is also that call's grpc.Call (its status)
+    code = getattr(exc, "code", None)
+    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
+
+
 def _not_retained(
     cls: type[e.VersionNotRetained], message: str, meta: dict[str, str]
 ) -> e.VersionNotRetained:

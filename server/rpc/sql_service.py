@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -47,6 +47,7 @@ INLINE_SQL_BYTES = 4096
 # to a worker thread and back, and the two threads taking turns at the GIL, cost a
 # quarter more than the work (wide writes: 446k against 351k rows/s).
 INLINE_WRITE_BYTES = 128 * 1024
+T = TypeVar("T")
 # A call's metadata, where its session's token is.
 Metadata = Iterable[tuple[str, str | bytes]] | None
 # ResultHeader.row_count of a streamed result: its rows are not counted ahead.
@@ -222,22 +223,17 @@ class SqlService(pb_grpc.SqlServicer):
         return [answer(r.ticket, results[place]) for place, r in enumerate(taken)]
 
     async def _apply(self, sent: ingest.Received, call: Session) -> int:
-        """The rows of a checked write appended: here when small and the lock is free."""
-        if len(sent.stream) <= INLINE_WRITE_BYTES:
-            lock = self._engine.lock
-            return await here_or_worker(lock, asyncio.to_thread, self._write, sent, call)
-        return await asyncio.to_thread(self._write, sent, call)
+        """The rows of a checked write appended."""
+        return await self._here_if_small(len(sent.stream), self._write, sent, call)
 
     async def _apply_run(self, run: list[ingest.Received], call: Session) -> list[int | Error]:
         """A run's writes appended (as one group when all pass): per write its rows or
-        its error. Here when small and the lock is free, as a single write."""
+        its error."""
         try:
             if len(run) == 1:
                 return [await self._apply(run[0], call)]
-            if sum(len(sent.stream) for sent in run) <= INLINE_WRITE_BYTES:
-                lock = self._engine.lock
-                return await here_or_worker(lock, asyncio.to_thread, self._write_run, run, call)
-            return await asyncio.to_thread(self._write_run, run, call)
+            size = sum(len(sent.stream) for sent in run)
+            return await self._here_if_small(size, self._write_run, run, call)
         except Exception as exc:  # the stream goes on: only these writes failed
             err = exc if isinstance(exc, Error) else unexpected(exc)
             return [err] * len(run)
@@ -252,6 +248,13 @@ class SqlService(pb_grpc.SqlServicer):
         good = [t for t in tables if isinstance(t, pa.Table)]
         done = iter(self._engine.write_group(run[0].target, good, call) if good else ())
         return [t if isinstance(t, Error) else next(done) for t in tables]
+
+    async def _here_if_small(self, size: int, fn: Callable[..., T], *args: object) -> T:
+        """`fn(*args)` here when its `size` Arrow bytes are few (INLINE_WRITE_BYTES) and
+        the lock is free, else on a worker thread."""
+        if size <= INLINE_WRITE_BYTES:
+            return await here_or_worker(self._engine.lock, asyncio.to_thread, fn, *args)
+        return await asyncio.to_thread(fn, *args)
 
     def _write(self, sent: ingest.Received, call: Session) -> int:
         return self._engine.write(sent.target, sent.table(), call, validated=True)
