@@ -83,7 +83,7 @@ class Offsets(Acks):
                 yield from self._quietly("acknowledging", self.accept_unsettled(), level)
             return
         if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
-            self._commit_at = self.clock() + self.config.auto_commit_interval_ms / 1000
+            self._commit_at = self.next_commit_at()
         offsets = self.positions(self.held if keys is None else keys)
         if changed_only:
             offsets = [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]

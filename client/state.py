@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +44,9 @@ log = logging.getLogger("sqltopic.consumer")
 Key = tuple[str, int]  # (topic, vgroup)
 X = TypeVar("X")
 R = TypeVar("R")
+# Where in the auto-commit interval a process commits, as a fraction of it per process
+# id: the golden ratio's fraction spreads consecutive ids evenly over the interval.
+COMMIT_PHASE_STEP = 0.6180339887
 # A vnode that has not yet learnt the newest assignment catches up within moments.
 REBALANCE_RETRY_S = 0.2
 # Tries of a call that keeps answering RebalanceInProgress before its error is raised.
@@ -166,9 +170,23 @@ class CoreState:
         self.grants: dict[int, int] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
         self._turn = 0  # round-robin start among ready vgroups
-        self._commit_at = clock() + config.auto_commit_interval_ms / 1000
+        self._commit_at = self.next_commit_at()
         self._recheck_at = 0.0
         self._membership_at = 0.0  # no mnode calls from poll before this (server away)
+
+    def next_commit_at(self) -> float:
+        """When the next periodic auto-commit is due: the next instant of this process's
+        phase of the interval on the clock (the machine's monotonic clock). The
+        auto-commits of a process's consumers then come together, as one message on
+        their shared stream, and the server stores them in one group (commits spread
+        over the interval cost it a message and a transaction per vnode each:
+        docs/performance.md §9.10); processes keep apart, so a server does not get
+        every process's commits at the same instant."""
+        now, period = self.clock(), self.config.auto_commit_interval_ms / 1000
+        if period <= 0:
+            return now
+        phase = (os.getpid() * COMMIT_PHASE_STEP) % 1.0 * period
+        return now + period - (now - phase) % period
 
     @property
     def metadata(self) -> Metadata:

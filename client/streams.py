@@ -16,6 +16,7 @@ reader thread), `AioConsumeStream` the asyncio one (answers as awaited futures).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import queue
 import threading
@@ -28,6 +29,7 @@ from grpc import aio
 
 from sqltopic.client.effects import Metadata
 from sqltopic.errors import Error, ServerUnavailable
+from sqltopic.proto.consume import MAX_MORE_REQUESTS, MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status, unimplemented
 
@@ -67,22 +69,33 @@ def commit_error(response: pb.ConsumeResponse) -> Exception | None:
 
 
 def _merged_grants(
-    first: pb.ConsumeRequest, queued: asyncio.Queue[pb.ConsumeRequest | None]
+    first: pb.ConsumeRequest, queued: asyncio.Queue[pb.ConsumeRequest | None], more: bool
 ) -> list[pb.ConsumeRequest | None]:
     """`first` and the requests queued behind it, in order, with grants that follow one
     another as one request: a process's consumers grant often, and the server handles
-    a request with a fixed cost whatever it carries."""
-    out: list[pb.ConsumeRequest | None] = [first]
+    a message with a fixed cost whatever it carries. With `more` (the server takes
+    it), the requests go as few messages, each carrying the next ones in its `more`
+    (`MAX_MORE_REQUESTS` at most). A None (the end) comes last, as it was queued."""
+    units: list[pb.ConsumeRequest] = [first]
+    end = False
     while not queued.empty():
         item = queued.get_nowait()
-        last = out[-1]
-        if item is not None and last is not None and _grants_only(item) and _grants_only(last):
-            last.grants.extend(item.grants)
-        else:
-            out.append(item)
         if item is None:
+            end = True
             break
-    return out
+        if _grants_only(item) and _grants_only(units[-1]):
+            units[-1].grants.extend(item.grants)
+        else:
+            units.append(item)
+    out: list[pb.ConsumeRequest | None] = []
+    if more:
+        for at in range(0, len(units), MAX_MORE_REQUESTS + 1):
+            carrier, *rest = units[at : at + MAX_MORE_REQUESTS + 1]
+            carrier.more.extend(rest)
+            out.append(carrier)
+    else:
+        out.extend(units)
+    return [*out, None] if end else out
 
 
 def _grants_only(request: pb.ConsumeRequest) -> bool:
@@ -278,7 +291,11 @@ class AioConsumeStream(_Stream):
         self._follows: dict[int, Followed] = {}
         self._commits: dict[int, asyncio.Future[Exception | None]] = {}
         self._writes: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
-        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
+        self._more = False  # the server takes requests in `more` (its headers said so)
+        self._tasks = [
+            asyncio.create_task(self._read()), asyncio.create_task(self._write()),
+            asyncio.create_task(self._headers()),
+        ]  # fmt: skip
 
     def ticket(self) -> int:
         """A ticket no request on this stream has (its consumers share the numbers)."""
@@ -353,10 +370,17 @@ class AioConsumeStream(_Stream):
         for task in self._tasks:
             task.cancel()
 
+    async def _headers(self) -> None:
+        """Learn from the stream's headers whether the server takes `more` (until then,
+        and with an older server, each request goes alone)."""
+        with contextlib.suppress(grpc.RpcError, aio.UsageError, asyncio.CancelledError):
+            headers = await self._call.initial_metadata()
+            self._more = any(key == MORE_HEADER for key, _ in headers or ())
+
     async def _write(self) -> None:
         try:
             while (first := await self._writes.get()) is not None:
-                for request in _merged_grants(first, self._writes):
+                for request in _merged_grants(first, self._writes, self._more):
                     if request is None:
                         return
                     if not self._asked_batch:

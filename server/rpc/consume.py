@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from sqltopic.errors import Error, InvalidRequest, LimitExceeded
+from sqltopic.proto.consume import MAX_MORE_REQUESTS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
@@ -130,13 +131,30 @@ class ConsumeStream:
         self._answers.put_nowait(None)
 
     def _take(self, request: pb.ConsumeRequest) -> None:
+        """Start a request, then the requests it carries in `more`, in order."""
+        if len(request.more) > MAX_MORE_REQUESTS:
+            raise InvalidRequest(
+                f"Consume: a request carries {len(request.more)} requests in `more`; at "
+                f"most {MAX_MORE_REQUESTS}: send the rest in further messages"
+            )
+        for carried in request.more:  # the whole message checked before any of it runs
+            if carried.more:
+                raise InvalidRequest(
+                    f"Consume: the request of ticket {carried.ticket} in `more` carries "
+                    "`more` of its own; put every request in the first one's `more`"
+                )
+        self._take_one(request)
+        for carried in request.more:
+            self._take_one(carried)
+
+    def _take_one(self, request: pb.ConsumeRequest) -> None:
         ticket, action = request.ticket, request.WhichOneof("action")
         self._batching = self._batching or request.batch
         for granted in request.grants:
             credit = self._credits.get(granted)
             if credit is not None:  # else ended meanwhile: the grant crossed its end
                 credit.grant()
-        if action is None and (request.grants or request.batch):
+        if action is None and (request.grants or request.batch or request.more):
             return
         if action == "cancel":
             self._withdraw(ticket)

@@ -33,6 +33,7 @@ from sqltopic.errors import (
     TopicNotFound,
 )
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
+from sqltopic.proto.consume import MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.server.common.group_names import check_offsets_group
@@ -40,6 +41,7 @@ from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.users import check_consumer_user, check_evict
 from sqltopic.server.dnode import topic_read
+from sqltopic.server.dnode.commit_groups import CommitGroups
 from sqltopic.server.dnode.follow import Follows
 from sqltopic.server.dnode.live import LiveHub, Waiter
 from sqltopic.server.dnode.poll import (
@@ -114,6 +116,7 @@ class VnodeService(pb_grpc.VnodeServicer):
 
         coordinator.listeners.append(on_change)
         self._shares = SharePolls(engine, coordinator, self._run, self._commit_run)
+        self._commits = CommitGroups(self._commit_run, engine.now_us)
         self._follows = Follows(
             self._fetch, self._hub_for, coordinator.epoch_of, lambda: engine.generation, stopping
         )
@@ -187,6 +190,8 @@ class VnodeService(pb_grpc.VnodeServicer):
             return await self._fetch(request, wait_s(request, None), user)
 
         with self._slots.hold(token, session.user, "Consume"):
+            # at once: a client sends requests in `more` only once it read this
+            await context.send_initial_metadata(((MORE_HEADER, "1"),))
             stream = ConsumeStream(
                 fetch, caller, slot, self._stopping, self._follows.run, self._store_commit
             )
@@ -391,12 +396,30 @@ class VnodeService(pb_grpc.VnodeServicer):
         return pb.CommitResponse()
 
     async def _store_commit(self, request: pb.CommitRequest, user: str) -> None:
-        """A Commit, the call's or a Consume stream's: on the commit pool."""
-        await self._commit_run(self._commit, request, user)
+        """A Commit, the call's or a Consume stream's: checked here (or on a worker when
+        DDL holds the catalog), stored with the commits that arrive meanwhile
+        (server/dnode/commit_groups.py)."""
+        if request.evict:
+            await self._commit_run(self._evict, request, user)
+            return
+        stores: list[tuple[Vnode, list[tuple[str, str, int]]]] = await here_or_worker(
+            self._engine.lock, self._run, self._checked_commit, request, user
+        )
+        await self._commits.store([(vnode.offsets, rows) for vnode, rows in stores])
+        if request.consumer_id:  # the final commit of a vgroup being revoked lets go
+            for item in request.offsets:
+                self._coordinator.committed(
+                    request.consumer_id, request.group_id, item.topic, item.vgroup,
+                    request.epoch,
+                )  # fmt: skip
+            if self._coordinator.unsaved:  # a release: saved before the answer
+                await self._commit_run(self._coordinator.persist)
 
-    def _commit(self, request: pb.CommitRequest, user: str) -> None:
-        """Check every offset, then store them (one transaction per vnode); with `evict`,
-        remove the group's consumers first, with no join possible until they are stored."""
+    def _checked_commit(
+        self, request: pb.CommitRequest, user: str
+    ) -> list[tuple[Vnode, list[tuple[str, str, int]]]]:
+        """Check every offset of a commit; its rows per vnode. With `evict`, the group's
+        consumers are removed first (`_evict`), so the committer is not checked."""
         group = request.group_id
         check_offsets_group(group)
         if request.evict and request.consumer_id:
@@ -416,23 +439,20 @@ class VnodeService(pb_grpc.VnodeServicer):
                     end=end,
                 )
             stores.setdefault(item.vgroup, (vnode, []))[1].append((item.topic, group, item.offset))
+        return list(stores.values())
+
+    def _evict(self, request: pb.CommitRequest, user: str) -> None:
+        """A standalone commit with `evict` (on the commit pool): the group's consumers
+        removed, with no join possible until the offsets are stored."""
+        stores = self._checked_commit(request, user)
         now_us = self._engine.now_us()
 
         def store() -> None:
-            for vnode, rows in stores.values():
+            for vnode, rows in stores:
                 vnode.offsets.commit(rows, now_us)
 
-        if request.evict:
-            topics = {item.topic for item in request.offsets}
-            if self._coordinator.evict(group, topics, store, lambda m: check_evict(m, user)):
-                self._coordinator.persist()
-            return
-        store()
-        if request.consumer_id:  # the final commit of a vgroup being revoked lets go
-            for item in request.offsets:
-                self._coordinator.committed(
-                    request.consumer_id, group, item.topic, item.vgroup, request.epoch
-                )
+        topics = {item.topic for item in request.offsets}
+        if self._coordinator.evict(request.group_id, topics, store, lambda m: check_evict(m, user)):
             self._coordinator.persist()
 
     def _check_commit_right(self, consumer_id: int, topic: str, user: str) -> None:

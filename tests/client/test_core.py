@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 import sqltopic.client.effects as fx
+import sqltopic.client.state as client_state
 from sqltopic.client.config import parse_config
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Empty, Message, TopicPartition
@@ -123,6 +124,32 @@ def make(vgroups: list[int], **extra: str) -> tuple[ConsumerCore, FakeServer]:
     server.run(core.login())
     server.run(core.subscribe(["t"]))
     return core, server
+
+
+@pytest.mark.parametrize("now", [0.0, 3.2, 4.999, 12_345.678])
+def test_auto_commits_fall_due_at_the_process_phase_of_the_interval(
+    now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    clock.now = now
+    config = parse_config({"group.id": "g", "auto.commit.interval.ms": "5000"})
+    phases = []
+    for pid in (1000, 1001):  # two processes' consumers
+        monkeypatch.setattr("os.getpid", lambda pid=pid: pid)
+        due = ConsumerCore(config, clock=clock).next_commit_at()
+        assert now < due <= now + 5.0  # within one interval, never now
+        phases.append(due % 5.0)
+        # every consumer of the process: the same instant
+        assert ConsumerCore(config, clock=clock).next_commit_at() == due
+    assert abs(phases[0] - phases[1]) > 1.0  # processes keep apart
+    assert phases[0] == pytest.approx((1000 * client_state.COMMIT_PHASE_STEP) % 1.0 * 5.0)
+
+
+def test_auto_commits_with_a_zero_interval_are_due_at_once() -> None:
+    clock = Clock()
+    clock.now = 7.5
+    config = parse_config({"group.id": "g", "auto.commit.interval.ms": "0"})
+    assert ConsumerCore(config, clock=clock).next_commit_at() == 7.5
 
 
 def test_commit_of_offsets_skips_vgroups_without_a_position() -> None:

@@ -18,6 +18,7 @@ from sqltopic import aio
 from sqltopic.client import Connection, streams
 from sqltopic.client.consumer import Consumer
 from sqltopic.errors import Error, NoPermission, ServerUnavailable
+from sqltopic.proto.consume import MAX_MORE_REQUESTS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from tests.client.support import DEADLINE_S, SELECT, config, drain, drain_async, later_rows, rows_of
@@ -198,7 +199,7 @@ def test_grants_queued_together_go_as_one_request_in_order_with_the_rest() -> No
     for item in (pb.ConsumeRequest(grants=[2]), pb.ConsumeRequest(grants=[3, 3]), poll,
                  pb.ConsumeRequest(grants=[4]), None, pb.ConsumeRequest(grants=[5])):  # fmt: skip
         queued.put_nowait(item)
-    out = streams._merged_grants(pb.ConsumeRequest(grants=[1]), queued)
+    out = streams._merged_grants(pb.ConsumeRequest(grants=[1]), queued, more=False)
     assert out == [
         pb.ConsumeRequest(grants=[1, 2, 3, 3]),
         poll,
@@ -206,6 +207,32 @@ def test_grants_queued_together_go_as_one_request_in_order_with_the_rest() -> No
         None,
     ]
     assert queued.qsize() == 1  # what comes after the end stays unread
+
+
+def test_requests_queued_together_ride_in_more_once_the_server_takes_it() -> None:
+    queued: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
+    commit = pb.ConsumeRequest(ticket=7, commit=pb.CommitRequest(group_id="g"), token="t2")
+    poll = pb.ConsumeRequest(ticket=9, poll=pb.PollRequest(vgroup=1))
+    for item in (pb.ConsumeRequest(grants=[2]), commit, poll, pb.ConsumeRequest(grants=[4]),
+                 pb.ConsumeRequest(grants=[5]), None, pb.ConsumeRequest(grants=[6])):  # fmt: skip
+        queued.put_nowait(item)
+    out = streams._merged_grants(pb.ConsumeRequest(grants=[1]), queued, more=True)
+    carrier = pb.ConsumeRequest(grants=[1, 2])
+    carrier.more.extend([commit, poll, pb.ConsumeRequest(grants=[4, 5])])
+    assert out == [carrier, None]
+    assert queued.qsize() == 1
+
+
+def test_a_message_carries_at_most_the_bound_of_more() -> None:
+    queued: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
+    total = 2 * (MAX_MORE_REQUESTS + 1) + 3
+    polls = [pb.ConsumeRequest(ticket=t, poll=pb.PollRequest(vgroup=1)) for t in range(total)]
+    for item in polls[1:]:
+        queued.put_nowait(item)
+    out = streams._merged_grants(polls[0], queued, more=True)
+    assert [len(r.more) for r in out if r is not None] == [MAX_MORE_REQUESTS] * 2 + [2]
+    sent = [t for r in out if r is not None for t in (r.ticket, *(m.ticket for m in r.more))]
+    assert sent == list(range(total))  # every request once, in the order queued
 
 
 # --- against a real server -------------------------------------------------------------

@@ -15,7 +15,14 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.client import Connection
-from sqltopic.errors import ConsumerFenced, InvalidRequest, LimitExceeded, NoPermission
+from sqltopic.errors import (
+    ConsumerFenced,
+    InvalidRequest,
+    LimitExceeded,
+    NoPermission,
+    OffsetOutOfRange,
+)
+from sqltopic.proto.consume import MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
 from sqltopic.server.dnode.follow import Credit, Put
@@ -328,6 +335,51 @@ def test_answers_ready_together_go_as_one_batch_to_a_client_that_takes_them() ->
     assert sorted(polls.users) == ["alice", "alice", "bob"]
 
 
+def test_requests_carried_in_more_are_taken_in_order_each_on_its_own_ticket() -> None:
+    polls = Polls()
+    for vgroup in (1, 2, 3):
+        polls.gates[vgroup] = asyncio.Event()
+        polls.gates[vgroup].set()
+    committed: list[tuple[str, str]] = []
+
+    async def commit(request: pb.CommitRequest, user: str) -> None:
+        committed.append((request.group_id, user))
+
+    def caller(token: str) -> tuple[str, str]:
+        return (token, "bob") if token else ("stream", "alice")
+
+    stream = ConsumeStream(polls.fetch, caller, free, commit=commit)
+    carrier = poll(1, 1)
+    carrier.more.extend([
+        pb.ConsumeRequest(ticket=2, commit=pb.CommitRequest(group_id="g1"), token="tb"),
+        poll(3, 2), pb.ConsumeRequest(ticket=4, commit=pb.CommitRequest(group_id="g2")),
+        poll(5, 3),
+    ])  # fmt: skip
+    got = answers(stream, feed([carrier]))
+    assert sorted(t for t, _ in got) == [1, 2, 3, 4, 5]
+    assert {t: v for t, v in got if t in (1, 3, 5)} == {1: 1, 3: 2, 5: 3}
+    assert committed == [("g1", "bob"), ("g2", "alice")]  # in order, each as its session
+    assert sorted(polls.users) == ["alice", "alice", "alice"]
+
+
+def test_a_carried_more_or_too_many_carried_requests_end_the_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    polls = Polls()
+    nested = poll(1, 1)
+    inner = poll(2, 1)
+    inner.more.append(poll(3, 1))
+    nested.more.append(inner)
+    with pytest.raises(InvalidRequest, match="ticket 2 in `more` carries `more` of its own"):
+        answers(ConsumeStream(polls.fetch, as_user("a"), free), feed([nested]))
+    monkeypatch.setattr(consume, "MAX_MORE_REQUESTS", 2)
+    many = poll(1, 1)
+    many.more.extend([poll(2, 1), poll(3, 1), poll(4, 1)])
+    with pytest.raises(InvalidRequest, match="carries 3 requests in `more`; at most 2"):
+        answers(ConsumeStream(polls.fetch, as_user("a"), free), feed([many]))
+    assert polls.users == []  # refused before any of them ran
+
+
 # --- against a real server ----------------------------------------------------------------
 
 
@@ -467,3 +519,34 @@ def test_a_stream_without_a_valid_token_is_refused(hot: Connection, wire: Wire) 
     ended = stream.next()
     assert isinstance(ended, grpc.RpcError)
     assert status(ended)[0] == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_server_announces_more_and_stores_carried_commits_each_on_its_ticket(
+    hot: Connection, wire: Wire
+) -> None:
+    write(hot, "d1", [230], 0)
+    sub = wire.subscribe("g", ["hot"], auto_offset_reset=pb.OFFSET_RESET_EARLIEST)
+    asg = wire.assignment(sub.consumer_id)
+    vgroups = sorted(a.vgroup for a in asg.assignments)
+    stream = Stream(wire)
+
+    def commit(ticket: int, vgroup: int, offset: int) -> pb.ConsumeRequest:
+        item = pb.TopicVgroupOffset(topic="hot", vgroup=vgroup, offset=offset)
+        request = pb.CommitRequest(
+            consumer_id=sub.consumer_id, group_id="g", epoch=asg.epoch, offsets=[item]
+        )
+        return pb.ConsumeRequest(ticket=ticket, commit=request)
+
+    carrier = commit(1, vgroups[0], 1)
+    carrier.more.extend([commit(2, vgroups[1], 1), commit(3, vgroups[0], 10**9)])
+    stream.requests.put(carrier)
+    got = {}
+    for _ in range(3):
+        answer = stream.next()
+        assert isinstance(answer, pb.ConsumeResponse)
+        got[answer.ticket] = answer
+    assert dict(stream.call.initial_metadata()).get(MORE_HEADER) == "1"
+    assert [got[t].WhichOneof("result") for t in (1, 2)] == ["committed", "committed"]
+    assert isinstance(from_call_status(got[3].error), OffsetOutOfRange)  # its ticket only
+    assert [wire.committed("g", "hot", v) for v in vgroups[:2]] == [1, 1]
+    assert stream.close() == []

@@ -1028,6 +1028,7 @@ class ConsumeRequest(_message.Message):
     GRANTS_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
     ticket: _builtins.int
     """The client's id for the poll: unique among the stream's open tickets (an answered
     or cancelled ticket may be used again).
@@ -1078,6 +1079,16 @@ class ConsumeRequest(_message.Message):
         any request.
         """
 
+    @_builtins.property
+    def more(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumeRequest]:
+        """Further requests, handled after this one and in this order, each exactly as if it
+        had come in a message of its own: the requests a client has ready together (the
+        auto-commits of a process's consumers, their polls) cost one message. Only for a
+        server that announced it: its Consume stream's initial metadata has
+        `sqltopic-consume-more` (an older server would ignore them). A request in `more`
+        has no `more` of its own. At most 1,024.
+        """
+
     def __init__(
         self,
         *,
@@ -1089,10 +1100,11 @@ class ConsumeRequest(_message.Message):
         grants: _abc.Iterable[_builtins.int] | None = ...,
         token: _builtins.str = ...,
         batch: _builtins.bool = ...,
+        more: _abc.Iterable[Global___ConsumeRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel", b"cancel", "commit", b"commit", "poll", b"poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch", b"batch", "cancel", b"cancel", "commit", b"commit", "follow", b"follow", "grants", b"grants", "poll", b"poll", "ticket", b"ticket", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch", b"batch", "cancel", b"cancel", "commit", b"commit", "follow", b"follow", "grants", b"grants", "more", b"more", "poll", b"poll", "ticket", b"ticket", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["poll", "cancel", "commit"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
