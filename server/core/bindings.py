@@ -12,6 +12,7 @@ few dozen rebuilds); a binding it lacks yet is split with its own small partitio
 from __future__ import annotations
 
 import threading
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ class BindingSet:
     schema: pa.Schema  # the topic's output
     bindings: dict[str, Binding] = field(default_factory=dict)
     _covered: dict[str, int] = field(default_factory=dict)  # key -> index in the partitioner
+    _keys_of: list[str] = field(default_factory=list)  # index in the partitioner -> key
     _partitioner: Partitioner | None = None
     _alone: dict[str, Partitioner] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -55,18 +57,18 @@ class BindingSet:
                     self._uncovered += 1
         return found
 
-    def split(self, result: pa.Table, keys: list[str]) -> dict[str, pa.Table]:
+    def split(self, result: pa.Table, keys: AbstractSet[str]) -> dict[str, pa.Table]:
         """The rows of `result` (the shared form's output) of each binding in `keys`;
-        bindings without rows are left out."""
-        for key in keys:
+        bindings without rows are left out. Its work grows with the rows and with the
+        bindings new to the set, not with `keys`: thousands may wait in a shared pass,
+        and a write has rows for a few."""
+        for key in keys - self.bindings.keys():  # new ones: each parsed once
             self.binding(key)
-        partitioner, covered, alone = self._current(keys)
+        partitioner, keys_of, alone = self._current(keys)
         out: dict[str, pa.Table] = {}
-        if covered:
-            rows = partitioner.split(result) if partitioner is not None else {}
-            for key in covered:
-                part = rows.get(self._covered[key])
-                if part is not None:
+        if partitioner is not None:
+            for index, part in partitioner.split(result).items():
+                if (key := keys_of[index]) in keys:
                     out[key] = part
         for key in alone:
             part = self._partitioner_of(key).split(result).get(0)
@@ -74,17 +76,18 @@ class BindingSet:
                 out[key] = part
         return out
 
-    def _current(self, keys: list[str]) -> tuple[Partitioner | None, list[str], list[str]]:
+    def _current(self, keys: AbstractSet[str]) -> tuple[Partitioner | None, list[str], list[str]]:
+        """The partitioner over most bindings (rebuilt when it lacks too many), the key
+        of each of its indexes, and the keys it lacks."""
         with self._lock:
             if self._uncovered >= max(REBUILD_MIN, len(self._covered) // REBUILD_SHARE):
                 every = list(self.bindings.values())
                 self._partitioner = Partitioner(self.topic, every, self.schema)
                 self._covered = {b.key: i for i, b in enumerate(every)}
+                self._keys_of = [b.key for b in every]
                 self._alone.clear()
                 self._uncovered = 0
-            covered = [k for k in keys if k in self._covered]
-            alone = [k for k in keys if k not in self._covered]
-            return self._partitioner, covered, alone
+            return self._partitioner, self._keys_of, list(keys - self._covered.keys())
 
     def _partitioner_of(self, key: str) -> Partitioner:
         with self._lock:
@@ -98,6 +101,7 @@ class BindingSet:
     def _reset(self) -> None:
         self.bindings.clear()
         self._covered.clear()
+        self._keys_of = []
         self._alone.clear()
         self._partitioner = None
         self._uncovered = 0

@@ -66,9 +66,9 @@ class State:
     coordinator: Coordinator | None = None
     # (topic, its creation time, vgroup) -> (generation, the topic's tables there)
     scopes: dict[tuple[str, int, int], tuple[int, dict[str, Table]]] = field(default_factory=dict)
-    # (topic, its creation time) -> (the catalog objects they derive from, the query
-    # topic's schemas: topic_reader)
-    shapes: dict[tuple[str, int], tuple[tuple[object, ...], Any]] = field(default_factory=dict)
+    # (topic, its creation time) -> (the generation last checked at, the catalog objects
+    # they derive from, the query topic's schemas: topic_reader)
+    shapes: dict[tuple[str, int], tuple[int, tuple[object, ...], Any]] = field(default_factory=dict)
     # (db, super table, privilege) -> (generation, the child tables its condition keeps)
     grant_scopes: dict[tuple[str, str, Any], tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> the share of rows its last large read kept

@@ -27,7 +27,7 @@ from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
 from sqltopic.sql.topic.duck import query
 from sqltopic.sql.topic.evaluate import ARROW_EVAL_MAX_ROWS, QueryShape, small_evaluation
-from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, split_subscription, subscribed, topic_of
+from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, split_subscription, subscribed
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
@@ -161,9 +161,11 @@ def _asked(topic_names: Collection[str], wanted: set[str] | None) -> dict[str, l
     names = set(topic_names)
     plain = names if wanted is None else names & wanted
     by_topic = {name: [name] for name in plain if SUBSCRIPTION_SEP not in name}
-    for name in [n for n in names if SUBSCRIPTION_SEP in n]:
-        topic = topic_of(name)
-        if wanted is None or topic in wanted:
+    if SUBSCRIPTION_SEP not in "\n".join(names):  # no binding waits: no loop over a thousand
+        return by_topic
+    for name in names:
+        topic, bound, _ = name.partition(SUBSCRIPTION_SEP)
+        if bound and (wanted is None or topic in wanted):
             by_topic.setdefault(topic, []).append(name)
     return by_topic
 
@@ -176,13 +178,14 @@ def _bound(
     with rows are in the answer). A block's table is the bound `tbname` when the topic
     binds one by `=`, as its only source."""
     bindings = _binding_set(state, topic)
-    keys = {split_subscription(name)[1] or "": name for name in names}
+    # binding key -> subscription (a name without `?` binds "")
+    keys = {name.partition(SUBSCRIPTION_SEP)[2]: name for name in names}
     tbname = next((i for i, p in enumerate(topic.params) if p.name == TBNAME and p.op == "="),
                   None)  # fmt: skip
     out: dict[str, list[TopicItem]] = {}
     for item in items:
         assert isinstance(item, TopicBlock)
-        for key, rows in bindings.split(item.data, list(keys)).items():
+        for key, rows in bindings.split(item.data, keys.keys()).items():
             name = item.table_name
             if name is None and tbname is not None:
                 name = bindings.binding(key).values[tbname][0]
@@ -398,12 +401,15 @@ class _Shape(QueryShape):
         change: deriving it costs ~2 ms (a parse of the topic's SQL), and one CREATE
         TABLE would otherwise make a thousand topics pay it again in the next pass."""
         key = (topic.name, topic.create_us)
-        made_of = _made_of(state.catalog, topic)
         hit = state.shapes.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], made_of, strict=True)):
-            return cast("_Shape", hit[1])
+        if hit is not None and hit[0] == state.generation:  # no catalog change since
+            return cast("_Shape", hit[2])
+        made_of = _made_of(state.catalog, topic)
+        if hit is not None and all(a is b for a, b in zip(hit[1], made_of, strict=True)):
+            state.shapes[key] = (state.generation, made_of, hit[2])
+            return cast("_Shape", hit[2])
         shape = cls._compute(state.catalog, topic)
-        state.shapes[key] = (made_of, shape)
+        state.shapes[key] = (state.generation, made_of, shape)
         return shape
 
     @classmethod

@@ -60,6 +60,7 @@ from sqltopic.server.rpc.consume import ConsumeStream
 from sqltopic.server.rpc.rpc import RESETS, Context, streaming, unary
 from sqltopic.server.rpc.slots import Slots
 from sqltopic.server.vnode.vnode import Vnode
+from sqltopic.sql.topic.params import topic_of
 from sqltopic.wal import WalReader
 
 T = TypeVar("T")
@@ -425,11 +426,20 @@ class VnodeService(pb_grpc.VnodeServicer):
         if request.evict and request.consumer_id:
             raise ConfigError("evict: only a standalone commit (consumer_id 0) may evict")
         stores: dict[int, tuple[Vnode, list[tuple[str, str, int]]]] = {}
+        # a binding's vnode and rights are its topic's: a consumer of many bindings
+        # commits hundreds of them at once, each looked up once per topic and vgroup
+        vnodes: dict[tuple[str, int], Vnode] = {}
+        allowed: set[str] = set()
         for item in request.offsets:
-            vnode = self._engine.vnode_of(item.topic, item.vgroup)
+            topic = topic_of(item.topic)
+            vnode = vnodes.get((topic, item.vgroup))
+            if vnode is None:
+                vnode = vnodes[topic, item.vgroup] = self._engine.vnode_of(topic, item.vgroup)
             if not request.evict:
                 self._check_committer(request, item.topic, item.vgroup)
-            self._check_commit_right(request.consumer_id, item.topic, user)
+            if topic not in allowed:
+                self._check_commit_right(request.consumer_id, item.topic, user)
+                allowed.add(topic)
             end = vnode.wal.next_version
             if not 1 <= item.offset <= end:
                 raise OffsetOutOfRange(

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sqltopic.errors import BackfillUnsupported, InvalidTopicQuery
+from sqltopic.server.core import bindings, topic_reader
 from sqltopic.server.core.batches import data_entries
 from sqltopic.server.core.engine import Engine
 from sqltopic.spark_jobs.backfill import prepare
@@ -133,6 +134,33 @@ def test_a_read_splits_among_bindings_as_literal_topics_read(written: Engine) ->
     assert delivered[0] == delivered[4] > 0
     assert delivered[1] > delivered[0]
     assert delivered[2] > 0
+
+
+def test_a_binding_set_splits_for_the_keys_asked_as_each_bindings_own_partitioner(
+    written: Engine,
+) -> None:
+    """The shared pass asks a topic's BindingSet for the keys waiting there: it answers
+    exactly those with rows, whether its partitioner covers them or they are new to it."""
+    topic = written.state.catalog.topic("tp")
+    many = [{"tbname": [f"d{n % 4 + 1}", f"D{n // 4 % 6 + 1}"], "location": "xy"[n % 2]}
+            for n in range(48)]  # fmt: skip
+    keys = list(dict.fromkeys(bind(topic, p).key for p in BINDINGS + many))
+    assert len(keys) > bindings.REBUILD_MIN  # the second round builds its partitioner
+    schema = topic_reader._binding_set(written.state, topic).schema
+    split_rounds = [set(keys[::2]), set(keys), set(keys[1::3])]  # new keys, then covered
+    for vgroup in vgroups_of(written, "power"):
+        plan = arrow_plan(topic.select_sql)
+        assert plan is not None
+        result = plan.run(_batch(written, topic, vgroup))
+        assert result is not None
+        each = {k: Partitioner(topic, [Binding.from_key(topic, k)], schema).split(result)
+                for k in keys}  # fmt: skip
+        for asked in split_rounds:
+            got = topic_reader._binding_set(written.state, topic).split(result, asked)
+            want = {k: parts[0] for k, parts in each.items() if k in asked and 0 in parts}
+            assert set(got) == set(want)
+            assert all(got[k].equals(want[k]) for k in want)
+    assert topic_reader._binding_set(written.state, topic)._partitioner is not None
 
 
 def _literal_topic(name: str, binding: Binding) -> str:
