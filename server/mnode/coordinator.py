@@ -257,10 +257,11 @@ class Coordinator:
     def persist(self, progress: bool = False) -> None:
         """Save the state if members or assignments changed since the last save (and,
         with `progress`, if progress reports did). Call before answering the change.
-        The state is copied under the lock and written (an fsync) outside it, so that
-        polls and heartbeats, which check the assignment on the event loop, never wait
-        for a disk; callers that arrive during a save share the next one. Only the
-        groups that changed are written."""
+        The state is copied under the lock, a group at a time, and written (an fsync)
+        outside it, so that polls and heartbeats, which check the assignment on the
+        event loop, never wait for a disk or for a whole save's copy; callers that
+        arrive during a save share the next one. Only the groups that changed are
+        written."""
         with self._lock:
             if self.store is None:
                 return
@@ -275,9 +276,21 @@ class Coordinator:
                 if self._saved >= wanted and not (progress and self._progress_dirty):
                     return
                 groups = self._dirty | (self._progress_dirty if progress else set())
-                docs, next_id, version = self._group_docs(groups), self._next_id, self._version
+                version = self._version
                 self._dirty.clear()
                 self._progress_dirty -= groups
+            # one group's documents at a time under the lock: a progress save of ten
+            # thousand subscriptions takes a second, and the polls, commits and
+            # heartbeats on the event loop take the lock too. Each group's document is
+            # at least as new as `version`; the next id is read after the last one, so
+            # that it is above every member id they hold.
+            docs: dict[str, GroupDoc | None] = {}
+            for group in groups:
+                with self._lock:
+                    docs |= self._group_docs({group})
+                time.sleep(0)  # let a thread waiting for the lock (the event loop) in
+            with self._lock:
+                next_id = self._next_id
             try:
                 self.store.save(next_id, docs)
             except BaseException:

@@ -312,6 +312,34 @@ def test_groups_of_a_failed_save_are_written_by_the_next(tmp_path: Path, clock: 
     assert restored.assignment == a.assignment
 
 
+def test_a_save_copies_one_group_at_a_time_and_stores_an_id_above_every_member(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A progress save of thousands of subscriptions takes a while to copy: the lock is
+    let go between groups, so the event loop's polls and commits are not held up; a
+    member that joins meanwhile is saved with a next id above its own."""
+    coord = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    for group in ("ga", "gb", "gc"):
+        coord.subscribe(0, group, ["t"])
+    copy = coord._group_docs
+    copied: list[set[str]] = []
+    joined: list[int] = []
+
+    def copying(groups: set[str]) -> dict[str, GroupDoc | None]:
+        copied.append(set(groups))
+        if len(copied) == 2:  # a join between two groups' copies
+            joined.append(coord.subscribe(0, "gd", ["t"]).id)
+        return copy(groups)
+
+    coord._group_docs = copying  # type: ignore[method-assign]
+    coord.persist()
+    assert sorted(map(sorted, copied)) == [["ga"], ["gb"], ["gc"]]  # one group per copy
+    coord._group_docs = copy  # type: ignore[method-assign]
+    again = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    assert again.subscribe(0, "ge", ["t"]).id > joined[0]  # no id given out twice
+
+
 def test_a_state_file_of_format_1_moves_to_sqlite(tmp_path: Path, clock: Clock) -> None:
     legacy = {
         "format": 1, "next_id": 8,
