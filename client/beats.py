@@ -3,8 +3,9 @@
 A consumer's heartbeat is a unary call every `heartbeat.interval.ms`; a server pays
 about the same for a call whatever it carries, so a process with hundreds of consumers
 would keep the server busy with heartbeats alone. Consumers therefore beat at aligned
-instants (multiples of their interval on the machine's monotonic clock), and the beats of
-one process's consumers of one server that meet within `GATHER_S` go in one call. Each
+instants (multiples of their interval on the machine's monotonic clock, shifted by a
+per-process phase), and the beats of one process's consumers of one server that meet
+within `GATHER_S` go in one call. Each
 beat carries its own session token and gets its own answer (or error), exactly what its
 own `Heartbeat` would have got. A server without the method (UNIMPLEMENTED) is sent each
 beat alone from then on.
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqltopic.client.effects import Metadata
+from sqltopic.client.state import phase_at
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
@@ -47,10 +49,12 @@ class Unbatched(Exception):
 
 
 def aligned_delay(period_s: float, now: float | None = None) -> float:
-    """Seconds until the next multiple of `period_s` on the monotonic clock: consumers
-    with the same interval beat at the same instants, so their beats meet."""
+    """Seconds until the next instant of this process's phase of `period_s` on the
+    monotonic clock: a process's consumers with the same interval beat at the same
+    instants, so their beats meet, and other processes' beats at other instants, so a
+    server does not get every process's beats at once."""
     now = time.monotonic() if now is None else now
-    return period_s - now % period_s
+    return phase_at(now, period_s) - now
 
 
 def token_of(metadata: Metadata) -> str:

@@ -44,9 +44,9 @@ log = logging.getLogger("sqltopic.consumer")
 Key = tuple[str, int]  # (topic, vgroup)
 X = TypeVar("X")
 R = TypeVar("R")
-# Where in the auto-commit interval a process commits, as a fraction of it per process
-# id: the golden ratio's fraction spreads consecutive ids evenly over the interval.
-COMMIT_PHASE_STEP = 0.6180339887
+# Where in a periodic interval (auto-commits, heartbeats) a process acts, as a fraction
+# of it per process id: the golden ratio's fraction spreads consecutive ids evenly.
+PROCESS_PHASE_STEP = 0.6180339887
 # A vnode that has not yet learnt the newest assignment catches up within moments.
 REBALANCE_RETRY_S = 0.2
 # Tries of a call that keeps answering RebalanceInProgress before its error is raised.
@@ -128,6 +128,14 @@ class Held:
     fenced: bool = False  # a vnode refused us here: if it moves on, it is lost, not revoked
 
 
+def phase_at(now: float, period: float) -> float:
+    """The first instant after `now` at this process's phase of `period` seconds (on the
+    clock `now` is read from): what a process's consumers do periodically, they do at
+    the same instants, and other processes at others."""
+    phase = (os.getpid() * PROCESS_PHASE_STEP) % 1.0 * period
+    return now + period - (now - phase) % period
+
+
 class CoreState:
     """One consumer's state, and the helpers of its flows (see consumer_effects)."""
 
@@ -183,10 +191,7 @@ class CoreState:
         docs/performance.md §9.10); processes keep apart, so a server does not get
         every process's commits at the same instant."""
         now, period = self.clock(), self.config.auto_commit_interval_ms / 1000
-        if period <= 0:
-            return now
-        phase = (os.getpid() * COMMIT_PHASE_STEP) % 1.0 * period
-        return now + period - (now - phase) % period
+        return phase_at(now, period) if period > 0 else now
 
     @property
     def metadata(self) -> Metadata:

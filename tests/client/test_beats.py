@@ -17,6 +17,7 @@ from sqltopic import aio
 from sqltopic.client import Connection, beats
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.effects import Metadata
+from sqltopic.client.state import PROCESS_PHASE_STEP
 from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
@@ -74,11 +75,21 @@ def in_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-def test_aligned_delay_lands_on_multiples_of_the_period() -> None:
-    assert beats.aligned_delay(3.0, now=7.5) == pytest.approx(1.5)
-    assert beats.aligned_delay(3.0, now=9.0) == pytest.approx(3.0)
+def test_aligned_delay_lands_on_the_process_phase_of_the_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("os.getpid", lambda: 1000)  # phase: 0.0339887 of the period
+    phase = (1000 * PROCESS_PHASE_STEP) % 1.0
+    assert beats.aligned_delay(3.0, now=7.5) == pytest.approx(1.5 + 3.0 * phase)
+    assert beats.aligned_delay(3.0, now=9.0 + 3.0 * phase) == pytest.approx(3.0)
     for now in (0.1, 5.0, 1234.567):
-        assert (now + beats.aligned_delay(2.0, now=now)) % 2.0 == pytest.approx(0.0, abs=1e-9)
+        delay = beats.aligned_delay(2.0, now=now)
+        assert 0.0 < delay <= 2.0
+        assert (now + delay) % 2.0 == pytest.approx(2.0 * phase, abs=1e-9)
+    monkeypatch.setattr("os.getpid", lambda: 1001)  # another process: other instants
+    assert (7.5 + beats.aligned_delay(3.0, now=7.5)) % 3.0 == pytest.approx(
+        3.0 * ((1001 * PROCESS_PHASE_STEP) % 1.0)
+    )
 
 
 def test_token_of_reads_the_bearer_token() -> None:

@@ -142,7 +142,7 @@ def test_auto_commits_fall_due_at_the_process_phase_of_the_interval(
         # every consumer of the process: the same instant
         assert ConsumerCore(config, clock=clock).next_commit_at() == due
     assert abs(phases[0] - phases[1]) > 1.0  # processes keep apart
-    assert phases[0] == pytest.approx((1000 * client_state.COMMIT_PHASE_STEP) % 1.0 * 5.0)
+    assert phases[0] == pytest.approx((1000 * client_state.PROCESS_PHASE_STEP) % 1.0 * 5.0)
 
 
 def test_auto_commits_with_a_zero_interval_are_due_at_once() -> None:
