@@ -129,7 +129,7 @@ def test_a_restarted_server_keeps_acknowledgements_and_redelivers_the_rest(
         server.wait_ready()
         consumer.close()  # its leases died with the server
         left = _rows(got) - _rows(acked)
-        with Consumer(group) as again:
+        with _reconnected(group) as again:
             again.subscribe(["overvoltage"])
             redelivered = _take(again, sum(left.values()))
             assert _rows(redelivered) == left  # only the rows not acknowledged

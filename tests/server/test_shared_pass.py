@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -377,6 +378,37 @@ def test_topics_of_one_form_share_one_evaluation(power: Engine) -> None:
     if a_vgroup_only:
         assert data["t_ab"] is data["t_a"]
     assert data["t_a2"] is not data["t_a"]  # another form
+
+
+def test_many_device_set_topics_read_in_the_pass_what_each_reads_alone(power: Engine) -> None:
+    """Topics alike (one form) that read the same of the entries' tables share their
+    items in the pass: forty topics over random sets of eight children, writes over
+    random children, every position of every vgroup."""
+    rng = random.Random(14)
+    children = [f"c{n}" for n in range(8)]
+    power.execute("; ".join(f"CREATE TABLE {c} USING meters TAGS ('x', {n})"
+                            for n, c in enumerate(children)))  # fmt: skip
+    names = []
+    for k in range(40):
+        tables = ", ".join(f"'{c}'" for c in rng.sample(children, rng.randint(1, 4)))
+        columns = "ts, voltage" if k % 5 else "ts, current"  # two forms
+        power.execute(
+            f"CREATE TOPIC s{k} AS SELECT {columns} FROM meters WHERE tbname IN ({tables})"
+        )
+        names.append(f"s{k}")
+    for w in range(12):
+        values = " ".join(f"{c} VALUES ({1_000 + w}, {w}.5, {w}, 1)"
+                          for c in rng.sample(children, rng.randint(1, 5)))  # fmt: skip
+        power.execute(f"INSERT INTO {values}")
+    for vgroup in vgroups_of(power, "power"):
+        end = power.state.vnode(vgroup).wal.next_version
+        for position in range(1, end + 1):
+            found, _ = power.read_topics(names, vgroup, position)
+            for name in names:
+                alone, _ = power.read_topic(name, vgroup, position, 10**9, READ_BYTES)
+                assert _comparable(found.get(name, [])) == _comparable(alone), (
+                    name, vgroup, position,
+                )  # fmt: skip
 
 
 def _bucket_position(hub: LiveHub) -> int | None:
