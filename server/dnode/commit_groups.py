@@ -70,7 +70,7 @@ class CommitGroups:
                 group, self._queue = self._queue, []
                 try:
                     failed = await self._run(_store_all, _merged(group), self._now_us())
-                except BaseException as exc:  # the pool is gone (a stop): every one fails
+                except BaseException as exc:  # the pool is gone or the loop stops: all fail
                     failed = {store: exc for waiting in group for store, _ in waiting.rows}
                 self.jobs += 1
                 for waiting in group:
