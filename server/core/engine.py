@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,14 @@ from sqltopic.server.core.query_run import QueryRun
 from sqltopic.server.core.remote_vnode import DnodeReads
 from sqltopic.server.core.replica import Replica
 from sqltopic.server.core.state import Forward, Role, State
-from sqltopic.server.core.topic_reader import READ_BYTES, TopicItem, read_topic, read_topics
+from sqltopic.server.core.topic_reader import (
+    READ_BYTES,
+    TopicItem,
+    Waiting,
+    read_topic,
+    read_topics,
+    waiting_of,
+)
 from sqltopic.server.core.tracked_reader import TrackedBlock, read_rows, read_tracked
 from sqltopic.server.core.users import check_subscribe, lookup, may_subscribe
 from sqltopic.server.mnode.coordinator import Coordinator
@@ -490,14 +497,16 @@ class Engine:
             return read_topic(self._state, topic, vgroup, from_version, max_rows, max_bytes)
 
     def read_topics(
-        self, topics: Collection[str], vgroup: int, from_version: int,
+        self, waiting: Waiting | Collection[str], vgroup: int, from_version: int,
         max_bytes: int = READ_BYTES,
     ) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
         """The shared pass (topic_reader.read_topics): what `read_topic` answers for each
-        of `topics` from `from_version`, the entries read and decoded once. A topic
-        dropped meanwhile is left out of the answer."""
+        subscription waiting (by topic, or a list of names) from `from_version`, the
+        entries read and decoded once. A topic dropped meanwhile is left out."""
+        if not isinstance(waiting, Mapping):
+            waiting = waiting_of(waiting)
         with self._state.lock.shared():
-            return read_topics(self._state, topics, vgroup, from_version, max_bytes)
+            return read_topics(self._state, waiting, vgroup, from_version, max_bytes)
 
     def topic_vgroups(self, topic: str) -> tuple[str, list[int]]:
         """The database of `topic` and its vgroups; TopicNotFound when there is none."""

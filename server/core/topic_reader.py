@@ -10,7 +10,8 @@ META topics also return the DDL events, in WAL order among the blocks.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
 from sqltopic.sql.topic.duck import query
 from sqltopic.sql.topic.evaluate import ARROW_EVAL_MAX_ROWS, QueryShape, small_evaluation
-from sqltopic.sql.topic.params import SUBSCRIPTION_SEP, split_subscription, subscribed
+from sqltopic.sql.topic.params import split_subscription, subscribed, topic_of
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
 # Entries one read looks at, at most: enough to amortise a DuckDB query (~1 ms) over
@@ -70,6 +71,9 @@ class TopicMeta:
 
 
 TopicItem = TopicBlock | TopicMeta
+# What a shared pass reads for: topic -> its subscriptions waiting (names as keys; the
+# values are the caller's). A mapping the caller keeps, not a list made per pass.
+Waiting = Mapping[str, Mapping[str, object]]
 # (a query topic's form, its entries' (version, batch) identities) -> their evaluation
 Evaluated = dict[tuple[str, tuple[tuple[int, int], ...]], TopicBlock]
 
@@ -103,21 +107,23 @@ def read_topic(
     items = collector.finish()
     if topic.params or bound is not None:  # ConfigError for a bad or missing binding
         name = subscribed(topic, topic_name)
-        items = _bound(state, topic, items, [name]).get(name, [])
+        items = _bound(state, topic, items, {name}).get(name, [])
     return items, next_version
 
 
 def read_topics(
-    state: State, topic_names: Collection[str], vgroup: int, from_version: int,
-    max_bytes: int = READ_BYTES,
+    state: State, waiting: Waiting, vgroup: int, from_version: int, max_bytes: int = READ_BYTES,
 ) -> tuple[dict[str, list[TopicItem]], int]:  # fmt: skip
-    """The shared pass: what `read_topic` answers for each of `topic_names` (topics of
-    `vgroup`'s database; one dropped meanwhile is left out) from `from_version`, the
-    entries read and decoded once for all of them. Only the topics with a table among
-    the entries (or a DDL event, for WITH META topics) are evaluated; the others, which
-    have no items, are left out of the answer. Reads every entry up to the WAL's end, at
-    most READ_ENTRIES of them and `max_bytes` of bodies; its caller (server/dnode/live.py)
-    uses it for topics whose readers are caught up, where that is a few entries.
+    """The shared pass: what `read_topic` answers for each subscription in `waiting`
+    (by topic, of topics of `vgroup`'s database; one dropped meanwhile is left out)
+    from `from_version`, the entries read and decoded once for all of them. Only the
+    topics with a table among the entries (or a DDL event, for WITH META topics) are
+    evaluated; the others, which have no items, are left out of the answer. Reads every
+    entry up to the WAL's end, at most READ_ENTRIES of them and `max_bytes` of bodies;
+    its caller (server/dnode/live.py) uses it for topics whose readers are caught up,
+    where that is a few entries. Its work grows with the topics evaluated and the
+    subscriptions answered, not with those waiting: a thousand may wait, a write
+    reaches a few.
 
     Raises `VersionNotRetained` when retention removed `from_version`.
     """
@@ -127,12 +133,11 @@ def read_topics(
     owners = {e.owner.name for e in entries if e.owner is not None}
     has_meta = any(e.owner is None for e in entries)
     wanted = {name for table in owners for name in index.get(table, ())}
-    # topic -> the subscriptions to it asked for: only topics with something among the
-    # entries (a thousand may wait, a write reaches a few)
-    by_topic = _asked(topic_names, None if has_meta else wanted)
+    # only topics with something among the entries, unless a DDL event is
+    asked = list(waiting) if has_meta else [name for name in wanted if name in waiting]
     found: dict[str, list[TopicItem]] = {}
     shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
-    for name, names in by_topic.items():
+    for name in asked:
         topic = known.get(name)
         if topic is None:
             continue  # dropped meanwhile
@@ -148,49 +153,39 @@ def read_topics(
                 collector.data(e.version, e.owner, e.batch)
         items = collector.finish()
         if topic.params:  # one evaluation, one partition among the bindings
-            found |= _bound(state, topic, items, names)
+            found |= _bound(state, topic, items, waiting[name].keys())
         else:
             found[topic.name] = items
     return found, next_version
 
 
-def _asked(topic_names: Collection[str], wanted: set[str] | None) -> dict[str, list[str]]:
-    """The subscriptions in `topic_names` by topic, of the topics in `wanted` (all when
-    None). Plain topic names are matched as a set; only bindings (`topic?key`) are
-    looked at one by one."""
-    names = set(topic_names)
-    plain = names if wanted is None else names & wanted
-    by_topic = {name: [name] for name in plain if SUBSCRIPTION_SEP not in name}
-    if SUBSCRIPTION_SEP not in "\n".join(names):  # no binding waits: no loop over a thousand
-        return by_topic
+def waiting_of(names: Iterable[str]) -> Waiting:
+    """Subscription names as `read_topics` takes them: by topic."""
+    out: dict[str, dict[str, None]] = {}
     for name in names:
-        topic, bound, _ = name.partition(SUBSCRIPTION_SEP)
-        if bound and (wanted is None or topic in wanted):
-            by_topic.setdefault(topic, []).append(name)
-    return by_topic
+        out.setdefault(topic_of(name), {})[name] = None
+    return out
 
 
 def _bound(
-    state: State, topic: Topic, items: list[TopicItem], names: list[str]
+    state: State, topic: Topic, items: list[TopicItem], names: AbstractSet[str]
 ) -> dict[str, list[TopicItem]]:
     """The items of each subscription in `names` (bindings of parameterized `topic`),
     from items of its shared form: each block split among the bindings (only those
     with rows are in the answer). A block's table is the bound `tbname` when the topic
     binds one by `=`, as its only source."""
     bindings = _binding_set(state, topic)
-    # binding key -> subscription (a name without `?` binds "")
-    keys = {name.partition(SUBSCRIPTION_SEP)[2]: name for name in names}
     tbname = next((i for i, p in enumerate(topic.params) if p.name == TBNAME and p.op == "="),
                   None)  # fmt: skip
     out: dict[str, list[TopicItem]] = {}
     for item in items:
         assert isinstance(item, TopicBlock)
-        for key, rows in bindings.split(item.data, keys.keys()).items():
-            name = item.table_name
-            if name is None and tbname is not None:
-                name = bindings.binding(key).values[tbname][0]
-            block = TopicBlock(name, rows, item.first_version, item.last_version)
-            out.setdefault(keys[key], []).append(block)
+        for name, rows in bindings.split(item.data, names).items():
+            table = item.table_name
+            if table is None and tbname is not None:
+                table = bindings.binding(name).values[tbname][0]
+            block = TopicBlock(table, rows, item.first_version, item.last_version)
+            out.setdefault(name, []).append(block)
     return out
 
 

@@ -73,19 +73,39 @@ class Waiter:
 
 @dataclass(eq=False)
 class _Level:
-    """Every topic's waiters at one position. A pass that finds nothing for a topic
-    leaves its bucket here, and the level moves on as a whole: one update, however many
-    topics and polls wait."""
+    """Every subscription's waiters at one position, by topic then subscription (a
+    parameterized topic has one per binding waiting). A pass that finds nothing for a
+    subscription leaves its bucket here, and the level moves on as a whole: one update,
+    however many topics and polls wait."""
 
     position: int
-    buckets: dict[str, _Bucket] = field(default_factory=dict)
+    topics: dict[str, dict[str, _Bucket]] = field(default_factory=dict)
+
+    def get(self, name: str) -> _Bucket | None:
+        return self.topics.get(topic_of(name), {}).get(name)
+
+    def put(self, bucket: _Bucket) -> None:
+        self.topics.setdefault(topic_of(bucket.topic), {})[bucket.topic] = bucket
+        bucket.level = self
+
+    def pop(self, bucket: _Bucket) -> None:
+        """Take `bucket` out, when it is the one here for its subscription."""
+        topic = topic_of(bucket.topic)
+        subs = self.topics.get(topic)
+        if subs is not None and subs.get(bucket.topic) is bucket:
+            del subs[bucket.topic]
+            if not subs:
+                del self.topics[topic]
+
+    def buckets(self) -> list[_Bucket]:
+        return [bucket for subs in self.topics.values() for bucket in subs.values()]
 
 
 @dataclass(eq=False)
 class _Bucket:
-    """The waiters of one topic at one level."""
+    """The waiters of one subscription at one level."""
 
-    topic: str
+    topic: str  # the subscription's name
     level: _Level
     waiters: set[Waiter] = field(default_factory=set)
 
@@ -161,16 +181,17 @@ class LiveHub:
 
     def _waiters(self) -> Iterator[Waiter]:
         for level in list(self._at.values()):
-            for bucket in list(level.buckets.values()):
+            for bucket in level.buckets():
                 yield from list(bucket.waiters)
 
     def _add(self, waiter: Waiter, position: int) -> None:
         level = self._at.get(position)
         if level is None:
             level = self._at[position] = _Level(position)
-        bucket = level.buckets.get(waiter.topic)
+        bucket = level.get(waiter.topic)
         if bucket is None:
-            bucket = level.buckets[waiter.topic] = _Bucket(waiter.topic, level)
+            bucket = _Bucket(waiter.topic, level)
+            level.put(bucket)
         bucket.waiters.add(waiter)
         waiter.bucket = bucket
 
@@ -183,10 +204,9 @@ class LiveHub:
         if bucket.waiters:
             return
         level = bucket.level
-        if level.buckets.get(bucket.topic) is bucket:
-            del level.buckets[bucket.topic]
-            if not level.buckets and self._at.get(level.position) is level:
-                del self._at[level.position]
+        level.pop(bucket)
+        if not level.topics and self._at.get(level.position) is level:
+            del self._at[level.position]
 
     async def _drain(self) -> None:
         """Serve every waiting position below the WAL's end, until none is left."""
@@ -198,7 +218,7 @@ class LiveHub:
                     return
                 for position in due:
                     level = self._at.pop(position, None)
-                    if level is not None and level.buckets:
+                    if level is not None and level.topics:
                         await self._pass(level)
         except Exception:  # the waits must never hang on a failed pass
             log.exception("shared pass failed on vgroup %s", self.vnode.vgroup)
@@ -211,17 +231,19 @@ class LiveHub:
         position = level.position
         pending = self.vnode.reader().pending_bytes(position)
         if pending > SHARED_PASS_BYTES:
-            _release(list(level.buckets.values()))
+            _release(level.buckets())
             return
         generation = self._engine.generation
         if generation != self._checked:  # the catalog changed: a topic may be gone
             self._checked = generation
             known = self._engine.catalog.topics
             for waiting in (level, *self._at.values()):
-                for topic in [t for t in waiting.buckets if topic_of(t) not in known]:
+                for topic in [t for t in waiting.topics if t not in known]:
                     # dropped: each poll finds out itself
-                    _release([waiting.buckets.pop(topic)])
-        args = (list(level.buckets), self.vnode.vgroup, position)
+                    _release(list(waiting.topics.pop(topic).values()))
+        # a copy of the topics (the loop may drop one while a worker reads), not of the
+        # subscriptions: the pass looks up only those with rows
+        args = (dict(level.topics), self.vnode.vgroup, position)
         try:
             if pending <= INLINE_PASS_BYTES:
                 found, next_version = await here_or_worker(
@@ -230,15 +252,14 @@ class LiveHub:
             else:
                 found, next_version = await self._worker(self._engine.read_topics, *args)
         except Exception:  # each poll reads for itself and answers its own error
-            _release(list(level.buckets.values()))
+            _release(level.buckets())
             return
-        for topic, items in found.items():
-            bucket = level.buckets.get(topic)
-            served = bucket is not None and self._serve(
+        for name, items in found.items():
+            bucket = level.get(name)
+            if bucket is not None and self._serve(
                 bucket, items, position, next_version, generation
-            )
-            if served:
-                del level.buckets[topic]
+            ):
+                level.pop(bucket)
         self._move(level, next_version)
 
     def _serve(
@@ -281,18 +302,17 @@ class LiveHub:
 
     def _move(self, level: _Level, position: int) -> None:
         """`level`'s waiters now wait at `position`, merged with any already there."""
-        if not level.buckets:
+        if not level.topics:
             return
         there = self._at.get(position)
         if there is None:
             level.position = position
             self._at[position] = level
             return
-        for topic, bucket in level.buckets.items():
-            into = there.buckets.get(topic)
+        for bucket in level.buckets():
+            into = there.get(bucket.topic)
             if into is None:
-                bucket.level = there
-                there.buckets[topic] = bucket
+                there.put(bucket)
                 continue
             for waiter in bucket.waiters:
                 waiter.bucket = into

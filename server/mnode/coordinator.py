@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqltopic.errors import (
     ConfigError,
@@ -136,10 +136,10 @@ class AssignmentView:
     vgroups: tuple[tuple[str, int, int], ...]  # (topic, vgroup, granted epoch)
 
 
-@dataclass(frozen=True)
-class Progress:
+class Progress(NamedTuple):
     """What a consumer last reported for a vgroup it holds: its position (None before
-    its first poll there) and the rows delivered since it got the vgroup."""
+    its first poll there) and the rows delivered since it got the vgroup. A named tuple:
+    a hundred are made per heartbeat, at a third of a frozen dataclass's cost."""
 
     position: int | None
     rows: int
@@ -567,13 +567,17 @@ class Coordinator:
         """Keep progress reports for vgroups the member still holds (a late report of a
         vgroup that moved on must not count its rows twice); the (topic, vgroup) listed."""
         listed: set[tuple[str, int]] = set()
+        group, known = member.group, self.progress
         for topic, vgroup, report in progress:
             listed.add((topic, vgroup))
-            owner = self.owners.get((topic, member.group), {}).get(vgroup)
+            key = (topic, group, vgroup)
+            if known.get(key) == report:
+                continue  # unchanged, as most are between two beats: nothing to save
+            owner = self.owners.get((topic, group), {}).get(vgroup)
             if owner is not None and owner.consumer == member.id:
-                self.progress[topic, member.group, vgroup] = report
-                self._note(topic, member.group, vgroup)
-                self._progress_dirty.add(member.group)
+                known[key] = report
+                self._note(topic, group, vgroup)
+                self._progress_dirty.add(group)
         return listed
 
     def rows(self, topic: str, group: str, vgroup: int) -> int | None:

@@ -355,16 +355,18 @@ async def rebalance_timer(
 
 
 def _progress(reports: Iterable[pb.VgroupProgress]) -> list[tuple[str, int, Progress]]:
-    """The progress reports, checked: positions and row counts are never negative."""
-    out = []
-    for r in reports:
-        position = r.position if r.HasField("position") else None
-        if (position is not None and position < 0) or r.rows < 0:
+    """The progress reports, checked: positions and row counts are never negative (one
+    comprehension, then a check: a consumer lists a hundred vgroups every beat)."""
+    out = [
+        (r.topic, r.vgroup, Progress(r.position if r.HasField("position") else None, r.rows))
+        for r in reports
+    ]
+    for topic, vgroup, p in out:
+        if p.rows < 0 or (p.position is not None and p.position < 0):
             raise ConfigError(
-                f"progress of topic {excerpt(r.topic)} vgroup {r.vgroup}: position "
-                f"{position} and rows {r.rows} must not be negative"
+                f"progress of topic {excerpt(topic)} vgroup {vgroup}: position "
+                f"{p.position} and rows {p.rows} must not be negative"
             )
-        out.append((r.topic, r.vgroup, Progress(position, r.rows)))
     return out
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sqltopic.errors import BackfillUnsupported, InvalidTopicQuery
+from sqltopic.errors import BackfillUnsupported, ConfigError, InvalidTopicQuery
 from sqltopic.server.core import bindings, topic_reader
 from sqltopic.server.core.batches import data_entries
 from sqltopic.server.core.engine import Engine
@@ -22,7 +22,7 @@ from sqltopic.sql.model import Topic
 from sqltopic.sql.topic.arrow_eval import arrow_plan
 from sqltopic.sql.topic.context import with_context
 from sqltopic.sql.topic.duck import query
-from sqltopic.sql.topic.params import Binding, bind
+from sqltopic.sql.topic.params import Binding, bind, subscription_name
 from sqltopic.sql.topic.partition import Partitioner
 from tests.server.support import EngineFactory, block_rows, norm_rows, read_all, vgroups_of
 
@@ -136,31 +136,63 @@ def test_a_read_splits_among_bindings_as_literal_topics_read(written: Engine) ->
     assert delivered[2] > 0
 
 
-def test_a_binding_set_splits_for_the_keys_asked_as_each_bindings_own_partitioner(
-    written: Engine,
+def test_a_binding_set_splits_for_the_subscriptions_asked_as_each_bindings_own_partitioner(
+    written: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shared pass asks a topic's BindingSet for the keys waiting there: it answers
-    exactly those with rows, whether its partitioner covers them or they are new to it."""
+    """The shared pass asks a topic's BindingSet for the subscriptions waiting there: it
+    answers exactly those with rows, whether its partitioner covers them, they are new
+    to it, or it covers them only after a quiet rebuild."""
+    monkeypatch.setattr(bindings, "QUIET_SPLITS", 3)
     topic = written.state.catalog.topic("tp")
     many = [{"tbname": [f"d{n % 4 + 1}", f"D{n // 4 % 6 + 1}"], "location": "xy"[n % 2]}
             for n in range(48)]  # fmt: skip
     keys = list(dict.fromkeys(bind(topic, p).key for p in BINDINGS + many))
+    names = [subscription_name("tp", k) for k in keys]
     assert len(keys) > bindings.REBUILD_MIN  # the second round builds its partitioner
     schema = topic_reader._binding_set(written.state, topic).schema
-    split_rounds = [set(keys[::2]), set(keys), set(keys[1::3])]  # new keys, then covered
+    # new names, then covered ones, then two new ones left alone until the quiet rebuild
+    extra = [subscription_name("tp", bind(topic, {"tbname": ["d2"], "location": loc}).key)
+             for loc in ("x", "y")]  # fmt: skip
+    assert set(extra) - set(names)
+    split_rounds = [set(names[::2]), set(names), set(names[1::3])]
+    split_rounds += [set(names[::5]) | set(extra)] * 5
     for vgroup in vgroups_of(written, "power"):
         plan = arrow_plan(topic.select_sql)
         assert plan is not None
         result = plan.run(_batch(written, topic, vgroup))
         assert result is not None
-        each = {k: Partitioner(topic, [Binding.from_key(topic, k)], schema).split(result)
-                for k in keys}  # fmt: skip
+        each = {n: Partitioner(topic, [Binding.from_key(topic, n.partition("?")[2])], schema)
+                .split(result) for n in names + extra}  # fmt: skip
         for asked in split_rounds:
             got = topic_reader._binding_set(written.state, topic).split(result, asked)
-            want = {k: parts[0] for k, parts in each.items() if k in asked and 0 in parts}
+            want = {n: parts[0] for n, parts in each.items() if n in asked and 0 in parts}
             assert set(got) == set(want)
-            assert all(got[k].equals(want[k]) for k in want)
-    assert topic_reader._binding_set(written.state, topic)._partitioner is not None
+            assert all(got[n].equals(want[n]) for n in want)
+    found = topic_reader._binding_set(written.state, topic)
+    assert found._partitioner is not None
+    assert found._partitioner.count == len({*names, *extra})
+    assert not found._alone  # the two late ones were covered once no binding was new
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("tp", r"binding key '' of topic 'tp' is not a JSON object of parameter values"),
+        ('tp?{"tbname":"d1"', r"binding key '\{\"tbname\":\"d1\"' of topic 'tp' is not a JSON"),
+        ('tp?{"nope":1}', r"topic 'tp' has no parameter 'nope': its parameters are tbname"),
+        ('tp?{"location":"x","tbname":["d1"]} ', r"is not canonical; its binding's key is"),
+    ],
+)
+def test_a_binding_set_refuses_a_subscription_without_a_valid_binding(
+    written: Engine, name: str, error: str
+) -> None:
+    """A subscription the shared pass cannot bind fails the pass (each poll then reads
+    for itself and answers its own error) and is not kept."""
+    topic = written.state.catalog.topic("tp")
+    found = topic_reader._binding_set(written.state, topic)
+    with pytest.raises(ConfigError, match=error):
+        found.split(pa.table({"ts": pa.array([], pa.int64())}), {name})
+    assert name not in found.bindings
 
 
 def _literal_topic(name: str, binding: Binding) -> str:
