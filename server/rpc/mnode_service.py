@@ -358,7 +358,7 @@ def _progress(reports: Iterable[pb.VgroupProgress]) -> list[tuple[str, int, Prog
     """The progress reports, checked: positions and row counts are never negative (one
     comprehension, then a check: a consumer lists a hundred vgroups every beat)."""
     out = [
-        (r.topic, r.vgroup, Progress(r.position if r.HasField("position") else None, r.rows))
+        (r.topic, r.vgroup, Progress(r.position or (0 if r.HasField("position") else None), r.rows))
         for r in reports
     ]
     for topic, vgroup, p in out:

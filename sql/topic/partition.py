@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +38,13 @@ from sqltopic.sql.topic.params import Binding, hidden_name
 # Python dict or set (~0.1 us each) rather than with pc.index_in / pc.is_in, which hash
 # every bound value again on each call (~50 us per 1,000 of them).
 PY_LOOKUP_MAX = 256
+# A result whose parameter columns are one constant per chunk (a vnode's tags and
+# tbname: one per run of a table's rows in a WAL entry), in at most RUN_CHUNKS_MAX
+# chunks with at most RUN_CANDIDATES_MAX candidate bindings over them, is split in
+# Python, chunk by chunk, into zero-copy slices: a look-up per chunk instead of a dozen
+# compute kernels of ~5-10 us each, which cost more than the few rows of a live write.
+RUN_CHUNKS_MAX = 64
+RUN_CANDIDATES_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +56,10 @@ class _Index:
     values: pa.Array  # the distinct bound values, in the lookup type
     position: dict[Any, int]  # value -> its index in `values` (its code)
     bindings_of: pa.ListArray  # per code: the bindings that bound it, ascending
+    of: tuple[tuple[int, ...], ...]  # the same, in Python
     owner: pa.Array | None  # per code: its one binding, when no two bindings share one
     single: pa.Array | None  # per binding: its one code (a `=` parameter)
+    single_codes: tuple[int, ...] | None  # the same, in Python
     pair_set: frozenset[int]  # binding * len(values) + code, for every code bound
     pairs: pa.Array  # the same, as an array
     fanout: float  # bindings per value: the smallest goes first
@@ -85,6 +94,9 @@ class Partitioner:
         rows are left out."""
         if result.num_rows == 0 or self.count == 0:
             return {}
+        by_runs = self._by_runs(result)
+        if by_runs is not None:
+            return by_runs
         codes = [self._codes(result, ix) for ix in self._indexes]
         found = _matches(self._indexes, codes)
         if found is None:
@@ -97,6 +109,44 @@ class Partitioner:
         for index, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
             out[index] = data.slice(start, end - start)
             start = end
+        return out
+
+    def _by_runs(self, result: pa.Table) -> dict[int, pa.Table] | None:
+        """The split of a result whose parameter columns are each one constant per chunk
+        (dictionary chunks of one value, in the lookup type, not FLOAT), chunked alike,
+        in at most RUN_CHUNKS_MAX chunks: each chunk's values looked up once, and each
+        binding's rows as slices of the result. None when the result is not like that
+        (or has too many candidates): the vectorised split takes it."""
+        lengths: list[int] | None = None
+        codes: list[list[int | None]] = []
+        for ix in self._indexes:
+            name = hidden_name(ix.param.name)
+            if name not in result.column_names:
+                return None  # the vectorised split says what is wrong
+            column = result.column(name)
+            kind = column.type
+            if not pa.types.is_dictionary(kind) or ix.param.type.is_float:
+                return None
+            if kind.value_type != _lookup_type(ix.param) or column.num_chunks > RUN_CHUNKS_MAX:
+                return None
+            chunks = column.chunks
+            if any(len(c.dictionary) != 1 or c.null_count for c in chunks):
+                return None
+            sizes = [len(c) for c in chunks]
+            if lengths is not None and sizes != lengths:
+                return None
+            lengths = sizes
+            codes.append([ix.position.get(c.dictionary[0].as_py()) for c in chunks])
+        assert lengths is not None
+        segments = _segments(self._indexes, codes, lengths)
+        if segments is None:
+            return None
+        data = result.select(list(range(self._outputs)))
+        out: dict[int, pa.Table] = {}
+        for binding in sorted(segments):
+            parts = [data.slice(start, size) for start, size in segments[binding]]
+            out[binding] = _plain(parts[0] if len(parts) == 1 else pa.concat_tables(parts),
+                                  self.schema)  # fmt: skip
         return out
 
     def _codes(self, result: pa.Table, ix: _Index) -> pa.Array:
@@ -139,6 +189,41 @@ def _matches(indexes: list[_Index], codes: list[pa.Array]) -> tuple[pa.Array, pa
         return None
     order = pc.sort_indices(binding)  # stable: each binding's rows stay in order
     return binding.take(order), row.take(order)
+
+
+def _segments(
+    indexes: list[_Index], codes: list[list[int | None]], lengths: list[int]
+) -> dict[int, list[tuple[int, int]]] | None:
+    """Per binding, its (start, size) runs of rows, merged where adjacent: chunk k of
+    `lengths[k]` rows has code `codes[i][k]` of parameter `indexes[i]` (None: no binding
+    has its value). None past RUN_CANDIDATES_MAX candidate bindings."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    start = candidates = 0
+    first, rest = indexes[0], indexes[1:]
+    for k, size in enumerate(lengths):
+        chunk = [per_param[k] for per_param in codes]
+        if size and None not in chunk:
+            found = first.of[cast(int, chunk[0])]
+            candidates += len(found)
+            if candidates > RUN_CANDIDATES_MAX:
+                return None
+            for binding in found:
+                if all(_binds(ix, binding, cast(int, code))
+                       for ix, code in zip(rest, chunk[1:], strict=True)):  # fmt: skip
+                    runs = out.setdefault(binding, [])
+                    if runs and sum(runs[-1]) == start:
+                        runs[-1] = (runs[-1][0], runs[-1][1] + size)
+                    else:
+                        runs.append((start, size))
+        start += size
+    return out
+
+
+def _binds(ix: _Index, binding: int, code: int) -> bool:
+    """Did `binding` bind value `code` of this parameter?"""
+    if ix.single_codes is not None:
+        return ix.single_codes[binding] == code
+    return binding * len(ix.values) + code in ix.pair_set
 
 
 def _bound(ix: _Index, binding: pa.Array, code: pa.Array) -> pa.Array:
@@ -205,13 +290,16 @@ def _index(param: Param, bound: list[tuple[Any, ...]]) -> _Index:
             of[position[v]].append(b)
             pairs.append(b * len(distinct) + position[v])
     owned = all(len(bindings) == 1 for bindings in of)
+    single = [position[v[0]] for v in bound] if param.op == "=" else None
     return _Index(
         param=param,
         values=pa.array(distinct, _lookup_type(param)),
         position=position,
         bindings_of=pa.array(of, pa.list_(pa.int64())),
+        of=tuple(tuple(bindings) for bindings in of),
         owner=pa.array([b[0] for b in of], pa.int64()) if owned else None,
-        single=pa.array([position[v[0]] for v in bound], pa.int32()) if param.op == "=" else None,
+        single=pa.array(single, pa.int32()) if single is not None else None,
+        single_codes=tuple(single) if single is not None else None,
         pair_set=frozenset(pairs),
         pairs=pa.array(pairs, pa.int64()),
         fanout=len(pairs) / max(len(distinct), 1),

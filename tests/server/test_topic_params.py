@@ -19,6 +19,7 @@ from sqltopic.sql import layout
 from sqltopic.sql.entries import conform
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import Topic
+from sqltopic.sql.topic import partition
 from sqltopic.sql.topic.arrow_eval import arrow_plan
 from sqltopic.sql.topic.context import with_context
 from sqltopic.sql.topic.duck import query
@@ -134,6 +135,59 @@ def test_a_read_splits_among_bindings_as_literal_topics_read(written: Engine) ->
     assert delivered[0] == delivered[4] > 0
     assert delivered[1] > delivered[0]
     assert delivered[2] > 0
+
+
+@pytest.mark.parametrize("runs", [True, False], ids=["by-runs", "vectorised"])
+def test_the_split_by_runs_equals_the_vectorised_one(
+    written: Engine, monkeypatch: pytest.MonkeyPatch, runs: bool
+) -> None:
+    """A result whose tags and tbname are constants per chunk (a vnode's) is split chunk
+    by chunk into slices; the vectorised split, which takes every other result, gives
+    the same rows to the same bindings. Past its bounds the split falls back to it."""
+    topic = written.state.catalog.topic("tp")
+    bindings = [bind(topic, params) for params in BINDINGS]
+    partitioner = Partitioner(topic, bindings)
+    plan = arrow_plan(topic.select_sql)
+    assert plan is not None
+    checked = 0
+    for vgroup in vgroups_of(written, "power"):
+        result = plan.run(_batch(written, topic, vgroup))
+        assert result is not None
+        if result.num_rows == 0:
+            continue
+        checked += 1
+        assert partitioner._by_runs(result) is not None  # a vnode's result: by runs
+        if not runs:
+            monkeypatch.setattr(partition, "RUN_CHUNKS_MAX", 0)
+            assert partitioner._by_runs(result) is None
+        want = {i: Partitioner(topic, [b]).split(result).get(0) for i, b in enumerate(bindings)}
+        got = partitioner.split(result)
+        assert set(got) == {i for i, rows in want.items() if rows is not None}
+        for i, rows in got.items():
+            assert rows.to_pylist() == want[i].to_pylist()  # type: ignore[union-attr]
+        monkeypatch.undo()
+        plain = result.cast(pa.schema([f.with_type(pa.string()) if f.name.startswith("__")
+                                       else f for f in result.schema]))  # fmt: skip
+        assert partitioner._by_runs(plain) is None  # not dictionaries: vectorised
+    assert checked >= 2
+
+
+def test_the_split_by_runs_gives_way_past_its_candidates(
+    written: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = written.state.catalog.topic("tp")
+    partitioner = Partitioner(topic, [bind(topic, params) for params in BINDINGS])
+    plan = arrow_plan(topic.select_sql)
+    assert plan is not None
+    results = [plan.run(_batch(written, topic, v)) for v in vgroups_of(written, "power")]
+    result = next(r for r in results if r is not None and partitioner.split(r))
+    whole = partitioner.split(result)
+    monkeypatch.setattr(partition, "RUN_CANDIDATES_MAX", 0)
+    assert partitioner._by_runs(result) is None
+    again = partitioner.split(result)
+    assert {i: t.to_pylist() for i, t in again.items()} == {
+        i: t.to_pylist() for i, t in whole.items()
+    }
 
 
 def test_a_binding_set_splits_for_the_subscriptions_asked_as_each_bindings_own_partitioner(
