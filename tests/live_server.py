@@ -11,12 +11,15 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from sqltopic.client import Connection, connect
+from sqltopic.errors import ServerUnavailable
 
 # Starting Python, DuckDB and grpc takes a few seconds on a slow CI machine.
 START_DEADLINE_S = 60.0
@@ -28,6 +31,28 @@ USE power;
 CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)
     TAGS (location VARCHAR(64), groupid INT);
 """
+
+
+# How long a client made right after a restart may keep failing: gRPC's reconnect
+# backoff of the connection a process's earlier channels share (up to ~2 minutes).
+RECONNECT_DEADLINE_S = 120.0
+# Pause between two tries of such a client.
+RECONNECT_PAUSE_S = 0.1
+T = TypeVar("T")
+
+
+def once_answering(make: Callable[[], T]) -> T:
+    """`make()` (a connection or consumer of a server just restarted), tried again while
+    it fails with ServerUnavailable: gRPC shares the connection to an address between
+    a process's channels, and one that an earlier client drove into reconnect backoff
+    may wait a while before it tries the restarted server."""
+    deadline = time.monotonic() + RECONNECT_DEADLINE_S
+    while True:
+        try:
+            return make()
+        except ServerUnavailable:
+            assert time.monotonic() < deadline, "the restarted server never answered"
+            time.sleep(RECONNECT_PAUSE_S)
 
 
 def free_port() -> int:

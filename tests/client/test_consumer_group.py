@@ -24,7 +24,7 @@ from tests.client.support import (
     later_rows,
     rows_of,
 )
-from tests.live_server import POWER, ServerProcess
+from tests.live_server import POWER, ServerProcess, once_answering
 
 # Heartbeats this often make the group react within a couple of seconds.
 FAST = {"heartbeat_interval_ms": 1000, "session_timeout_ms": 6000}
@@ -89,7 +89,7 @@ def test_the_consumer_survives_a_server_restart(data: Path) -> None:
         assert consumer.poll(0.5) is None  # no server: nothing yet, and no error
         server = ServerProcess(data, port=server.port)
         server.wait_ready()
-        with connect(server.address) as conn:
+        with once_answering(lambda: connect(server.address)) as conn:
             conn.execute(later_rows(1_600_000_000_000, 3, voltage=235))
         got: list[Message] = []
         deadline = time.monotonic() + DEADLINE_S

@@ -14,7 +14,6 @@ from typing import Any
 from sqltopic.client import connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.message import Message
-from sqltopic.errors import ServerUnavailable
 from tests.client.support import (
     DEADLINE_S,
     METERS,
@@ -24,7 +23,7 @@ from tests.client.support import (
     keyed_rows,
     later_rows,
 )
-from tests.live_server import POWER, ServerProcess
+from tests.live_server import POWER, ServerProcess, once_answering
 
 Row = tuple[Any, ...]
 # A lease much shorter than the session timeout (60 s below): the rows come back by
@@ -64,18 +63,6 @@ def _take(
             if ack:
                 assert consumer.ack(message) == message.row_count
     return got
-
-
-def _reconnected(group: dict[str, Any]) -> Consumer:
-    """A consumer of the restarted server. gRPC shares a connection to an address
-    between channels, and the one the first consumer had may still wait to retry."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            return Consumer(group)
-        except ServerUnavailable:
-            assert time.monotonic() < deadline, "the restarted server never answered"
-            time.sleep(0.1)
 
 
 def _rows(messages: list[Message]) -> Counter[Row]:
@@ -129,7 +116,7 @@ def test_a_restarted_server_keeps_acknowledgements_and_redelivers_the_rest(
         server.wait_ready()
         consumer.close()  # its leases died with the server
         left = _rows(got) - _rows(acked)
-        with _reconnected(group) as again:
+        with once_answering(lambda: Consumer(group)) as again:
             again.subscribe(["overvoltage"])
             redelivered = _take(again, sum(left.values()))
             assert _rows(redelivered) == left  # only the rows not acknowledged
@@ -165,7 +152,9 @@ def test_a_graceful_stop_saves_the_acknowledgements_polls_carried(data: Path) ->
         assert server.stop() == 0
         server = ServerProcess(data, port=server.port)
         server.wait_ready()
-        with _reconnected(group) as again:  # the first one has not closed: no last ack
+        with once_answering(
+            lambda: Consumer(group)
+        ) as again:  # the first one has not closed: no last ack
             again.subscribe(["overvoltage"])
             assert again.poll(1.0) is None
     finally:
