@@ -33,6 +33,9 @@ REBUILD_SHARE = 8
 # Splits without a new binding after which the partitioner is rebuilt over the few it
 # lacks: each of those costs a small partitioner's split on every pass until then.
 QUIET_SPLITS = 32
+# Versions of waiting subscriptions (topic_reader.Subscriptions) a set remembers as
+# registered: a few per vnode, whose passes alternate.
+CHECKED_VERSIONS = 64
 # Bindings one topic's set keeps at most; past it the set starts again with those read
 # next (a bound on memory when subscribers come and go with ever new values).
 MAX_BINDINGS = 200_000
@@ -51,6 +54,8 @@ class BindingSet:
     # the names the partitioner lacks -> their own partitioner, once made
     _alone: dict[str, Partitioner | None] = field(default_factory=dict)
     _quiet: int = 0  # splits since a binding was new
+    _checked: set[int] = field(default_factory=set)  # versions of `names` registered
+    _resets: int = 0  # a version registered before a reset is not registered after it
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def binding(self, name: str) -> Binding:
@@ -68,12 +73,21 @@ class BindingSet:
                     self._quiet = 0
         return found
 
-    def split(self, result: pa.Table, names: AbstractSet[str]) -> dict[str, pa.Table]:
+    def split(
+        self, result: pa.Table, names: AbstractSet[str], version: int | None = None
+    ) -> dict[str, pa.Table]:
         """The rows of `result` (the shared form's output) of each subscription in
-        `names`; those without rows are left out."""
-        if not self.bindings.keys() >= names:  # C-level: no Python loop over thousands
-            for name in [n for n in list(names) if n not in self.bindings]:  # a copy: C-level
-                self.binding(name)
+        `names`; those without rows are left out. `version` names `names` as they are
+        (it changes when one is added): one whose bindings were registered is not
+        looked at again."""
+        if version is None or version not in self._checked:
+            resets = self._resets
+            self._register(names)
+            with self._lock:
+                if version is not None and resets == self._resets:
+                    if len(self._checked) >= CHECKED_VERSIONS:
+                        self._checked.clear()
+                    self._checked.add(version)
         partitioner, names_of, alone = self._current(names)
         out: dict[str, pa.Table] = {}
         if partitioner is not None:
@@ -85,6 +99,12 @@ class BindingSet:
             if part is not None:
                 out[name] = part
         return out
+
+    def _register(self, names: AbstractSet[str]) -> None:
+        """Make sure every name in `names` is a binding of the set."""
+        if not self.bindings.keys() >= names:  # C-level: no Python loop over thousands
+            for name in [n for n in list(names) if n not in self.bindings]:  # a copy: C-level
+                self.binding(name)
 
     def _current(self, names: AbstractSet[str]) -> tuple[Partitioner | None, list[str], list[str]]:
         """The partitioner over most bindings (rebuilt when it lacks too many, or some
@@ -113,6 +133,8 @@ class BindingSet:
 
     def _reset(self) -> None:
         self.bindings.clear()
+        self._checked.clear()
+        self._resets += 1
         self._names_of = []
         self._alone.clear()
         self._partitioner = None

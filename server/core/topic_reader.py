@@ -10,6 +10,7 @@ META topics also return the DDL events, in WAL order among the blocks.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -71,9 +72,26 @@ class TopicMeta:
 
 
 TopicItem = TopicBlock | TopicMeta
-# What a shared pass reads for: topic -> its subscriptions waiting (names as keys; the
-# values are the caller's). A mapping the caller keeps, not a list made per pass.
-Waiting = Mapping[str, Mapping[str, object]]
+
+
+class Subscriptions(dict[str, Any]):
+    """The subscriptions of one topic waiting for a shared pass, by name (the values are
+    the caller's). `version` changes after each name added (`added`): a version whose
+    bindings a pass registered needs no new look at its thousand names, which are cold
+    in the cache by the next write. None until a name is noted: always looked at."""
+
+    version: int | None = None
+
+    def added(self) -> None:
+        """Note a name added (call after adding it)."""
+        self.version = next(_versions)
+
+
+_versions = itertools.count(1)  # unique across every Subscriptions: a version is its own
+# What a shared pass reads for: topic -> its subscriptions waiting. A mapping the caller
+# keeps and may change on another thread meanwhile (one look-up at a time is safe), not a
+# copy made per pass: touching a thousand entries costs ~150 us once they left the cache.
+Waiting = Mapping[str, Subscriptions]
 # (a query topic's form, its entries' (version, batch) identities) -> their evaluation
 Evaluated = dict[tuple[str, tuple[tuple[int, int], ...]], TopicBlock]
 
@@ -133,11 +151,16 @@ def read_topics(
     owners = {e.owner.name for e in entries if e.owner is not None}
     has_meta = any(e.owner is None for e in entries)
     wanted = {name for table in owners for name in index.get(table, ())}
-    # only topics with something among the entries, unless a DDL event is
-    asked = list(waiting) if has_meta else [name for name in wanted if name in waiting]
+    # only topics with something among the entries, unless a DDL event is (each taken
+    # once: the caller may drop a topic meanwhile)
+    asked = (
+        list(waiting.items())
+        if has_meta
+        else [(name, subs) for name in wanted if (subs := waiting.get(name)) is not None]
+    )
     found: dict[str, list[TopicItem]] = {}
     shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
-    for name in asked:
+    for name, subs in asked:
         topic = known.get(name)
         if topic is None:
             continue  # dropped meanwhile
@@ -153,7 +176,7 @@ def read_topics(
                 collector.data(e.version, e.owner, e.batch)
         items = collector.finish()
         if topic.params:  # one evaluation, one partition among the bindings
-            found |= _bound(state, topic, items, waiting[name].keys())
+            found |= _bound(state, topic, items, subs.keys(), subs.version)
         else:
             found[topic.name] = items
     return found, next_version
@@ -161,15 +184,18 @@ def read_topics(
 
 def waiting_of(names: Iterable[str]) -> Waiting:
     """Subscription names as `read_topics` takes them: by topic."""
-    out: dict[str, dict[str, None]] = {}
+    out: dict[str, Subscriptions] = {}
     for name in names:
-        out.setdefault(topic_of(name), {})[name] = None
+        subs = out.setdefault(topic_of(name), Subscriptions())
+        subs[name] = None
+        subs.added()
     return out
 
 
 def _bound(
-    state: State, topic: Topic, items: list[TopicItem], names: AbstractSet[str]
-) -> dict[str, list[TopicItem]]:
+    state: State, topic: Topic, items: list[TopicItem], names: AbstractSet[str],
+    version: int | None = None,
+) -> dict[str, list[TopicItem]]:  # fmt: skip
     """The items of each subscription in `names` (bindings of parameterized `topic`),
     from items of its shared form: each block split among the bindings (only those
     with rows are in the answer). A block's table is the bound `tbname` when the topic
@@ -180,7 +206,7 @@ def _bound(
     out: dict[str, list[TopicItem]] = {}
     for item in items:
         assert isinstance(item, TopicBlock)
-        for name, rows in bindings.split(item.data, names).items():
+        for name, rows in bindings.split(item.data, names, version).items():
             table = item.table_name
             if table is None and tbname is not None:
                 table = bindings.binding(name).values[tbname][0]

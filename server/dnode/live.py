@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.core.topic_reader import TopicItem
+from sqltopic.server.core.topic_reader import Subscriptions, TopicItem
 from sqltopic.server.dnode.poll import Message, PollLimits, first_message
 from sqltopic.server.vnode.vnode import Vnode
 from sqltopic.sql.topic.params import topic_of
@@ -79,13 +79,19 @@ class _Level:
     however many topics and polls wait."""
 
     position: int
-    topics: dict[str, dict[str, _Bucket]] = field(default_factory=dict)
+    topics: dict[str, Subscriptions] = field(default_factory=dict)  # values: _Buckets
 
     def get(self, name: str) -> _Bucket | None:
-        return self.topics.get(topic_of(name), {}).get(name)
+        subs = self.topics.get(topic_of(name))
+        return subs.get(name) if subs is not None else None
 
     def put(self, bucket: _Bucket) -> None:
-        self.topics.setdefault(topic_of(bucket.topic), {})[bucket.topic] = bucket
+        topic = topic_of(bucket.topic)
+        subs = self.topics.get(topic)
+        if subs is None:
+            subs = self.topics[topic] = Subscriptions()
+        subs[bucket.topic] = bucket
+        subs.added()
         bucket.level = self
 
     def pop(self, bucket: _Bucket) -> None:
@@ -241,9 +247,9 @@ class LiveHub:
                 for topic in [t for t in waiting.topics if t not in known]:
                     # dropped: each poll finds out itself
                     _release(list(waiting.topics.pop(topic).values()))
-        # a copy of the topics (the loop may drop one while a worker reads), not of the
-        # subscriptions: the pass looks up only those with rows
-        args = (dict(level.topics), self.vnode.vgroup, position)
+        # the index itself, not a copy (the pass looks up only the topics and
+        # subscriptions with rows, one at a time: safe while the loop drops some)
+        args = (level.topics, self.vnode.vgroup, position)
         try:
             if pending <= INLINE_PASS_BYTES:
                 found, next_version = await here_or_worker(

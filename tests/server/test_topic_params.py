@@ -228,6 +228,38 @@ def test_a_binding_set_splits_for_the_subscriptions_asked_as_each_bindings_own_p
     assert not found._alone  # the two late ones were covered once no binding was new
 
 
+def test_a_binding_set_looks_at_each_version_of_the_waiting_subscriptions_once(
+    written: Engine,
+) -> None:
+    """A pass hands the subscriptions waiting with their version: the set registers a
+    version's bindings once, looks again after a name is added (a new version) and
+    after it started over (MAX_BINDINGS), never trusting a version from before that."""
+    topic = written.state.catalog.topic("tp")
+    found = topic_reader._binding_set(written.state, topic)
+    names = [subscription_name("tp", bind(topic, p).key) for p in BINDINGS[:4]]
+    empty = pa.table({"ts": pa.array([], pa.int64())})
+    assert topic_reader.Subscriptions().version is None  # nothing noted: always looked at
+    subs = topic_reader.Subscriptions()
+    for name in names[:2]:
+        subs[name] = None
+        subs.added()
+    first = subs.version
+    found.split(empty, subs.keys(), first)
+    assert set(names[:2]) <= found.bindings.keys()
+    subs[names[2]] = None  # added without a new version: this version was looked at
+    found.split(empty, subs.keys(), first)
+    assert names[2] not in set(found.bindings)
+    subs.added()
+    assert subs.version != first
+    found.split(empty, subs.keys(), subs.version)
+    assert names[2] in set(found.bindings)
+    found._reset()
+    found.split(empty, subs.keys(), subs.version)  # registered before the reset: again
+    assert set(names[:3]) == found.bindings.keys()
+    other = topic_reader.waiting_of(names)["tp"]  # versions are unique across sets
+    assert other.version not in (first, subs.version)
+
+
 @pytest.mark.parametrize(
     ("name", "error"),
     [
