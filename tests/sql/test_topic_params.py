@@ -593,6 +593,57 @@ def test_random_bindings_match_a_row_by_row_reference(
         assert (got[i].column("voltage").to_pylist() if i in got else []) == want, (seed, i)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_vnodes_result_split_by_runs_matches_a_row_by_row_reference(
+    catalog: Catalog, seed: int
+) -> None:
+    """A vnode's result (every parameter one constant per chunk, an INT and a VARCHAR tag
+    and tbname, NULL constants among them, empty chunks) is split run by run; random,
+    overlapping bindings each get exactly the rows whose values they bound, in order."""
+    rng = random.Random(seed)
+    topic = create(
+        catalog,
+        "SELECT ts, voltage FROM meters WHERE groupid IN (?) AND code = ? AND tbname IN (?)",
+    )
+    groups, codes, names = [None, 1, 2, 3], [None, "a", "b", "é"], ["d1", "d2", "d3", "d4"]
+    sizes = [rng.randint(0, 9) for _ in range(rng.randint(1, 12))]
+    runs = [(rng.choice(groups), rng.choice(codes), rng.choice(names)) for _ in sizes]
+    rows = sum(sizes)
+
+    def constants(at: int, kind: pa.DataType) -> pa.ChunkedArray:
+        chunks = [pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()),
+                                                 pa.array([run[at]], kind))
+                  for run, n in zip(runs, sizes, strict=True)]  # fmt: skip
+        return pa.chunked_array(chunks, pa.dictionary(pa.int32(), kind))
+
+    result = pa.table({
+        "ts": pa.array(range(rows), pa.timestamp("ms")),
+        "voltage": pa.array(range(rows), pa.int32()),
+        f"{HIDDEN_PREFIX}groupid": constants(0, pa.int32()),
+        f"{HIDDEN_PREFIX}code": constants(1, pa.string()),
+        f"{HIDDEN_PREFIX}tbname": constants(2, pa.string()),
+    })  # fmt: skip
+    bound: list[dict[str, Any]] = [
+        {
+            "groupid": rng.sample(groups[1:], rng.randint(1, 3)),
+            "code": rng.choice(codes[1:]),
+            "tbname": rng.sample(names, rng.randint(1, 4)),
+        }
+        for _ in range(rng.randint(1, 12))
+    ]
+    partitioner = Partitioner(topic, [bind(topic, b) for b in bound])
+    got = partitioner._by_runs(result)
+    assert got is not None  # a vnode's result: split by runs
+    assert got == partitioner.split(result)
+    per_row = [run for run, n in zip(runs, sizes, strict=True) for _ in range(n)]
+    for i, b in enumerate(bound):
+        want = [
+            r for r, (group, code, name) in enumerate(per_row)
+            if group in b["groupid"] and code == b["code"] and name in b["tbname"]
+        ]  # fmt: skip
+        assert (got[i].column("voltage").to_pylist() if i in got else []) == want, (seed, i)
+
+
 def test_many_bindings_each_get_exactly_their_rows(catalog: Catalog) -> None:
     """2,000 bindings of tbname IN (?) over one batch of 2,000 tables: rows of table k go
     to binding k (its own table) and to binding k+1 (its neighbour's)."""
