@@ -186,8 +186,8 @@ def waiting_of(names: Iterable[str]) -> Waiting:
     """Subscription names as `read_topics` takes them: by topic."""
     out: dict[str, Subscriptions] = {}
     for name in names:
-        subs = out.setdefault(topic_of(name), Subscriptions())
-        subs[name] = None
+        out.setdefault(topic_of(name), Subscriptions())[name] = None
+    for subs in out.values():
         subs.added()
     return out
 

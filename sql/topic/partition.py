@@ -113,7 +113,7 @@ class Partitioner:
 
     def _by_runs(self, result: pa.Table) -> dict[int, pa.Table] | None:
         """The split of a result whose parameter columns are each one constant per chunk
-        (dictionary chunks of one value, in the lookup type, not FLOAT), chunked alike,
+        (dictionary chunks of one value, looked up as they are), chunked alike,
         in at most RUN_CHUNKS_MAX chunks: each chunk's values looked up once, and each
         binding's rows as slices of the result. None when the result is not like that
         (or has too many candidates): the vectorised split takes it."""
@@ -124,10 +124,7 @@ class Partitioner:
             if name not in result.column_names:
                 return None  # the vectorised split says what is wrong
             column = result.column(name)
-            kind = column.type
-            if not pa.types.is_dictionary(kind) or ix.param.type.is_float:
-                return None
-            if kind.value_type != _lookup_type(ix.param) or column.num_chunks > RUN_CHUNKS_MAX:
+            if not _looked_up_as_is(column.type, ix.param) or column.num_chunks > RUN_CHUNKS_MAX:
                 return None
             chunks = column.chunks
             if any(len(c.dictionary) != 1 or c.null_count for c in chunks):
@@ -316,13 +313,21 @@ def _lookup_type(p: Param) -> pa.DataType:
     return p.type.arrow(p.precision)
 
 
+def _looked_up_as_is(kind: pa.DataType, p: Param) -> bool:
+    """Whether a hidden column of type `kind` is looked up as it is: dictionaries of the
+    lookup type, their values compared without a cast (not FLOAT: -0.0 must be 0.0)."""
+    return (
+        pa.types.is_dictionary(kind) and kind.value_type == _lookup_type(p) and not p.type.is_float
+    )
+
+
 def _lookup(column: pa.ChunkedArray, p: Param) -> pa.ChunkedArray:
     """A hidden column in its lookup type (dictionaries of that type kept: looking up
     only their values is cheaper)."""
+    if _looked_up_as_is(column.type, p):
+        return column
     target = _lookup_type(p)
     kind = column.type
-    if pa.types.is_dictionary(kind) and kind.value_type == target and not p.type.is_float:
-        return column
     if p.type.name == "TIMESTAMP":
         return pc.cast(pc.cast(column, pa.timestamp(p.precision)), target)
     column = column if kind == target else pc.cast(column, target)

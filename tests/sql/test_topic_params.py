@@ -553,13 +553,12 @@ def test_random_bindings_match_a_row_by_row_reference(
         catalog,
         "SELECT ts, voltage FROM meters WHERE groupid IN (?) AND code = ? AND tbname IN (?)",
     )
-    groups, codes, names = [None, 1, 2, 3], [None, "a", "b", "é"], ["d1", "d2", "d3", "d4"]
 
     def chunk(n: int) -> pa.Array:
         # one value (a vnode's constant; in every chunk for half the seeds) or several;
         # NULL as a value and as an index
         size = 1 if seed % 4 < 2 else rng.randint(1, 3)
-        dictionary = pa.array(rng.sample(groups, size), pa.int32())
+        dictionary = pa.array(rng.sample(GROUPS, size), pa.int32())
         at = [rng.choice([None, *range(len(dictionary))]) for _ in range(n)]
         return pa.DictionaryArray.from_arrays(pa.array(at, pa.int32()), dictionary)
 
@@ -569,28 +568,15 @@ def test_random_bindings_match_a_row_by_row_reference(
         "ts": pa.array(range(rows), pa.timestamp("ms")),
         "voltage": pa.array(range(rows), pa.int32()),
         f"{HIDDEN_PREFIX}groupid": pa.chunked_array([chunk(n) for n in sizes], chunk(0).type),
-        f"{HIDDEN_PREFIX}code": pa.array([rng.choice(codes) for _ in range(rows)]),
-        f"{HIDDEN_PREFIX}tbname": pa.array([rng.choice(names) for _ in range(rows)]),
+        f"{HIDDEN_PREFIX}code": pa.array([rng.choice(CODES) for _ in range(rows)]),
+        f"{HIDDEN_PREFIX}tbname": pa.array([rng.choice(NAMES) for _ in range(rows)]),
     })  # fmt: skip
-    bound: list[dict[str, Any]] = [
-        {
-            "groupid": rng.sample(groups[1:], rng.randint(1, 3)),
-            "code": rng.choice(codes[1:]),
-            "tbname": rng.sample(names, rng.randint(1, 4)),
-        }
-        for _ in range(rng.randint(1, 12))
-    ]
+    bound = _random_bound(rng)
     got = Partitioner(topic, [bind(topic, b) for b in bound]).split(result)
     columns = [
         result.column(f"{HIDDEN_PREFIX}{n}").to_pylist() for n in ("groupid", "code", "tbname")
     ]
-    for i, b in enumerate(bound):
-        want = [
-            r for r in range(rows)
-            if columns[0][r] in b["groupid"] and columns[1][r] == b["code"]
-            and columns[2][r] in b["tbname"]
-        ]  # fmt: skip
-        assert (got[i].column("voltage").to_pylist() if i in got else []) == want, (seed, i)
+    _assert_each_gets_its_rows(got, bound, list(zip(*columns, strict=True)), seed)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -605,9 +591,8 @@ def test_a_vnodes_result_split_by_runs_matches_a_row_by_row_reference(
         catalog,
         "SELECT ts, voltage FROM meters WHERE groupid IN (?) AND code = ? AND tbname IN (?)",
     )
-    groups, codes, names = [None, 1, 2, 3], [None, "a", "b", "é"], ["d1", "d2", "d3", "d4"]
     sizes = [rng.randint(0, 9) for _ in range(rng.randint(1, 12))]
-    runs = [(rng.choice(groups), rng.choice(codes), rng.choice(names)) for _ in sizes]
+    runs = [(rng.choice(GROUPS), rng.choice(CODES), rng.choice(NAMES)) for _ in sizes]
     rows = sum(sizes)
 
     def constants(at: int, kind: pa.DataType) -> pa.ChunkedArray:
@@ -623,19 +608,39 @@ def test_a_vnodes_result_split_by_runs_matches_a_row_by_row_reference(
         f"{HIDDEN_PREFIX}code": constants(1, pa.string()),
         f"{HIDDEN_PREFIX}tbname": constants(2, pa.string()),
     })  # fmt: skip
-    bound: list[dict[str, Any]] = [
-        {
-            "groupid": rng.sample(groups[1:], rng.randint(1, 3)),
-            "code": rng.choice(codes[1:]),
-            "tbname": rng.sample(names, rng.randint(1, 4)),
-        }
-        for _ in range(rng.randint(1, 12))
-    ]
+    bound = _random_bound(rng)
     partitioner = Partitioner(topic, [bind(topic, b) for b in bound])
     got = partitioner._by_runs(result)
     assert got is not None  # a vnode's result: split by runs
     assert got == partitioner.split(result)
     per_row = [run for run, n in zip(runs, sizes, strict=True) for _ in range(n)]
+    _assert_each_gets_its_rows(got, bound, per_row, seed)
+
+
+# The values of the random tests' parameters: groupid, code and tbname, NULL among them.
+GROUPS: list[int | None] = [None, 1, 2, 3]
+CODES: list[str | None] = [None, "a", "b", "é"]
+NAMES = ["d1", "d2", "d3", "d4"]
+
+
+def _random_bound(rng: random.Random) -> list[dict[str, Any]]:
+    """1 to 12 random, overlapping bindings of groupid IN (?), code = ? and tbname IN (?)."""
+    return [
+        {
+            "groupid": rng.sample(GROUPS[1:], rng.randint(1, 3)),
+            "code": rng.choice(CODES[1:]),
+            "tbname": rng.sample(NAMES, rng.randint(1, 4)),
+        }
+        for _ in range(rng.randint(1, 12))
+    ]
+
+
+def _assert_each_gets_its_rows(
+    got: dict[int, pa.Table], bound: list[dict[str, Any]], per_row: list[tuple[Any, ...]],
+    seed: int,
+) -> None:  # fmt: skip
+    """Binding i got exactly the rows (their `voltage` is their index) whose (groupid,
+    code, tbname) in `per_row` it bound, in order: a Python loop per row and binding."""
     for i, b in enumerate(bound):
         want = [
             r for r, (group, code, name) in enumerate(per_row)
