@@ -18,7 +18,10 @@ itself, as a poll that is behind does.
 A waiter with a `sink` stands (a follow on a Consume stream, server/dnode/follow.py): the
 pass hands it each message through the sink and, while its credit lasts, it stays in its
 bucket and moves on with the level, so a caught-up follower costs one sink call per
-message and nothing in between: no new poll, no read of its own, no new waiter.
+message and nothing in between: no new poll, no read of its own, no new waiter. Its
+deadline answers "quiet" (an empty message that moves its position on) only when entries
+passed it by since its last message; otherwise it rearms, so an idle follower sends
+nothing at all and costs one timer callback per deadline.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ INLINE_PASS_BYTES = 64 << 10
 # WAL bytes after the waiting polls' position up to which one pass serves them; beyond,
 # they are behind rather than waiting, and each reads for itself in growing steps.
 SHARED_PASS_BYTES = 8 << 20
+# A standing waiter's timeout at least: it rearms while nothing passes it by, and a
+# shorter one (a follow asking 0 ms) would only spin the event loop on its timer.
+MIN_STANDING_TIMEOUT_S = 1.0
 
 Outcome = Literal["data", "look", "quiet", "credit"]
 Runner = Callable[..., Awaitable[Any]]
@@ -69,6 +75,10 @@ class Waiter:
     # a standing waiter's catalog generation when its poll last checked it (rights):
     # after a change, it goes back to a poll that checks it again
     generation: int = 0
+    # a standing waiter's position after its last message (or where it began): its
+    # timeout answers "quiet" only once entries passed it by since (else it rearms)
+    since: int = 0
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(eq=False)
@@ -163,16 +173,37 @@ class LiveHub:
         if self.vnode.wal.notifier.next_version > position:
             return "look", None, position  # entries landed since its read
         future: asyncio.Future[tuple[Outcome, Message | None]] = self._loop.create_future()
-        waiter = Waiter(topic, consumer_id, epoch, limits, future, sink=sink, generation=generation)
+        waiter = Waiter(
+            topic, consumer_id, epoch, limits, future, sink=sink, generation=generation,
+            since=position,
+        )  # fmt: skip
         self._add(waiter, position)
-        timer = self._loop.call_later(max(timeout, 0.0), _settle, future, "quiet", None)
+        if sink is None:
+            waiter.timer = self._loop.call_later(max(timeout, 0.0), _settle, future, "quiet", None)
+        else:
+            waiter.timer = self._loop.call_later(
+                max(timeout, MIN_STANDING_TIMEOUT_S), self._timed_out, waiter, timeout
+            )
         try:
             outcome, message = await future
         finally:
-            timer.cancel()
+            if waiter.timer is not None:
+                waiter.timer.cancel()
             reached = waiter.bucket.level.position if waiter.bucket is not None else position
             self._discard(waiter)
         return outcome, message, message.end_offset if message is not None else reached
+
+    def _timed_out(self, waiter: Waiter, timeout: float) -> None:
+        """A standing waiter's timeout: "quiet" (an empty message moving its position)
+        only if entries passed it by since its last message; else it stands on and
+        costs nothing (an idle follower sends nothing at all)."""
+        bucket = waiter.bucket
+        if bucket is not None and bucket.level.position <= waiter.since:
+            waiter.timer = self._loop.call_later(
+                max(timeout, MIN_STANDING_TIMEOUT_S), self._timed_out, waiter, timeout
+            )
+        else:
+            _settle(waiter.future, "quiet", None)
 
     def wake_if(self, stale: Callable[[Waiter], bool]) -> None:
         """End the waits that `stale` picks (their consumer's assignment moved, the
@@ -298,6 +329,7 @@ class LiveHub:
                 verdict = waiter.sink(message)
                 if verdict == "stay" and whole:
                     kept.add(waiter)
+                    waiter.since = next_version
                 else:
                     _settle(waiter.future, "look" if verdict == "skip" else "credit", None)
         if not kept:

@@ -53,7 +53,7 @@ def voltages(got: pb.ConsumeResponse) -> list[object]:
 
 
 def follows(
-    wire: Wire, group: str, window: int, start: int = 1
+    wire: Wire, group: str, window: int, start: int = 1, max_wait_ms: int = HOLD_MS
 ) -> tuple[Stream, pb.SubscribeResponse, int, dict[int, int]]:
     """A consumer of `hot` in `group` following each of its vgroups from the start;
     its stream, subscription, epoch and ticket -> vgroup."""
@@ -63,7 +63,7 @@ def follows(
     tickets = {}
     for ticket, a in enumerate(sorted(asg.assignments, key=lambda a: a.vgroup), start=start):
         request = poll_request(sub.consumer_id, group, "hot", a.vgroup, asg.epoch, 1,
-                               {"max_wait_ms": HOLD_MS})  # fmt: skip
+                               {"max_wait_ms": max_wait_ms})  # fmt: skip
         follow(stream, ticket, request, window)
         tickets[ticket] = a.vgroup
     return stream, sub, asg.epoch, tickets
@@ -104,6 +104,31 @@ def test_a_follow_sends_no_more_than_its_credit_until_granted(hot: Connection, w
     got = answer(stream)
     assert (got.ticket, got.open, voltages(got)) == (ticket, True, [231, 232])
     assert span(got)[1] == end
+    assert stream.close() == []
+
+
+def test_a_follow_passed_by_entries_it_does_not_keep_moves_on_with_an_empty_message(
+    hot: Connection, wire: Wire
+) -> None:
+    """An empty message moves a follow's position past entries without rows for it, at
+    its deadline (a follow asking 0 ms waits the server's minimum, 1 s, not a spin);
+    nothing passed by, it sends nothing (tests/server/test_shared_pass.py)."""
+    write(hot, "d1", [230], 0)
+    stream, _, _, tickets = follows(wire, "g", window=4, max_wait_ms=0)
+    answers = [answer(stream) for _ in tickets]  # each vgroup's first poll: at once
+    first = next(a for a in answers if span(a)[0] == "data")
+    assert voltages(first) == [230]
+    assert sorted(span(a)[0] for a in answers) == ["data"] + ["empty"] * (len(tickets) - 1)
+    end = span(first)[2]
+    write(hot, "d1", [200], 10)  # not the topic's: its vgroup's follow is passed by
+    got = answer(stream)
+    assert (got.ticket, got.open) == (first.ticket, True)
+    kind, offset, moved = span(got)
+    assert (kind, offset) == ("empty", moved)  # an empty message is a position
+    assert moved > end
+    write(hot, "d1", [231], 20)  # the next message starts where the empty ended
+    got = answer(stream)
+    assert (got.ticket, voltages(got), span(got)[1]) == (first.ticket, [231], moved)
     assert stream.close() == []
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicBlock
+from sqltopic.server.dnode import live
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message, PollLimits, read_message
 from tests.server.support import block_rows, vgroups_of
@@ -346,6 +347,73 @@ def test_a_catalog_change_sends_standing_waiters_back_to_read(power: Engine) -> 
         await run(None, power.execute, "INSERT INTO a VALUES (2, 1, 12, 1)")
         assert await asyncio.wait_for(standing, 30) == ("look", None, position)
         assert len(sink.messages) == 1
+        assert hub.waiting == 0
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_standing_waiters_deadline_answers_only_once_entries_passed_it_by(
+    power: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle follower sends nothing: its deadline rearms while nothing passed it by
+    since its last message, and answers "quiet" (an empty message moving it on) once
+    entries its topic does not keep went past."""
+    monkeypatch.setattr(live, "MIN_STANDING_TIMEOUT_S", 0.0)
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a' AND voltage > 5"
+    )
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        fired: list[int] = []
+        timed_out = hub._timed_out
+
+        def counted(waiter: live.Waiter, timeout: float) -> None:
+            fired.append(1)
+            timed_out(waiter, timeout)
+
+        hub._timed_out = counted  # type: ignore[method-assign]
+        run = asyncio.get_running_loop().run_in_executor
+        start = vnode.wal.next_version
+        sink = _Sink("stay", "stay")
+        standing = asyncio.ensure_future(
+            hub.wait("ta", start, 1, 1, PollLimits(), 0.001, sink, power.generation)
+        )
+        # nothing written: its deadline passes again and again, and it stands on
+        await _until(lambda: len(fired) >= 5)
+        assert not standing.done()
+        # a message for it: it stays, and nothing passed it by since that message
+        await run(None, power.execute, "INSERT INTO a VALUES (1, 1, 11, 1)")
+        await _until(lambda: len(sink.messages) == 1)
+        after = len(fired)
+        await _until(lambda: len(fired) >= after + 5)
+        assert not standing.done()
+        assert hub.waiting == 1
+        # an entry it does not keep: the level moves past it, and the next deadline
+        # answers "quiet" where the level is now
+        await run(None, power.execute, "INSERT INTO a VALUES (2, 1, 1, 1)")
+        assert await asyncio.wait_for(standing, 30) == ("quiet", None, vnode.wal.next_version)
+        assert len(sink.messages) == 1
+        assert hub.waiting == 0
+        hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_held_poll_answers_quiet_at_its_deadline(power: Engine) -> None:
+    """A poll that does not stand answers at its deadline, entries or not (the
+    `max_wait_ms` of Fetch and Poll)."""
+    power.execute("CREATE TABLE a USING meters TAGS ('x', 1); CREATE TOPIC ta AS SELECT * FROM a")
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        start = vnode.wal.next_version
+        held = hub.wait("ta", start, 1, 1, PollLimits(), 0.001)
+        assert await asyncio.wait_for(held, 30) == ("quiet", None, start)
         assert hub.waiting == 0
         hub.close()
 
