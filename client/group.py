@@ -15,6 +15,7 @@ from sqltopic.client.rebalance import Rebalancing
 from sqltopic.client.state import (
     ASSIGNMENT_RECHECK_S,
     Held,
+    Key,
     one,
     topic_names,
     with_params,
@@ -91,9 +92,8 @@ class Membership(Rebalancing):
     def _beat(self) -> Flow[bool]:
         """Send a Heartbeat; True when its answer changed what a poll must do."""
         polled, self.polled = self.polled, False
-        request = pb.HeartbeatRequest(
-            consumer_id=self.consumer_id, epoch=self.epoch, polled=polled, progress=self.progress()
-        )
+        request, current = self._heartbeat_request(polled)
+        self.reported = None  # until answered: a beat that fails lists every vgroup next
         try:
             answer: pb.HeartbeatResponse = yield from self._rpc("mnode", "Heartbeat", request)
         except ConsumerFenced:
@@ -104,7 +104,27 @@ class Membership(Rebalancing):
         except Error:
             self.polled = self.polled or polled  # report the poll with the next heartbeat
             raise
+        if answer.takes_progress_changes and not answer.wants_full_progress:
+            self.reported = current
         return self._on_heartbeat(answer)
+
+    def _heartbeat_request(
+        self, polled: bool
+    ) -> tuple[pb.HeartbeatRequest, dict[Key, tuple[int | None, int]]]:
+        """The heartbeat, and the progress it reports. It lists only the vgroups whose
+        progress changed when the mnode took our last one and we hold the same vgroups
+        (most entries do not change between two beats: a consumer of 40 bindings over 4
+        vgroups holds 160), else every vgroup."""
+        current = {key: (h.position, h.rows) for key, h in self.held.items()}
+        reported = self.reported
+        request = pb.HeartbeatRequest(consumer_id=self.consumer_id, epoch=self.epoch, polled=polled)
+        if reported is not None and reported.keys() == current.keys():
+            changed = [key for key, now in current.items() if reported[key] != now]
+            request.progress.extend(self.progress(changed))
+            request.progress_changed_only = True
+        else:
+            request.progress.extend(self.progress())
+        return request, current
 
     def _on_heartbeat(self, answer: pb.HeartbeatResponse) -> bool:
         if answer.status == pb.CONSUMER_STATUS_REMOVED:
@@ -150,6 +170,7 @@ class Membership(Rebalancing):
         if answer.heartbeat_interval_ms > 0:
             self.heartbeat_s = answer.heartbeat_interval_ms / 1000
         self.epoch = 0
+        self.reported = None  # a new member: its first heartbeat lists every vgroup
         self.need_rejoin = False
         self.topic_errors.clear()
         yield from self._refresh()

@@ -158,6 +158,9 @@ class CoreState:
         self.need_login = self.need_refresh = self.need_rejoin = False
         self.topic_errors: dict[str, Error] = {}
         self.polled = False
+        # the progress the mnode took with our last heartbeat, when it takes changes
+        # only: the next one lists only what differs (None: it lists every vgroup)
+        self.reported: dict[Key, tuple[int | None, int]] | None = None
         self.closed = False
         self.paused: set[Key] = set()  # not fetched until resumed (positions kept)
         self.announced: set[Key] = set()  # told to the application by an "assign" Notify
@@ -230,10 +233,12 @@ class CoreState:
         if self.closed:
             raise Error("this consumer is closed; create a new one")
 
-    def progress(self) -> list[pb.VgroupProgress]:
+    def progress(self, keys: Iterable[Key] | None = None) -> list[pb.VgroupProgress]:
+        """Every held vgroup's progress, or those of `keys`."""
+        held = self.held.values() if keys is None else (self.held[key] for key in keys)
         return [
             pb.VgroupProgress(topic=h.topic, vgroup=h.vgroup, position=h.position, rows=h.rows)
-            for h in self.held.values()
+            for h in held
         ]
 
     def positions(self, keys: Iterable[Key]) -> list[pb.TopicVgroupOffset]:

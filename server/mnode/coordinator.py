@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
@@ -120,6 +121,10 @@ class Member:
     share: ShareSettings | None = None  # a shared group's settings (None in the others)
     # since when (coordinator clock) it waits for vgroups a holder still lets go
     rebalancing_since: float | None = None
+    # the vgroups its last full progress listing named: a heartbeat listing only what
+    # changed holds these still (None: not known, after a restart or a listing that
+    # named another; its next answer asks for a full one)
+    listed: frozenset[tuple[str, int]] | None = None
 
     @property
     def group_id(self) -> str:
@@ -523,10 +528,13 @@ class Coordinator:
             departure(consumer_id, topics)
 
     def heartbeat(
-        self, consumer_id: int, polled: bool, progress: Iterable[tuple[str, int, Progress]] = ()
-    ) -> Member | None:
-        """Note the member alive (and polling) and its progress on the vgroups it holds;
-        None when it is not a member (removed)."""
+        self, consumer_id: int, polled: bool, progress: Iterable[tuple[str, int, Progress]] = (),
+        changed_only: bool = False,
+    ) -> Member | None:  # fmt: skip
+        """Note the member alive (and polling) and its progress on the vgroups it holds
+        (all of them, or with `changed_only` those whose progress changed since its last
+        heartbeat: it holds the others still); None when it is not a member (removed).
+        The member's `listed` is None after it when a full listing is wanted."""
         with self._lock:
             member = self.members.get(consumer_id)
             if member is None:
@@ -535,10 +543,15 @@ class Coordinator:
             if polled:
                 member.last_poll = member.last_heartbeat
             reported = self._report(member, progress)
-            self._release_unreported(member, reported)
+            if not changed_only:
+                member.listed = frozenset(reported)
+            elif member.listed is not None and not reported <= member.listed:
+                member.listed = None  # it holds another vgroup: it must list them all
+            if member.listed is not None:
+                self._release_unreported(member, member.listed)
             return member
 
-    def _release_unreported(self, member: Member, reported: set[tuple[str, int]]) -> None:
+    def _release_unreported(self, member: Member, reported: AbstractSet[tuple[str, int]]) -> None:
         """A heartbeat lists every vgroup the consumer still holds: revoked ones it no
         longer lists were let go."""
         for topic, group, vgroup, consumer in self._revoking():

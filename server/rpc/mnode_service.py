@@ -154,14 +154,20 @@ class MnodeService(pb_grpc.MnodeServicer):
         coordinator's state may need a save afterwards (`unsaved`)."""
         progress = _progress(request.progress)
         self._check_user(request.consumer_id, user)
-        member = self._coordinator.heartbeat(request.consumer_id, request.polled, progress)
+        member = self._coordinator.heartbeat(
+            request.consumer_id, request.polled, progress, request.progress_changed_only
+        )
         if member is None:
-            return pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
+            return pb.HeartbeatResponse(
+                status=pb.CONSUMER_STATUS_REMOVED, takes_progress_changes=True
+            )
         return pb.HeartbeatResponse(
             epoch=member.epoch,
             refresh_assignment=member.epoch > request.epoch,
             status=STATUS[member.status],
             topics=self._topic_states(member),
+            takes_progress_changes=True,
+            wants_full_progress=member.listed is None,
         )
 
     def _share_settings(

@@ -16,7 +16,7 @@ from sqltopic.client.config import parse_config
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Empty, Message, TopicPartition
 from sqltopic.client.rebalance import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
-from sqltopic.errors import ConsumerFenced, Error, OffsetOutOfRange
+from sqltopic.errors import ConsumerFenced, Error, OffsetOutOfRange, ServerUnavailable
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 T = TypeVar("T")
@@ -311,3 +311,84 @@ def test_assign_from_on_assign_positions_with_confluent_offsets() -> None:
     assert [p.offset for p in positions] == [BEGIN, END, 20, None]
     with pytest.raises(Error, match="assign: topic t vgroup 9 not assigned"):
         server.run(core.assign([TopicPartition("t", 9, 1)]))
+
+
+class BeatServer(FakeServer):
+    """A FakeServer that keeps each heartbeat and answers as a server that takes
+    heartbeats of changes (`takes`), may ask for a full listing (`wants`) or fail."""
+
+    def __init__(self, core: ConsumerCore, vgroups: list[int]) -> None:
+        super().__init__(core, vgroups)
+        self.beats: list[tuple[bool, dict[int, tuple[int | None, int]]]] = []
+        self.takes, self.wants, self.fail = True, False, False
+
+    def Heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        listed = {
+            p.vgroup: (p.position if p.HasField("position") else None, p.rows)
+            for p in request.progress
+        }
+        self.beats.append((request.progress_changed_only, listed))
+        if self.fail:
+            raise ServerUnavailable("the mnode is away")
+        return pb.HeartbeatResponse(
+            epoch=self.epoch, status=READY, takes_progress_changes=self.takes,
+            wants_full_progress=self.wants,
+        )  # fmt: skip
+
+
+def beat(core: ConsumerCore, server: BeatServer) -> tuple[bool, dict[int, tuple[int | None, int]]]:
+    server.run(core.heartbeat())
+    return server.beats[-1]
+
+
+def test_heartbeats_list_only_the_progress_that_changed_while_the_server_takes_them() -> None:
+    config = {"group.id": "g", "enable.auto.commit": "false"}
+    core = ConsumerCore(parse_config(config), clock=Clock())
+    server = BeatServer(core, [1, 2, 3])
+    server.run(core.login())
+    server.run(core.subscribe(["t"]))
+    unset = (None, 0)
+    assert beat(core, server) == (False, {1: unset, 2: unset, 3: unset})  # the first: all
+    assert beat(core, server) == (True, {})  # nothing changed
+    message = server.run(core.poll(0))
+    assert message is not None
+    moved = core.held[("t", message.vgroup)]
+    assert beat(core, server) == (True, {message.vgroup: (moved.position, moved.rows)})
+    assert beat(core, server) == (True, {})
+    # a heartbeat that failed: the next lists every vgroup (the server may not have it)
+    server.fail = True
+    with pytest.raises(ServerUnavailable):
+        server.run(core.heartbeat())
+    server.fail = False
+    assert beat(core, server)[0] is False
+    assert beat(core, server) == (True, {})
+    # the server asks for a full listing: the next one is
+    server.wants = True
+    assert beat(core, server) == (True, {})
+    server.wants = False
+    assert beat(core, server)[0] is False
+    # the vgroups held change: the consumer reports the one let go at once, listing
+    # every vgroup it holds now
+    server.epoch += 1
+    server.vgroups = [1, 2]
+    server.run(core._refresh())
+    full, listed = server.beats[-1]
+    assert (full, sorted(listed)) == (False, [1, 2])
+    assert beat(core, server) == (True, {})
+    # a server that does not take them gets every vgroup every time
+    server.takes = False
+    beat(core, server)
+    full, listed = beat(core, server)
+    assert (full, sorted(listed)) == (False, [1, 2])
+
+
+def test_a_rejoined_consumer_lists_every_vgroup_first() -> None:
+    config = {"group.id": "g", "enable.auto.commit": "false"}
+    core = ConsumerCore(parse_config(config), clock=Clock())
+    server = BeatServer(core, [1])
+    server.run(core.login())
+    server.run(core.subscribe(["t"]))
+    beat(core, server)
+    assert beat(core, server) == (True, {})
+    server.run(core._rejoin())  # the mnode forgot it: a new member
+    assert beat(core, server)[0] is False

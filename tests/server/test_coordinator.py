@@ -117,6 +117,74 @@ def test_a_holder_that_never_lets_go_loses_the_vgroup_after_its_session_timeout(
     assert coord.member(a.id) is not None  # a is alive, only the revocation timed out
 
 
+U_VGROUPS = [("u", 5), ("u", 6)]  # the coord fixture's vgroups of topic u
+
+
+def listed_of(member: Member) -> frozenset[tuple[str, int]] | None:
+    """(read through a call: mypy narrows an attribute across the calls that change it)"""
+    return member.listed
+
+
+def test_a_heartbeat_of_changes_keeps_the_rest_as_the_last_full_listing_left_it(
+    coord: Coordinator,
+) -> None:
+    a = coord.subscribe(0, "g", ["u"])
+    both = [("u", 5, Progress(1, 0)), ("u", 6, Progress(1, 0))]
+    member = coord.heartbeat(a.id, polled=True, progress=both)
+    assert member is not None
+    assert member.listed == frozenset(U_VGROUPS)
+    coord.heartbeat(a.id, polled=True, progress=[("u", 5, Progress(3, 2))], changed_only=True)
+    assert coord.progress[("u", "g", 5)] == Progress(3, 2)
+    assert coord.progress[("u", "g", 6)] == Progress(1, 0)  # unlisted: as it was
+    assert member.listed == frozenset(U_VGROUPS)  # no full listing wanted
+    b = coord.subscribe(0, "g", ["u"])  # one of a's two is revoked
+    (_, moving), *_ = [k for k in U_VGROUPS if k not in _held(coord, a.id)]
+    # nothing changed: a still holds what its last full listing named, the revoked one too
+    coord.heartbeat(a.id, polled=True, changed_only=True)
+    assert _held(coord, b.id) == set()
+    # a lets it go: its vgroups changed, so it lists them all, without that one
+    coord.heartbeat(
+        a.id, polled=True, progress=[(t, v, Progress(3, 2)) for t, v in _held(coord, a.id)]
+    )
+    assert _held(coord, b.id) == {("u", moving)}
+    assert member.listed == _held(coord, a.id)
+
+
+def test_without_a_full_listing_a_heartbeat_of_changes_lets_nothing_go(
+    coord: Coordinator, tmp_path: Path, clock: Clock
+) -> None:  # fmt: skip
+    """A heartbeat of changes with no full listing to go by (the mnode restarted, or it
+    named a vgroup the last full listing did not): its entries are kept, no vgroup is
+    taken as let go, and `listed` None asks for a full listing."""
+    a = coord.subscribe(0, "g", ["u"])
+    member = coord.heartbeat(a.id, polled=True, progress=[("u", 5, Progress(4, 1))],
+                             changed_only=True)  # fmt: skip
+    assert member is not None
+    assert member.listed is None
+    assert coord.progress[("u", "g", 5)] == Progress(4, 1)
+    b = coord.subscribe(0, "g", ["u"])
+    coord.heartbeat(a.id, polled=True, changed_only=True)
+    assert _held(coord, b.id) == set()  # not listed, but not let go either
+    # a full listing, then changes naming a vgroup it did not list: a full one is wanted
+    coord.heartbeat(a.id, polled=True, progress=[(t, v, Progress(4, 1)) for t, v in U_VGROUPS])
+    assert listed_of(member) == frozenset(U_VGROUPS)
+    coord.heartbeat(a.id, polled=True, progress=[("t", 1, Progress(1, 0))], changed_only=True)
+    assert listed_of(member) is None
+    assert ("t", "g", 1) not in coord.progress  # not its vgroup: not kept
+    assert _held(coord, b.id) == set()
+    # a restart forgets the listings: every member's next heartbeat must list them all
+    store = CoordinatorStore(tmp_path)
+    first = Coordinator(lambda topic: [5, 6], clock=clock, store=store)
+    c = first.subscribe(0, "g", ["u"])
+    first.heartbeat(c.id, polled=True, progress=[("u", 5, Progress(1, 0))])
+    first.persist(progress=True)
+    again = Coordinator(lambda topic: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    back = again.heartbeat(c.id, polled=True, changed_only=True)
+    assert back is not None
+    assert back.listed is None
+
+
 def test_each_topic_is_balanced_among_its_own_subscribers(coord: Coordinator) -> None:
     a = coord.subscribe(0, "g", ["t", "u"])
     b = coord.subscribe(0, "g", ["u"])

@@ -88,14 +88,16 @@ def test_each_beat_is_answered_as_its_own_heartbeat_would_be(hot: Connection, wi
     ]
     answers = beats(wire, requests)
     assert answers[0] == pb.HeartbeatResponse(
-        epoch=assignment.epoch, status=pb.CONSUMER_STATUS_READY
+        epoch=assignment.epoch, status=pb.CONSUMER_STATUS_READY, takes_progress_changes=True
     )
     assert answers[1].refresh_assignment
     assert answers[1].epoch == b.epoch
     assert isinstance(answers[2], AuthenticationFailed)
     assert "unknown or expired token" in str(answers[2])
     assert isinstance(answers[3], NoPermission)
-    assert answers[4] == pb.HeartbeatResponse(status=pb.CONSUMER_STATUS_REMOVED)
+    assert answers[4] == pb.HeartbeatResponse(
+        status=pb.CONSUMER_STATUS_REMOVED, takes_progress_changes=True
+    )
     # the same beats as calls of their own answer alike (the good ones changed nothing
     # more: the progress was reported already)
     expected = [alone(wire, t, r) for t, r in requests]
@@ -105,6 +107,47 @@ def test_each_beat_is_answered_as_its_own_heartbeat_would_be(hot: Connection, wi
     # the good beat's progress reached the mnode
     mine = {v: n for (c, v), n in subscriptions(hot).items() if c == str(a.consumer_id)}
     assert mine == {x.vgroup: 7 for x in assignment.assignments}
+
+
+def test_a_heartbeat_of_changes_updates_only_what_it_lists(hot: Connection, wire: Wire) -> None:
+    """progress_changed_only: the vgroups it does not list keep what the last full
+    listing said, and a vgroup being revoked that it does not list is not let go; a
+    member without a full listing is asked for one."""
+    tok = token(wire)
+    a = wire.subscribe("g", ["hot"])
+    asg = wire.assignment(a.consumer_id)
+    vgroups = sorted(x.vgroup for x in asg.assignments)
+
+    def heartbeat(rows: dict[int, int], changed_only: bool) -> pb.HeartbeatResponse:
+        progress = [pb.VgroupProgress(topic="hot", vgroup=v, rows=n) for v, n in rows.items()]
+        request = pb.HeartbeatRequest(
+            consumer_id=a.consumer_id, epoch=asg.epoch, polled=True, progress=progress,
+            progress_changed_only=changed_only,
+        )  # fmt: skip
+        answer = alone(wire, tok, request)
+        assert isinstance(answer, pb.HeartbeatResponse), answer
+        return answer
+
+    # its first heartbeat lists only changes: kept, and a full listing is asked for
+    first = heartbeat({vgroups[0]: 3}, changed_only=True)
+    assert (first.takes_progress_changes, first.wants_full_progress) == (True, True)
+    full = heartbeat(dict.fromkeys(vgroups, 7), changed_only=False)
+    assert (full.takes_progress_changes, full.wants_full_progress) == (True, False)
+    changed = heartbeat({vgroups[1]: 9}, changed_only=True)
+    assert changed.wants_full_progress is False
+    mine = {v: n for (c, v), n in subscriptions(hot).items() if c == str(a.consumer_id)}
+    assert mine == {v: 9 if v == vgroups[1] else 7 for v in vgroups}
+    # a second consumer joins: half of a's vgroups are being revoked, and a heartbeat of
+    # changes that lists none of them does not let them go
+    b = wire.subscribe("g", ["hot"])
+    heartbeat({}, changed_only=True)
+    assert wire.assignment(b.consumer_id).assignments == []
+    # a full listing without them does
+    kept = {x.vgroup for x in wire.assignment(a.consumer_id).assignments}
+    heartbeat(dict.fromkeys(kept, 9), changed_only=False)
+    moved = {x.vgroup for x in wire.assignment(b.consumer_id).assignments}
+    assert moved == set(vgroups) - kept
+    assert moved
 
 
 def test_an_empty_call_answers_nothing(hot: Connection, wire: Wire) -> None:

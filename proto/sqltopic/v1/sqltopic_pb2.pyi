@@ -1180,6 +1180,7 @@ class HeartbeatRequest(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     POLLED_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    PROGRESS_CHANGED_ONLY_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     """The consumer's id."""
     epoch: _builtins.int
@@ -1188,9 +1189,19 @@ class HeartbeatRequest(_message.Message):
     """True when the application called poll since the previous heartbeat (feeds
     max.poll.interval.ms; background fetching does not count).
     """
+    progress_changed_only: _builtins.bool
+    """True: `progress` lists only the vgroups whose position or rows changed since the
+    consumer's previous heartbeat that was answered, and the consumer still holds
+    exactly the vgroups of its last full listing (the others as that beat left them).
+    Send it only to a server whose answer said `takes_progress_changes`, and list every
+    vgroup (false) whenever the vgroups held changed, after a heartbeat that failed, and
+    when the answer asked for it (`wants_full_progress`).
+    """
     @_builtins.property
     def progress(self) -> _containers.RepeatedCompositeFieldContainer[Global___VgroupProgress]:
-        """One entry per vgroup the consumer currently holds."""
+        """One entry per vgroup the consumer currently holds; with `progress_changed_only`,
+        only those whose entry changed since its previous answered heartbeat.
+        """
 
     def __init__(
         self,
@@ -1199,10 +1210,11 @@ class HeartbeatRequest(_message.Message):
         epoch: _builtins.int = ...,
         polled: _builtins.bool = ...,
         progress: _abc.Iterable[Global___VgroupProgress] | None = ...,
+        progress_changed_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "polled", b"polled", "progress", b"progress"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "epoch", b"epoch", "polled", b"polled", "progress", b"progress", "progress_changed_only", b"progress_changed_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1252,6 +1264,8 @@ class HeartbeatResponse(_message.Message):
     REFRESH_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    TAKES_PROGRESS_CHANGES_FIELD_NUMBER: _builtins.int
+    WANTS_FULL_PROGRESS_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     """The consumer's current epoch."""
     refresh_assignment: _builtins.bool
@@ -1260,6 +1274,16 @@ class HeartbeatResponse(_message.Message):
     """
     status: Global___ConsumerStatus.ValueType
     """The consumer's status; REMOVED means rejoin with Subscribe."""
+    takes_progress_changes: _builtins.bool
+    """True: this server takes heartbeats listing only the progress that changed
+    (`HeartbeatRequest.progress_changed_only`).
+    """
+    wants_full_progress: _builtins.bool
+    """True: list every vgroup held in the next heartbeat. The server has no full listing
+    of this consumer's vgroups (it restarted, or a heartbeat of changes named a vgroup
+    its last full listing did not): this heartbeat's entries were kept, and nothing the
+    consumer did not list was taken as let go.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicState]:
         """Subscribed topics with a flag set; topics without a flag are not listed."""
@@ -1271,10 +1295,12 @@ class HeartbeatResponse(_message.Message):
         refresh_assignment: _builtins.bool = ...,
         status: Global___ConsumerStatus.ValueType = ...,
         topics: _abc.Iterable[Global___TopicState] | None = ...,
+        takes_progress_changes: _builtins.bool = ...,
+        wants_full_progress: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "refresh_assignment", b"refresh_assignment", "status", b"status", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "refresh_assignment", b"refresh_assignment", "status", b"status", "takes_progress_changes", b"takes_progress_changes", "topics", b"topics", "wants_full_progress", b"wants_full_progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
