@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.wire import follow_answer
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message
 from sqltopic.server.dnode.poll_wire import frames_of, limits_of, wait_s, with_names
@@ -42,8 +43,8 @@ HubOf = Callable[[pb.PollRequest], LiveHub]
 EpochOf = Callable[[int], int]
 # () -> the catalog's generation (it changes with every catalog change)
 Generation = Callable[[], int]
-# an answer to send on the stream
-Put = Callable[[pb.ConsumeResponse], None]
+# an answer to send on the stream, or one serialized already
+Put = Callable[[pb.ConsumeResponse | bytes], None]
 
 
 @dataclass(eq=False)
@@ -81,22 +82,22 @@ class Credit:
 class _Frames:
     """Messages framed lately: every follower of a topic gets the same message in a
     pass, and topics of one form over the same entries the same blocks (the pass
-    evaluates them once), so one framing serves them all. The messages are kept with
-    their frames: the key holds their blocks' identities."""
+    evaluates them once), so one framing serves them all. Kept per message: how many
+    frames it takes and its first frame serialized (a follower sends a message of one
+    frame only), with the message itself: the key holds its blocks' identities."""
 
-    found: dict[tuple[object, ...], tuple[Message, list[pb.PollResponse]]] = field(
-        default_factory=dict
-    )
+    found: dict[tuple[object, ...], tuple[Message, int, bytes]] = field(default_factory=dict)
 
-    def of(self, message: Message, names: bool) -> list[pb.PollResponse]:
+    def of(self, message: Message, names: bool) -> tuple[int, bytes]:
         key = (message.kind, message.offset, message.end_offset, names,
                *((id(b.data), b.table_name) for b in message.blocks))  # fmt: skip
         hit = self.found.get(key)
         if hit is None:
             if len(self.found) >= FRAMED_KEPT:
                 self.found.clear()
-            hit = self.found[key] = (message, frames_of(message, names))
-        return hit[1]
+            frames = frames_of(message, names)
+            hit = self.found[key] = (message, len(frames), frames[0].SerializeToString())
+        return hit[1], hit[2]
 
 
 class Follows:
@@ -178,14 +179,11 @@ class _Follower:
     def deliver(self, message: Message) -> Verdict:
         """The pass's message for this follower, sent unless it must be an ordinary
         poll's (several frames, or the consumer's epoch rose)."""
-        frames = self._frames.of(message, self.names)
+        count, frame = self._frames.of(message, self.names)
         epoch = self._epoch_of(self.request.consumer_id)
-        if len(frames) > 1 or epoch > self.request.epoch or self.credit.left <= 0:
+        if count > 1 or epoch > self.request.epoch or self.credit.left <= 0:
             return "skip"
-        answer = pb.ConsumeResponse(ticket=self.ticket, open=True)
-        answer.message.CopyFrom(frames[0])
-        answer.message.epoch = epoch
-        self._put(answer)
+        self._put(follow_answer(self.ticket, frame, epoch))
         self.credit.spend()
         self.position = message.end_offset
         return "stay" if self.credit.left > 0 else "leave"

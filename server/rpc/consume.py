@@ -23,6 +23,7 @@ from sqltopic.errors import Error, InvalidRequest, LimitExceeded
 from sqltopic.proto.consume import MAX_MORE_REQUESTS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
+from sqltopic.proto.wire import BATCH_ENTRY_OVERHEAD, batched
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
 from sqltopic.server.rpc.rpc import unexpected
 
@@ -39,6 +40,8 @@ MAX_BATCH_ANSWERS = 256
 # (a single answer of one frame is at most ~4 MiB).
 MAX_BATCH_BYTES = 16 << 20
 
+# an answer on the stream: a ConsumeResponse, or one serialized already
+Answer = pb.ConsumeResponse | bytes
 # (request, user) -> the Fetch's one frame, or its sqltopic error
 Fetch = Callable[[pb.PollRequest, str], Awaitable[pb.PollResponse]]
 # (a request's token, "" for the stream's) -> the session's token and user, checked
@@ -69,20 +72,18 @@ class ConsumeStream:
     follow: Follow | None = None
     # stores commits; without it a commit is refused (InvalidRequest, its ticket only)
     commit: Commit | None = None
-    _answers: asyncio.Queue[pb.ConsumeResponse | BaseException | None] = field(
-        default_factory=asyncio.Queue
-    )
+    _answers: asyncio.Queue[Answer | BaseException | None] = field(default_factory=asyncio.Queue)
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
     _batching: bool = False  # the client takes answers batched
 
-    async def run(
-        self, requests: AsyncIterator[pb.ConsumeRequest]
-    ) -> AsyncIterator[pb.ConsumeResponse]:
+    async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> AsyncIterator[Answer]:
+        """The answers, each a ConsumeResponse or one serialized already (a follow's,
+        and a batch: server/rpc/rpc.py sends bytes as they are)."""
         reader = asyncio.create_task(self._read(requests))
         stop = asyncio.create_task(self._stop())
         reading = True
-        held: list[pb.ConsumeResponse | BaseException | None] = []  # taken, not handled
+        held: list[Answer | BaseException | None] = []  # taken, not handled
         try:
             while reading or self._open or not self._answers.empty() or held:
                 item = held.pop() if held else await self._answers.get()
@@ -93,9 +94,11 @@ class ConsumeStream:
                         self._withdraw(ticket)
                 elif isinstance(item, BaseException):
                     raise item
+                elif self._batching:
+                    batch, after = self._batch(item)
+                    held += after
+                    yield batch
                 else:
-                    if self._batching:
-                        held += self._batch(item)
                     yield item
         finally:
             reader.cancel()
@@ -103,19 +106,23 @@ class ConsumeStream:
             for task in list(self._open.values()):
                 task.cancel()
 
-    def _batch(self, first: pb.ConsumeResponse) -> list[pb.ConsumeResponse | BaseException | None]:
-        """Add the answers ready behind `first` to its batch; what ended the batch (the
-        next item, not an answer or over the bounds), to be handled next, if any."""
-        size = first.ByteSize()
-        while not self._answers.empty() and len(first.batch) < MAX_BATCH_ANSWERS:
+    def _batch(self, first: Answer) -> tuple[bytes, list[Answer | BaseException | None]]:
+        """`first` with the answers ready behind it in its batch, serialized; what ended
+        the batch (the next item, not an answer or over the bounds), to be handled
+        next, if any."""
+        head = _serialized(first)
+        rest: list[bytes] = []
+        size = len(head)
+        while not self._answers.empty() and len(rest) < MAX_BATCH_ANSWERS:
             item = self._answers.get_nowait()
-            if not isinstance(item, pb.ConsumeResponse):
-                return [item]
-            size += item.ByteSize()
+            if not isinstance(item, bytes | pb.ConsumeResponse):
+                return batched(head, rest), [item]
+            answer = _serialized(item)
+            size += len(answer) + BATCH_ENTRY_OVERHEAD
             if size > MAX_BATCH_BYTES:
-                return [item]
-            first.batch.append(item)
-        return []
+                return batched(head, rest), [answer]
+            rest.append(answer)
+        return batched(head, rest), []
 
     async def _stop(self) -> None:
         await self.stopping.wait()
@@ -229,7 +236,7 @@ class ConsumeStream:
         session, user = self.caller(token)
         mine = asyncio.current_task()
 
-        def put(answer: pb.ConsumeResponse) -> None:
+        def put(answer: Answer) -> None:
             # a pass may deliver between a cancel and the task's end: drop it, as the
             # cancel promised (and a later follow may take the ticket again)
             if self._open.get(ticket) is mine:
@@ -254,3 +261,7 @@ class ConsumeStream:
         if task is asyncio.current_task():
             del self._open[ticket]
             self._credits.pop(ticket, None)
+
+
+def _serialized(answer: Answer) -> bytes:
+    return answer if isinstance(answer, bytes) else answer.SerializeToString()

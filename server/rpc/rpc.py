@@ -77,7 +77,7 @@ def add_service(server: aio.Server, servicer: object, name: str) -> None:
         handlers[method.name] = make(
             getattr(servicer, method.name),
             request_deserializer=_decoder(request),
-            response_serializer=response.SerializeToString,
+            response_serializer=_encoder(response),
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
@@ -91,6 +91,17 @@ _HANDLERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]
     (True, False): grpc.stream_unary_rpc_method_handler,
     (True, True): grpc.stream_stream_rpc_method_handler,
 }
+
+
+def _encoder(cls: type[Message]) -> Callable[[Message | bytes], bytes]:
+    """A response's bytes: an answer serialized already (server/rpc/consume.py batches
+    answers framed from bytes: sqltopic/proto/wire.py) goes out as it is."""
+    serialize = cls.SerializeToString
+
+    def encode(message: Message | bytes) -> bytes:
+        return message if isinstance(message, bytes) else serialize(message)
+
+    return encode
 
 
 def _decoder(cls: type[Message]) -> Callable[[bytes], Message | Undecodable]:

@@ -172,10 +172,11 @@ class VnodeService(pb_grpc.VnodeServicer):
         with self._slots.hold(token, session.user, "Fetch"):
             return await self._fetch(request, wait_s(request, context), session.user)
 
+    # answers serialized already go out as they are (rpc._encoder)
     @streaming
-    async def Consume(
+    async def Consume(  # type: ignore[override]
         self, requests: AsyncIterator[pb.ConsumeRequest], context: Context
-    ) -> AsyncIterator[pb.ConsumeResponse]:
+    ) -> AsyncIterator[pb.ConsumeResponse | bytes]:
         metadata = context.invocation_metadata()
         token, session = self._sessions.caller(metadata)
 

@@ -76,12 +76,21 @@ async def feed(items: list[pb.ConsumeRequest | asyncio.Event]) -> AsyncIterator[
             yield item
 
 
+async def responses(
+    answers: AsyncIterator[pb.ConsumeResponse | bytes],
+) -> AsyncIterator[pb.ConsumeResponse]:
+    """The stream's answers as messages (a batch, and a follower's answer from the
+    shared pass, come serialized already: sqltopic/proto/wire.py)."""
+    async for answer in answers:
+        yield pb.ConsumeResponse.FromString(answer) if isinstance(answer, bytes) else answer
+
+
 def answers(
     stream: ConsumeStream, requests: AsyncIterator[pb.ConsumeRequest]
 ) -> list[tuple[int, object]]:
     async def run() -> list[tuple[int, object]]:
         got: list[tuple[int, object]] = []
-        async for answer in stream.run(requests):
+        async for answer in responses(stream.run(requests)):
             kind = answer.WhichOneof("result")
             value = answer.message.epoch if kind == "message" else from_call_status(answer.error)
             got.append((answer.ticket, value))
@@ -102,7 +111,7 @@ def test_answers_come_as_polls_finish_and_cancelled_ones_never() -> None:
             later,
         ])  # fmt: skip
         got: list[tuple[int, object]] = []
-        async for answer in stream.run(requests):
+        async for answer in responses(stream.run(requests)):
             got.append((answer.ticket, answer.message.epoch))
             if len(got) == 1:
                 polls.gates[10].set()
@@ -153,7 +162,9 @@ def test_polls_beyond_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> 
         release = asyncio.Event()
         stream = ConsumeStream(polls.fetch, as_user("a"), free)
         got: list[tuple[int, object]] = []
-        async for answer in stream.run(feed([poll(1, 1), poll(2, 2), poll(3, 3), release])):
+        async for answer in responses(
+            stream.run(feed([poll(1, 1), poll(2, 2), poll(3, 3), release]))
+        ):
             err = answer.error if answer.WhichOneof("result") == "error" else None
             got.append((answer.ticket, from_call_status(err) if err else answer.message.epoch))
             for gate in polls.gates.values():
@@ -178,7 +189,7 @@ def test_a_stopping_server_ends_the_stream_once_its_open_polls_answered() -> Non
         got: list[tuple[int, int]] = []
 
         async def consume() -> None:
-            async for answer in stream.run(feed([poll(1, 1), never])):
+            async for answer in responses(stream.run(feed([poll(1, 1), never]))):
                 got.append((answer.ticket, answer.message.epoch))
 
         task = asyncio.create_task(consume())
@@ -228,7 +239,7 @@ def test_a_follow_sends_within_its_credit_and_ends_quietly_when_cancelled() -> N
             done, pb.ConsumeRequest(ticket=1, cancel=True), follow(2, 1),
         ])  # fmt: skip
         got: list[tuple[int, int, bool]] = []
-        async for answer in stream.run(requests):
+        async for answer in responses(stream.run(requests)):
             got.append((answer.ticket, answer.message.epoch, answer.open))
             if len(got) == 2:  # the window is spent: nothing more until the grants
                 more.set()
@@ -269,7 +280,7 @@ def test_a_delivery_between_a_cancel_and_the_follows_end_is_dropped() -> None:
 
     async def run() -> list[tuple[int, int]]:
         stream = ConsumeStream(Polls().fetch, as_user("a"), free, follow=standing)
-        return [(a.ticket, a.message.epoch) async for a in stream.run(requests())]
+        return [(a.ticket, a.message.epoch) async for a in responses(stream.run(requests()))]
 
     assert asyncio.run(run()) == [(1, 1), (2, 1)]
 
@@ -323,7 +334,7 @@ def test_answers_ready_together_go_as_one_batch_to_a_client_that_takes_them() ->
             released.set()
 
         task = asyncio.create_task(release())
-        async for answer in stream.run(feed([first, theirs, poll(3, 3), released])):
+        async for answer in responses(stream.run(feed([first, theirs, poll(3, 3), released]))):
             got.append([(a.ticket, a.message.epoch) for a in (answer, *answer.batch)])
         await task
         return got

@@ -1,0 +1,75 @@
+"""sqltopic/proto/wire.py: answers framed from serialized bytes parse as exactly the
+messages a protobuf library builds (table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.proto.wire import batched, follow_answer, varint
+
+
+@pytest.mark.parametrize(
+    ("n", "encoded"),
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),
+        (2**63, b"\x80" * 9 + b"\x01"),
+        (2**64 - 1, b"\xff" * 9 + b"\x01"),
+    ],
+)
+def test_varints_are_protobufs(n: int, encoded: bytes) -> None:
+    assert varint(n) == encoded
+    if n:  # what protobuf writes for a uint64 field (after its one-byte tag)
+        assert pb.ConsumeResponse(ticket=n).SerializeToString()[1:] == encoded
+
+
+def test_a_negative_varint_is_refused() -> None:
+    with pytest.raises(ValueError, match="never negative: -1"):
+        varint(-1)
+
+
+FRAMES = {
+    "data": pb.PollResponse(
+        data=pb.DataMessage(offset=5, end_offset=9, block_count=2, row_count=300),
+        blocks=[
+            pb.BlockPart(block=0, table_name="d1", arrow_ipc=b"\x01" * 3000),
+            pb.BlockPart(block=1, arrow_ipc=b"\xff" * 200),
+        ],
+    ),
+    "empty": pb.PollResponse(empty=pb.EmptyMessage(offset=7, end_offset=7)),
+    "meta": pb.PollResponse(meta=pb.MetaMessage(offset=3, end_offset=4, event_json="{}")),
+}
+
+
+def _built(ticket: int, frame: pb.PollResponse, epoch: int) -> pb.ConsumeResponse:
+    answer = pb.ConsumeResponse(ticket=ticket, open=True)
+    answer.message.CopyFrom(frame)
+    answer.message.epoch = epoch
+    return answer
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+@pytest.mark.parametrize(("ticket", "epoch"), [(0, 0), (1, 1), (300, 0), (2**40, 2**33)])
+def test_a_follow_answer_is_the_message_built(kind: str, ticket: int, epoch: int) -> None:
+    frame = FRAMES[kind]
+    got = pb.ConsumeResponse.FromString(follow_answer(ticket, frame.SerializeToString(), epoch))
+    assert got == _built(ticket, frame, epoch)
+
+
+@pytest.mark.parametrize("behind", [0, 1, 3])
+def test_a_batch_is_its_first_answer_with_the_rest_in_order(behind: int) -> None:
+    answers = [_built(t, FRAMES["data"], t) for t in range(1, behind + 2)]
+    answers.append(pb.ConsumeResponse(ticket=99, error=pb.CallStatus(code=7, message="no")))
+    first, *rest = answers
+    got = pb.ConsumeResponse.FromString(
+        batched(first.SerializeToString(), [a.SerializeToString() for a in rest])
+    )
+    expected = pb.ConsumeResponse()
+    expected.CopyFrom(first)
+    expected.batch.extend(rest)
+    assert got == expected
+    assert [a.ticket for a in got.batch] == [a.ticket for a in rest]
