@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from sqltopic.proto.wire import varint
 from sqltopic.server.vnode.share_window import Run, runs_of
 
 
@@ -52,17 +53,7 @@ _VERSIONS_FIELD, _INDEXES_FIELD, _COUNTS_FIELD = 5, 6, 7
 _COUNTED = 1 << 16
 
 
-def _varint(n: int) -> bytes:
-    """`n` (>= 0) as a protobuf varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_INDEX_VARINTS = [_varint(i) for i in range(_COUNTED + 1)]
+_INDEX_VARINTS = [varint(i) for i in range(_COUNTED + 1)]
 _INDEX_AT = [0]
 for _piece in _INDEX_VARINTS:
     _INDEX_AT.append(_INDEX_AT[-1] + len(_piece))
@@ -74,9 +65,9 @@ def encode_ids(runs: Sequence[tuple[Run, int]]) -> bytes:
     as runs with their delivery count, in message order, serialised: merged into a
     message (MergeFromString) they cost a few byte operations per run, where filling
     the repeated fields from lists cost ~0.13 µs per row (docs/performance.md §10)."""
-    versions = b"".join(_varint(v) * (hi - lo) for (v, lo, hi), _ in runs)
+    versions = b"".join(varint(v) * (hi - lo) for (v, lo, hi), _ in runs)
     indexes = b"".join(_indexes(lo, hi) for (_, lo, hi), _ in runs)
-    counts = b"".join(_varint(count) * (hi - lo) for (_, lo, hi), count in runs)
+    counts = b"".join(varint(count) * (hi - lo) for (_, lo, hi), count in runs)
     return (
         _field(_VERSIONS_FIELD, versions)
         + _field(_INDEXES_FIELD, indexes)
@@ -87,11 +78,11 @@ def encode_ids(runs: Sequence[tuple[Run, int]]) -> bytes:
 def _indexes(lo: int, hi: int) -> bytes:
     if hi <= _COUNTED:
         return _INDEX_BYTES[_INDEX_AT[lo] : _INDEX_AT[hi]]
-    return b"".join(_varint(i) for i in range(lo, hi))
+    return b"".join(varint(i) for i in range(lo, hi))
 
 
 def _field(number: int, payload: bytes) -> bytes:
     """A packed repeated field: its key, length and payload (nothing when empty)."""
     if not payload:
         return b""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
