@@ -63,6 +63,7 @@ class Consumer:
         # open follows: the core's ticket -> their stream and the stream's ticket
         self._followed: dict[int, tuple[streams.AioConsumeStream, int]] = {}
         self._letting_go: set[asyncio.Task[None]] = set()  # streams being released
+        self._spawned: set[asyncio.Task[None]] = set()  # background flows (auto-commits)
         self._results: asyncio.Queue[fx.Fetched | None] = asyncio.Queue()
         self._heartbeat: asyncio.Task[None] | None = None
         self._commits = asyncio.Lock()  # commit_async stores in call order
@@ -174,6 +175,8 @@ class Consumer:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         try:
+            # a background auto-commit first: the final commit must land after it
+            await asyncio.gather(*self._spawned, return_exceptions=True)
             if self._logged_in:
                 await self._run(self._core.close())
             self._core.closed = True
@@ -251,7 +254,16 @@ class Consumer:
             self._results.put_nowait(None)
         elif isinstance(effect, fx.Notify):
             return await self._notify(effect)
+        elif isinstance(effect, fx.Spawn):
+            task = asyncio.create_task(self._run(effect.flow, login=False))
+            self._spawned.add(task)
+            task.add_done_callback(self._spawned_done)
         return None
+
+    def _spawned_done(self, task: asyncio.Task[None]) -> None:
+        self._spawned.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # its flow logs errors
+            log.warning("background work failed: %r", task.exception())
 
     async def _call(self, effect: fx.Rpc) -> Any:
         if is_beat(effect):

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -73,6 +74,7 @@ class Consumer:
         self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
         self._committer: ThreadPoolExecutor | None = None
+        self._background: set[Future[None]] = set()  # work on the commit thread
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._beats = beats.pool_for(parsed.server)  # heartbeats sent with the process's
@@ -157,9 +159,17 @@ class Consumer:
         order; the Future fails with the commit's error."""
         with self._lock:
             batch = self._core.offsets_to_commit(message, offsets)
+        return self._in_background(self._core.commit(batch))
+
+    def _in_background(self, flow: fx.Flow[None]) -> Future[None]:
+        """Run `flow` on the commit thread: commits and auto-commits in call order."""
+        with self._lock:
             if self._committer is None:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix="sqltopic-commit")
-        return self._committer.submit(self._run, self._core.commit(batch))
+            future = self._committer.submit(self._run, flow)
+            self._background.add(future)
+        future.add_done_callback(self._background.discard)
+        return future
 
     def assignment(self) -> list[TopicPartition]:
         """Assigned vgroups: offset = position (None before the first poll), begin/end =
@@ -228,6 +238,8 @@ class Consumer:
         self._core.check_not_in_callback("close")  # before the heartbeat stops
         self._stop.set()
         try:
+            # a background auto-commit first: the final commit must land after it
+            wait_all(list(self._background), timeout=fx.RPC_TIMEOUT_S)
             self._run(self._core.close())
         finally:
             self._shutdown()
@@ -273,6 +285,8 @@ class Consumer:
             with self._calls_lock:
                 self._calls[effect.ticket] = None
             self._fetch(stub, effect)
+        elif isinstance(effect, fx.Spawn):
+            self._in_background(effect.flow)
         elif isinstance(effect, fx.Grant):
             self._grant(effect.tickets)
         elif isinstance(effect, fx.Cancel):

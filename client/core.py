@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from sqltopic.client.effects import Fetch, Fetched, Flow, Grant, Wait
+from sqltopic.client.effects import Fetch, Fetched, Flow, Grant, Spawn, Wait
 from sqltopic.client.group import Membership
 from sqltopic.client.message import Empty, Message
 from sqltopic.client.state import REBALANCE_RETRY_S, TRANSIENT, Held
@@ -104,7 +104,20 @@ class ConsumerCore(Membership):
             if topic in self.topic_errors:
                 raise self.topic_errors[topic].with_traceback(None)
         if self.config.enable_auto_commit and self.clock() >= self._commit_at:
-            yield from self._auto_commit(changed_only=True)
+            if self.sharing:  # no call: the next polls carry the acknowledgements
+                yield from self._auto_commit(changed_only=True)
+            elif not self.auto_committing:
+                # in the background, as Kafka's clients do: a poll hands out what
+                # arrived meanwhile instead of waiting out the commit's durable round
+                # trip (a process's consumers commit at one instant: their messages
+                # waited ~100 ms each time, the p99 of docs/performance.md §9.12). The
+                # positions are taken now: what earlier polls handed out, not the
+                # message this one is about to (at least once)
+                self._commit_at = self.next_commit_at()
+                offsets = self.changed_offsets()
+                if offsets:
+                    self.auto_committing = True
+                    yield Spawn(self.background_commit(offsets))
 
     def _launch(self) -> Flow[None]:
         now = self.clock()

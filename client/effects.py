@@ -112,6 +112,14 @@ class Wake:
     """Make a pending `Wait` answer None now (the heartbeat changed what a poll must do)."""
 
 
+@dataclass(frozen=True)
+class Spawn:
+    """Run `flow` on its own and answer None at once: the flow that yields it goes on
+    without waiting for it (a poll does not wait for its periodic auto-commit)."""
+
+    flow: Flow[None]
+
+
 RebalanceKind = Literal["assign", "revoke", "lost"]
 
 
@@ -138,7 +146,7 @@ class Fetched:
     open: bool = False
 
 
-Effect = Rpc | Fetch | Grant | Cancel | Wait | Sleep | Wake | Notify
+Effect = Rpc | Fetch | Grant | Cancel | Wait | Sleep | Wake | Notify | Spawn
 Flow = Generator[Effect, Any, T]
 
 

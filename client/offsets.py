@@ -71,6 +71,21 @@ class Offsets(Acks):
                 raise
             self._committed.update({(o.topic, o.vgroup): o.offset for o in items})
 
+    def background_commit(self, offsets: list[pb.TopicVgroupOffset]) -> Flow[None]:
+        """The periodic auto-commit of `offsets` (taken when it was due, before the
+        poll handed out its message), run on its own (a `Spawn` of poll): one at a
+        time, so that an older commit never lands after a newer one."""
+        try:
+            yield from self._quietly("auto-commit", self.commit(offsets), logging.WARNING)
+        finally:
+            self.auto_committing = False
+
+    def changed_offsets(self, keys: Iterable[Key] | None = None) -> list[pb.TopicVgroupOffset]:
+        """The positions of the vgroups held (or of `keys`) that changed since we last
+        stored them."""
+        offsets = self.positions(self.held if keys is None else keys)
+        return [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]
+
     def _auto_commit(
         self, changed_only: bool, keys: Iterable[Key] | None = None, level: int = logging.WARNING
     ) -> Flow[None]:
@@ -84,9 +99,10 @@ class Offsets(Acks):
             return
         if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
             self._commit_at = self.next_commit_at()
-        offsets = self.positions(self.held if keys is None else keys)
         if changed_only:
-            offsets = [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]
+            offsets = self.changed_offsets(keys)
+        else:
+            offsets = self.positions(self.held if keys is None else keys)
         if offsets:
             yield from self._quietly("auto-commit", self.commit(offsets), level)
 

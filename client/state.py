@@ -180,6 +180,7 @@ class CoreState:
         self.follow_window = 0
         self.grants: dict[int, int] = {}
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
+        self.auto_committing = False  # a periodic auto-commit runs in the background
         self._turn = 0  # round-robin start among ready vgroups
         self._commit_at = self.next_commit_at()
         self._recheck_at = 0.0

@@ -47,6 +47,7 @@ class FakeServer:
         self.pending: list[fx.Fetched] = []
         self.on_event: Callable[[str, list[TopicPartition]], None] = lambda kind, parts: None
         self.fence_assignment = False
+        self.spawned: list[fx.Flow[None]] = []
 
     def run(self, flow: fx.Flow[T]) -> T:
         stepper = fx.Stepper(flow)
@@ -65,6 +66,8 @@ class FakeServer:
             position = effect.request.position if effect.request.HasField("position") else BEGIN
             message = Message("t", "db", effect.vgroup, position, position + 1, "data")
             self.pending.append(fx.Fetched(effect.ticket, message, self.epoch))
+        elif isinstance(effect, fx.Spawn):
+            self.spawned.append(effect.flow)  # run when the test says
         elif isinstance(effect, fx.Wait):
             return self.pending.pop(0) if self.pending else None
         elif isinstance(effect, fx.Notify):
@@ -392,3 +395,38 @@ def test_a_rejoined_consumer_lists_every_vgroup_first() -> None:
     assert beat(core, server) == (True, {})
     server.run(core._rejoin())  # the mnode forgot it: a new member
     assert beat(core, server)[0] is False
+
+
+def test_a_poll_hands_out_messages_without_waiting_for_its_auto_commit() -> None:
+    """The periodic auto-commit runs on its own (a Spawn), as Kafka's clients commit in
+    the background: the poll that finds it due returns its message at once, and no
+    second one starts while one is under way (an older commit never lands after a
+    newer one)."""
+    config = {"group.id": "g", "auto.commit.interval.ms": "5000"}
+    clock = Clock()
+    core = ConsumerCore(parse_config(config), clock=clock)
+    server = FakeServer(core, [1])
+    server.run(core.login())
+    server.run(core.subscribe(["t"]))
+    first = server.run(core.poll(0))
+    assert first is not None
+    handed_out = core.position([TopicPartition("t", 1)])[0].offset
+    clock.now += 10.0  # the commit is due
+    second = server.run(core.poll(0))
+    assert second is not None  # handed out: the commit was not waited for
+    assert server.commits == []
+    assert len(server.spawned) == 1
+    clock.now += 10.0  # due again, the first still under way: none more
+    assert server.run(core.poll(0)) is not None
+    assert len(server.spawned) == 1
+    # it runs: the position taken when it was due, after what the earlier polls handed
+    # out, not the message of the poll that started it (not processed yet)
+    server.run(server.spawned.pop())
+    assert server.commits == [("t", 1, handed_out)]
+    now = core.position([TopicPartition("t", 1)])[0].offset
+    assert handed_out is not None
+    assert now is not None
+    assert handed_out < now
+    clock.now += 10.0
+    assert server.run(core.poll(0)) is not None  # the next due one starts
+    assert len(server.spawned) == 1
