@@ -168,8 +168,12 @@ class Consumer:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix="sqltopic-commit")
             future = self._committer.submit(self._run, flow)
             self._background.add(future)
-        future.add_done_callback(self._background.discard)
+        future.add_done_callback(self._forget)
         return future
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._background.discard(future)
 
     def assignment(self) -> list[TopicPartition]:
         """Assigned vgroups: offset = position (None before the first poll), begin/end =
@@ -239,7 +243,9 @@ class Consumer:
         self._stop.set()
         try:
             # a background auto-commit first: the final commit must land after it
-            wait_all(list(self._background), timeout=fx.RPC_TIMEOUT_S)
+            with self._lock:
+                under_way = list(self._background)
+            wait_all(under_way, timeout=fx.RPC_TIMEOUT_S)
             self._run(self._core.close())
         finally:
             self._shutdown()
