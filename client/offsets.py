@@ -80,10 +80,9 @@ class Offsets(Acks):
         finally:
             self.auto_committing = False
 
-    def changed_offsets(self, keys: Iterable[Key] | None = None) -> list[pb.TopicVgroupOffset]:
-        """The positions of the vgroups held (or of `keys`) that changed since we last
-        stored them."""
-        offsets = self.positions(self.held if keys is None else keys)
+    def changed_offsets(self) -> list[pb.TopicVgroupOffset]:
+        """The positions of the vgroups held that changed since we last stored them."""
+        offsets = self.positions(self.held)
         return [o for o in offsets if self._committed.get((o.topic, o.vgroup)) != o.offset]
 
     def _auto_commit(
@@ -99,10 +98,8 @@ class Offsets(Acks):
             return
         if keys is None:  # a commit of a few vgroups (being let go) is not the periodic one
             self._commit_at = self.next_commit_at()
-        if changed_only:
-            offsets = self.changed_offsets(keys)
-        else:
-            offsets = self.positions(self.held if keys is None else keys)
+        # (the periodic commit, of changed positions only, is poll's background_commit)
+        offsets = self.positions(self.held if keys is None else keys)
         if offsets:
             yield from self._quietly("auto-commit", self.commit(offsets), level)
 

@@ -181,9 +181,7 @@ class LiveHub:
         if sink is None:
             waiter.timer = self._loop.call_later(max(timeout, 0.0), _settle, future, "quiet", None)
         else:
-            waiter.timer = self._loop.call_later(
-                max(timeout, MIN_STANDING_TIMEOUT_S), self._timed_out, waiter, timeout
-            )
+            self._stand(waiter, timeout)
         try:
             outcome, message = await future
         finally:
@@ -199,11 +197,15 @@ class LiveHub:
         costs nothing (an idle follower sends nothing at all)."""
         bucket = waiter.bucket
         if bucket is not None and bucket.level.position <= waiter.since:
-            waiter.timer = self._loop.call_later(
-                max(timeout, MIN_STANDING_TIMEOUT_S), self._timed_out, waiter, timeout
-            )
+            self._stand(waiter, timeout)
         else:
             _settle(waiter.future, "quiet", None)
+
+    def _stand(self, waiter: Waiter, timeout: float) -> None:
+        """Arm a standing waiter's deadline (`_timed_out`), `timeout` s from now."""
+        waiter.timer = self._loop.call_later(
+            max(timeout, MIN_STANDING_TIMEOUT_S), self._timed_out, waiter, timeout
+        )
 
     def wake_if(self, stale: Callable[[Waiter], bool]) -> None:
         """End the waits that `stale` picks (their consumer's assignment moved, the
