@@ -60,16 +60,24 @@ class ConsumerCore(Membership):
             yield from self._maintain()
             yield from self._announce()
             self.raise_callback_error()
-            message = self._take_ready()
+            message = yield from self._handed_out()
             if message is not None:
-                yield from self._grant()
                 return message
             yield from self._launch()
             done: Fetched | None = yield Wait(self._wait_s(deadline))
             if done is not None:
                 self._on_fetched(done)
-            elif deadline is not None and self.clock() >= deadline:
-                return None
+            # answers without a message (empties, refusals) may keep coming: the
+            # deadline holds all the same, once what arrived was looked at
+            if deadline is not None and self.clock() >= deadline:
+                return (yield from self._handed_out())
+
+    def _handed_out(self) -> Flow[Message | None]:
+        """A message ready now, if any (its follow granted what it is owed)."""
+        message = self._take_ready()
+        if message is not None:
+            yield from self._grant()
+        return message
 
     def consume(self, num_messages: int, timeout: float | None) -> Flow[list[Message]]:
         """confluent-kafka's batch: up to `num_messages` messages, polling until there

@@ -194,9 +194,16 @@ class LiveHub:
     def _timed_out(self, waiter: Waiter, timeout: float) -> None:
         """A standing waiter's timeout: "quiet" (an empty message moving its position)
         only if entries passed it by since its last message; else it stands on and
-        costs nothing (an idle follower sends nothing at all)."""
+        costs nothing (an idle follower sends nothing at all). Entries written past it
+        with no pass to come answer too: its follow then reads them itself."""
         bucket = waiter.bucket
-        if bucket is not None and bucket.level.position <= waiter.since:
+        passing = self._kicked or self._draining  # the pass takes it over what is written
+        written = self.vnode.wal.notifier.next_version
+        if (
+            bucket is not None
+            and bucket.level.position <= waiter.since
+            and (passing or written <= waiter.since)
+        ):
             self._stand(waiter, timeout)
         else:
             _settle(waiter.future, "quiet", None)

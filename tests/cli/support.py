@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -22,23 +23,39 @@ OUTPUT_DEADLINE_S = 60.0
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without the CLI's own variables (a developer's shell may set
-    them), plus `extra`."""
+    them), plus `extra`. Python's fault handler is on: a hung command aborted at its
+    deadline prints every thread's stack (`run_cli`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SQLTOPIC_")}
-    return env | extra
+    return env | {"PYTHONFAULTHANDLER": "1"} | extra
 
 
 def run_cli(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """The command run to its end; one still running at RUN_DEADLINE_S is aborted and
+    the test fails with what it printed, its threads' stacks included."""
+    with subprocess.Popen(
         [str(SCRIPT), *args],
-        input=stdin,
-        capture_output=True,
+        stdin=subprocess.PIPE if stdin is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=RUN_DEADLINE_S,
         env=env or clean_env(),
-        check=False,
-    )
+    ) as proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=RUN_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # the fault handler dumps the stacks
+            try:
+                out, err = proc.communicate(timeout=OUTPUT_DEADLINE_S)
+            except subprocess.TimeoutExpired:  # stacks or not, the process ends
+                proc.kill()
+                out, err = proc.communicate()
+            raise AssertionError(
+                f"{args} still ran after {RUN_DEADLINE_S:g} s; it printed:\n{out[-4000:]}\n"
+                f"and on stderr (the stacks at the abort):\n{err[-20000:]}"
+            ) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def run_on(server: ServerProcess, command: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -430,3 +430,35 @@ def test_a_poll_hands_out_messages_without_waiting_for_its_auto_commit() -> None
     clock.now += 10.0
     assert server.run(core.poll(0)) is not None  # the next due one starts
     assert len(server.spawned) == 1
+
+
+class EmptyServer(FakeServer):
+    """Answers every fetch at once with an empty message (the vgroup moved on without
+    rows for us), each wait taking `step` seconds of the clock; `waits` counts them."""
+
+    def __init__(self, core: ConsumerCore, vgroups: list[int], step: float) -> None:
+        super().__init__(core, vgroups)
+        self.step = step
+        self.waits = 0
+
+    def perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Fetch):
+            self.fetched.append(effect)
+            position = effect.request.position if effect.request.HasField("position") else BEGIN
+            self.pending.append(fx.Fetched(effect.ticket, Empty(position, position + 1), 1))
+            return None
+        if isinstance(effect, fx.Wait):
+            self.waits += 1
+            assert self.waits < 1_000, "poll never returned: answers kept it from its deadline"
+            assert isinstance(self.core.clock, Clock)
+            self.core.clock.now += self.step
+        return super().perform(effect)
+
+
+def test_a_poll_ends_at_its_deadline_while_answers_keep_coming() -> None:
+    core, _ = make([1, 2])
+    server = EmptyServer(core, [1, 2], step=0.25)
+    assert server.run(core.poll(2.0)) is None
+    assert core.clock() == pytest.approx(2.0)  # not a wait later than its deadline
+    assert server.waits == 8
+    assert core.position([TopicPartition("t", 1)])[0].offset == BEGIN + 4  # empties moved it

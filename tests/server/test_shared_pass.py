@@ -403,6 +403,36 @@ def test_a_standing_waiters_deadline_answers_only_once_entries_passed_it_by(
     asyncio.run(scenario())
 
 
+def test_a_standing_waiter_no_pass_took_past_entries_answers_at_its_deadline(
+    power: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries written past a standing waiter that no pass took it over (the pass has
+    not run) end its wait at its deadline: its follow then reads them itself."""
+    monkeypatch.setattr(live, "MIN_STANDING_TIMEOUT_S", 0.0)
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a'"
+    )
+    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+    async def scenario() -> None:
+        hub = LiveHub(power, vnode, _worker)
+        hub._remove()  # it hears of no write: no pass comes
+        start = vnode.wal.next_version
+        sink = _Sink("stay", "stay")
+        standing = asyncio.ensure_future(
+            hub.wait("ta", start, 1, 1, PollLimits(), 0.001, sink, power.generation)
+        )
+        await asyncio.sleep(0)
+        power.execute("INSERT INTO a VALUES (1, 1, 11, 1)")
+        outcome, message, _ = await asyncio.wait_for(standing, 30)
+        assert (outcome, message, sink.messages) == ("quiet", None, [])
+        assert vnode.wal.next_version > start  # what its follow reads next
+        hub.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_held_poll_answers_quiet_at_its_deadline(power: Engine) -> None:
     """A poll that does not stand answers at its deadline, entries or not (the
     `max_wait_ms` of Fetch and Poll)."""
