@@ -249,10 +249,27 @@ def _timestamp_type(call: Call) -> str:
 
 
 def moment(call: Call) -> exp.Expr:
-    """Argument 0 as a DuckDB timestamp of the precision (a timestamp as it is)."""
+    """Argument 0 as a DuckDB timestamp for its calendar parts: of the precision (a
+    timestamp as it is), or in a nanosecond database the microsecond at or before it.
+    DuckDB rounds a TIMESTAMP_NS to microseconds for its date parts (2034-12-31
+    23:59:59.9999995 would be a Monday in 2035); TDengine's calendar truncates."""
+    if call.ctx.precision == "ns":
+        return from_ticks(_floor_thousandth(ticks_of(call, 0)), "us")
     if is_timestamp(call.type(0)):
         return call.args[0]
     return from_ticks(ticks_of(call, 0), call.ctx.precision)
+
+
+def _floor_thousandth(ticks: exp.Expr) -> exp.Expr:
+    """`ticks` / 1000 rounded down, exactly (DuckDB's `//` truncates toward zero):
+    (t - ((t % 1000 + 1000) % 1000)) // 1000."""
+    thousand = number(1000)
+    low = exp.Mod(
+        this=paren(exp.Add(this=exp.Mod(this=ticks.copy(), expression=thousand.copy()),
+                           expression=thousand.copy())),
+        expression=thousand.copy(),
+    )  # fmt: skip
+    return exp.IntDiv(this=paren(exp.Sub(this=ticks, expression=paren(low))), expression=thousand)
 
 
 def weekday(call: Call) -> exp.Expr:

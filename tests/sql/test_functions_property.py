@@ -281,3 +281,30 @@ def test_now_and_today_are_the_time_of_the_read(precision: Precision) -> None:
 
 def _zero_row() -> Row:
     return dict.fromkeys(NAMES) | {"ts": 0}
+
+
+# The last half microsecond of a day (DuckDB rounds a TIMESTAMP_NS to microseconds
+# for its date parts: it would count these in the next day), and before the epoch.
+LAST_NANOSECONDS = [2_051_222_399_999_999_500, 2_051_222_399_999_999_999, -500, -1]
+
+
+CALENDAR = [
+    ("weekday(ts)", td.weekday),
+    ("dayofweek(ts)", td.dayofweek),
+    ("weekofyear(ts)", td.weekofyear),
+    ("week(ts)", lambda ts, pr: td.week(ts, pr, 0)),
+    ("week(ts, 1)", lambda ts, pr: td.week(ts, pr, 1)),
+]
+
+
+@pytest.mark.parametrize(("expr", "ref"), CALENDAR, ids=[e for e, _ in CALENDAR])
+def test_calendar_parts_of_a_day_s_last_nanoseconds_are_that_day_s(
+    expr: str, ref: Callable[[int, str], int]
+) -> None:
+    generated = [_zero_row() | {"ts": ts} for ts in LAST_NANOSECONDS]
+    batch = _batch(generated, "ns")
+    want = [ref(ts, "ns") for ts in LAST_NANOSECONDS]
+    topic = _topic(expr, "ns")
+    assert _values(_run(topic.select_sql, batch, layout.BATCH).column("v"), "ns", False) == want
+    adhoc = _run(_adhoc_sql(expr, "ns"), batch, "t").column("v")
+    assert _values(adhoc, "ns", False) == want
