@@ -17,6 +17,7 @@ from sqltopic.server.core.topic_reader import READ_BYTES, TopicBlock
 from sqltopic.server.dnode import live
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message, PollLimits, read_message
+from sqltopic.server.vnode.vnode import Vnode
 from tests.server.support import block_rows, vgroups_of
 
 # Topics of every kind over the power fixture's `meters`: device sets, tag and value
@@ -353,18 +354,24 @@ def test_a_catalog_change_sends_standing_waiters_back_to_read(power: Engine) -> 
     asyncio.run(scenario())
 
 
+def _standing_topic(power: Engine, monkeypatch: pytest.MonkeyPatch, where: str) -> Vnode:
+    """Table `a` and topic `ta` over it (WHERE `where`), standing deadlines of any
+    length: the vnode of `a`."""
+    monkeypatch.setattr(live, "MIN_STANDING_TIMEOUT_S", 0.0)
+    power.execute(
+        "CREATE TABLE a USING meters TAGS ('x', 1);"
+        f"CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE {where}"
+    )
+    return power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+
+
 def test_a_standing_waiters_deadline_answers_only_once_entries_passed_it_by(
     power: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An idle follower sends nothing: its deadline rearms while nothing passed it by
     since its last message, and answers "quiet" (an empty message moving it on) once
     entries its topic does not keep went past."""
-    monkeypatch.setattr(live, "MIN_STANDING_TIMEOUT_S", 0.0)
-    power.execute(
-        "CREATE TABLE a USING meters TAGS ('x', 1);"
-        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a' AND voltage > 5"
-    )
-    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+    vnode = _standing_topic(power, monkeypatch, "tbname = 'a' AND voltage > 5")
 
     async def scenario() -> None:
         hub = LiveHub(power, vnode, _worker)
@@ -408,12 +415,7 @@ def test_a_standing_waiter_no_pass_took_past_entries_answers_at_its_deadline(
 ) -> None:
     """Entries written past a standing waiter that no pass took it over (the pass has
     not run) end its wait at its deadline: its follow then reads them itself."""
-    monkeypatch.setattr(live, "MIN_STANDING_TIMEOUT_S", 0.0)
-    power.execute(
-        "CREATE TABLE a USING meters TAGS ('x', 1);"
-        "CREATE TOPIC ta AS SELECT ts, voltage FROM meters WHERE tbname = 'a'"
-    )
-    vnode = power.state.vnode(power.state.catalog.tables[("power", "a")].vgroup)
+    vnode = _standing_topic(power, monkeypatch, "tbname = 'a'")
 
     async def scenario() -> None:
         hub = LiveHub(power, vnode, _worker)
