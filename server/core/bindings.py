@@ -80,8 +80,8 @@ class BindingSet:
         `names`; those without rows are left out. `version` names `names` as they are
         (it changes when one is added): one whose bindings were registered is not
         looked at again."""
+        resets = self._resets
         if version is None or version not in self._checked:
-            resets = self._resets
             self._register(names)
             with self._lock:
                 if version is not None and resets == self._resets:
@@ -89,6 +89,10 @@ class BindingSet:
                         self._checked.clear()
                     self._checked.add(version)
         partitioner, names_of, alone = self._current(names)
+        if resets != self._resets:
+            # the set started over during this split (MAX_BINDINGS): the names
+            # registered before are gone from it, so each is split on its own
+            return self._each_alone(result, names)
         out: dict[str, pa.Table] = {}
         if partitioner is not None:
             for index, part in partitioner.split(result).items():
@@ -99,6 +103,24 @@ class BindingSet:
             if part is not None:
                 out[name] = part
         return out
+
+    def _each_alone(self, result: pa.Table, names: AbstractSet[str]) -> dict[str, pa.Table]:
+        """Every name's rows by a partitioner of its own binding (rare: a split that
+        crossed a reset; linear in the names, as before the set)."""
+        out: dict[str, pa.Table] = {}
+        for name in list(names):
+            own = Partitioner(self.topic, [self._bound(name)], self.schema)
+            part = own.split(result).get(0)
+            if part is not None:
+                out[name] = part
+        return out
+
+    def _bound(self, name: str) -> Binding:
+        """`name`'s binding, from the set or (gone by a reset meanwhile) from its key."""
+        found = self.bindings.get(name)
+        if found is None:
+            found = Binding.from_key(self.topic, name.partition(SUBSCRIPTION_SEP)[2])
+        return found
 
     def _register(self, names: AbstractSet[str]) -> None:
         """Make sure every name in `names` is a binding of the set."""
@@ -126,7 +148,7 @@ class BindingSet:
         with self._lock:
             found = self._alone.get(name)
             if found is None:
-                found = Partitioner(self.topic, [self.bindings[name]], self.schema)
+                found = Partitioner(self.topic, [self._bound(name)], self.schema)
                 if name in self._alone:  # not covered meanwhile by a rebuild
                     self._alone[name] = found
             return found

@@ -260,6 +260,35 @@ def test_a_binding_set_looks_at_each_version_of_the_waiting_subscriptions_once(
     assert other.version not in (first, subs.version)
 
 
+def test_a_split_that_starts_the_set_over_still_answers_every_subscription_asked(
+    written: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registering the subscriptions asked may reach MAX_BINDINGS midway, and the set
+    starts over without those registered first: each still gets its rows."""
+    topic = written.state.catalog.topic("tp")
+    keys = list(dict.fromkeys(bind(topic, p).key for p in BINDINGS))
+    names = [subscription_name("tp", k) for k in keys]
+    assert len(names) >= 4
+    monkeypatch.setattr(bindings, "MAX_BINDINGS", len(names) - 2)
+    found = topic_reader._binding_set(written.state, topic)
+    schema = found.schema
+    answered = 0
+    for vgroup in vgroups_of(written, "power"):
+        plan = arrow_plan(topic.select_sql)
+        assert plan is not None
+        result = plan.run(_batch(written, topic, vgroup))
+        assert result is not None
+        each = {n: Partitioner(topic, [Binding.from_key(topic, n.partition("?")[2])], schema)
+                .split(result) for n in names}  # fmt: skip
+        want = {n: parts[0] for n, parts in each.items() if 0 in parts}
+        answered += len(want)
+        for _ in range(2):  # the set full already the second time
+            got = found.split(result, set(names))
+            assert set(got) == set(want)
+            assert all(got[n].equals(want[n]) for n in want)
+    assert answered >= 2  # subscriptions with rows were asked for
+
+
 @pytest.mark.parametrize(
     ("name", "error"),
     [
