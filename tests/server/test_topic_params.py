@@ -190,6 +190,23 @@ def test_the_split_by_runs_gives_way_past_its_candidates(
     }
 
 
+def _results_and_own_splits(
+    engine: Engine, topic: Topic, names: list[str], schema: pa.Schema
+) -> list[tuple[pa.Table, dict[str, pa.Table]]]:
+    """Per vgroup: the topic's shared result, and each name's rows split by its own
+    binding's partitioner (names without rows left out): what a BindingSet must answer."""
+    out = []
+    for vgroup in vgroups_of(engine, "power"):
+        plan = arrow_plan(topic.select_sql)
+        assert plan is not None
+        result = plan.run(_batch(engine, topic, vgroup))
+        assert result is not None
+        each = {n: Partitioner(topic, [Binding.from_key(topic, n.partition("?")[2])], schema)
+                .split(result) for n in names}  # fmt: skip
+        out.append((result, {n: parts[0] for n, parts in each.items() if 0 in parts}))
+    return out
+
+
 def test_a_binding_set_splits_for_the_subscriptions_asked_as_each_bindings_own_partitioner(
     written: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -210,16 +227,10 @@ def test_a_binding_set_splits_for_the_subscriptions_asked_as_each_bindings_own_p
     assert set(extra) - set(names)
     split_rounds = [set(names[::2]), set(names), set(names[1::3])]
     split_rounds += [set(names[::5]) | set(extra)] * 5
-    for vgroup in vgroups_of(written, "power"):
-        plan = arrow_plan(topic.select_sql)
-        assert plan is not None
-        result = plan.run(_batch(written, topic, vgroup))
-        assert result is not None
-        each = {n: Partitioner(topic, [Binding.from_key(topic, n.partition("?")[2])], schema)
-                .split(result) for n in names + extra}  # fmt: skip
+    for result, each in _results_and_own_splits(written, topic, names + extra, schema):
         for asked in split_rounds:
             got = topic_reader._binding_set(written.state, topic).split(result, asked)
-            want = {n: parts[0] for n, parts in each.items() if n in asked and 0 in parts}
+            want = {n: part for n, part in each.items() if n in asked}
             assert set(got) == set(want)
             assert all(got[n].equals(want[n]) for n in want)
     found = topic_reader._binding_set(written.state, topic)
@@ -273,14 +284,7 @@ def test_a_split_that_starts_the_set_over_still_answers_every_subscription_asked
     found = topic_reader._binding_set(written.state, topic)
     schema = found.schema
     answered = 0
-    for vgroup in vgroups_of(written, "power"):
-        plan = arrow_plan(topic.select_sql)
-        assert plan is not None
-        result = plan.run(_batch(written, topic, vgroup))
-        assert result is not None
-        each = {n: Partitioner(topic, [Binding.from_key(topic, n.partition("?")[2])], schema)
-                .split(result) for n in names}  # fmt: skip
-        want = {n: parts[0] for n, parts in each.items() if 0 in parts}
+    for result, want in _results_and_own_splits(written, topic, names, schema):
         answered += len(want)
         for _ in range(2):  # the set full already the second time
             got = found.split(result, set(names))
