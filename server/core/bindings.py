@@ -91,8 +91,9 @@ class BindingSet:
         partitioner, names_of, alone = self._current(names)
         if resets != self._resets:
             # the set started over during this split (MAX_BINDINGS): the names
-            # registered before are gone from it, so each is split on its own
-            return self._each_alone(result, names)
+            # registered before are gone from it, so each is split on its own (rare;
+            # linear in the names, as before the set)
+            partitioner, alone = None, list(names)
         out: dict[str, pa.Table] = {}
         if partitioner is not None:
             for index, part in partitioner.split(result).items():
@@ -100,17 +101,6 @@ class BindingSet:
                     out[name] = part
         for name in alone:
             part = self._partitioner_of(name).split(result).get(0)
-            if part is not None:
-                out[name] = part
-        return out
-
-    def _each_alone(self, result: pa.Table, names: AbstractSet[str]) -> dict[str, pa.Table]:
-        """Every name's rows by a partitioner of its own binding (rare: a split that
-        crossed a reset; linear in the names, as before the set)."""
-        out: dict[str, pa.Table] = {}
-        for name in list(names):
-            own = Partitioner(self.topic, [self._bound(name)], self.schema)
-            part = own.split(result).get(0)
             if part is not None:
                 out[name] = part
         return out

@@ -64,8 +64,8 @@ class FakeServer:
         if isinstance(effect, fx.Fetch):
             self.fetched.append(effect)
             position = effect.request.position if effect.request.HasField("position") else BEGIN
-            message = Message("t", "db", effect.vgroup, position, position + 1, "data")
-            self.pending.append(fx.Fetched(effect.ticket, message, self.epoch))
+            answer = self.answer(effect, position)
+            self.pending.append(fx.Fetched(effect.ticket, answer, self.epoch))
         elif isinstance(effect, fx.Spawn):
             self.spawned.append(effect.flow)  # run when the test says
         elif isinstance(effect, fx.Wait):
@@ -77,6 +77,10 @@ class FakeServer:
             except Exception as exc:
                 return exc
         return None
+
+    def answer(self, fetch: fx.Fetch, position: int) -> Message | Empty:
+        """A fetch's answer: one row at `position`."""
+        return Message("t", "db", fetch.vgroup, position, position + 1, "data")
 
     # --- the RPCs the core makes ---
 
@@ -441,12 +445,10 @@ class EmptyServer(FakeServer):
         self.step = step
         self.waits = 0
 
+    def answer(self, fetch: fx.Fetch, position: int) -> Message | Empty:
+        return Empty(position, position + 1)
+
     def perform(self, effect: fx.Effect) -> Any:
-        if isinstance(effect, fx.Fetch):
-            self.fetched.append(effect)
-            position = effect.request.position if effect.request.HasField("position") else BEGIN
-            self.pending.append(fx.Fetched(effect.ticket, Empty(position, position + 1), 1))
-            return None
         if isinstance(effect, fx.Wait):
             self.waits += 1
             assert self.waits < 1_000, "poll never returned: answers kept it from its deadline"
