@@ -21,6 +21,7 @@ from grpc import aio
 
 from sqltopic.errors import ConfigError, InvalidValueError
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.common import collector
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.resources import raise_open_files_limit
@@ -162,6 +163,7 @@ async def _serve(
     await server.start()
     stop = stop_on_signals()
     beating = asyncio.create_task(link.run(stopping))
+    collector.settle()  # what starting made is never scanned again
     ready(f"{config.host}:{port}")
     await stop.wait()
     log.info("shutting down")

@@ -21,6 +21,7 @@ from typing import Literal
 from grpc import aio
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
+from sqltopic.server.common import collector
 from sqltopic.server.common.cluster_secret import check_secret
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.resources import raise_open_files_limit
@@ -171,6 +172,7 @@ async def _serve(
     stop = stop_on_signals()
     timer = asyncio.create_task(rebalance_timer(coordinator, stopping, config.rebalance_interval_s))
     engine.listening(f"{config.host}:{port}")
+    collector.settle()  # what starting made is never scanned again
     ready(f"{config.host}:{port}")
     await stop.wait()
     log.info("shutting down")

@@ -11,6 +11,7 @@ subscription) computed then. docs/operations.md §9.4 lists every metric.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import Counter
@@ -25,6 +26,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from sqltopic.errors import ConfigError
@@ -59,6 +61,11 @@ class ServerCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._written()
         yield from self._calls()
+        yield GaugeMetricFamily(
+            f"{PREFIX}_gc_frozen_objects",
+            "Objects the garbage collector never scans (made while the server started)",
+            value=gc.get_freeze_count(),
+        )
         if self._s.groups:
             yield from self._groups()
 
@@ -188,6 +195,7 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.registry.register(ServerCollector(sources))
         self.registry.register(ProcessCollector(registry=None))
+        GCCollector(registry=self.registry)  # collections by generation (registers itself)
         self._host, self._port = host, port
         self._server: Any = None
         self._thread: threading.Thread | None = None

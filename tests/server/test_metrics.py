@@ -95,6 +95,9 @@ def test_the_figures_follow_the_work_done(metered: tuple[ServerProcess, str]) ->
     }
     assert sorted(lag.values()) == [0, 5]  # d1001's vgroup is 5 rows behind
     assert ("process_cpu_seconds_total", ()) in found
+    # what the server made while starting is out of the collector's sight
+    assert found[("sqltopic_gc_frozen_objects", ())] > 10_000
+    assert ("python_gc_collections_total", (("generation", "2"),)) in found
 
 
 def test_a_port_in_use_is_one_line(tmp_path: Path, metered: tuple[ServerProcess, str]) -> None:
