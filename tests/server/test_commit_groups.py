@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sqltopic.server.dnode.commit_groups import CommitGroups
+from sqltopic.server.dnode.commit_groups import SETTLED_PER_TURN, CommitGroups
 from sqltopic.server.vnode.offsets import OffsetStore
 
 # Bounds a test's wait for a thread it released: far above any real commit.
@@ -116,3 +117,44 @@ def test_a_commit_of_no_rows_returns_without_a_job(stores: list[OffsetStore]) ->
 
     assert asyncio.run(run()).jobs == 0
     assert stores[0].transactions == 0
+
+
+def test_the_commits_of_a_large_group_go_on_over_several_turns_of_the_loop(
+    stores: list[OffsetStore],
+) -> None:
+    """A group of a process's commits resumes its callers SETTLED_PER_TURN per turn of
+    the event loop, every one stored."""
+    pool = Pool()
+    one, _ = stores
+    count = 3 * SETTLED_PER_TURN + 7
+    turn = [0]
+    resumed: list[int] = []
+
+    async def committer(n: int) -> None:
+        await groups.store([(one, [("t", f"g{n}", n + 1)])])
+        resumed.append(turn[0])
+
+    async def ticking() -> None:
+        while True:
+            turn[0] += 1
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        ticker = asyncio.create_task(ticking())
+        pool.hold.clear()
+        first = asyncio.create_task(committer(0))
+        while not pool.started.is_set():
+            await asyncio.sleep(0)
+        later = [asyncio.create_task(committer(n)) for n in range(1, count)]
+        await asyncio.sleep(0)  # all queued behind the held job: one group
+        pool.hold.set()
+        await asyncio.wait_for(asyncio.gather(first, *later), WAIT_S)
+        ticker.cancel()
+
+    groups = CommitGroups(pool.run, lambda: 1_000)
+    asyncio.run(run())
+    assert groups.jobs == 2
+    assert [one.get("t", f"g{n}") for n in range(count)] == [n + 1 for n in range(count)]
+    per_turn = Counter(resumed[1:])  # the group's, after the lone first commit
+    assert len(per_turn) >= 4
+    assert max(per_turn.values()) <= SETTLED_PER_TURN

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
@@ -371,6 +372,42 @@ def test_requests_carried_in_more_are_taken_in_order_each_on_its_own_ticket() ->
     assert {t: v for t, v in got if t in (1, 3, 5)} == {1: 1, 3: 2, 5: 3}
     assert committed == [("g1", "bob"), ("g2", "alice")]  # in order, each as its session
     assert sorted(polls.users) == ["alice", "alice", "alice"]
+
+
+def test_many_carried_requests_start_over_several_turns_of_the_loop() -> None:
+    """A message carrying a process's commits starts TAKEN_PER_TURN of them per turn of
+    the event loop (the loop's other work goes on between), each answered on its ticket."""
+    count = 3 * consume.TAKEN_PER_TURN + 7
+    turn = [0]
+    started: list[tuple[str, int]] = []
+
+    async def commit(request: pb.CommitRequest, user: str) -> None:
+        started.append((request.group_id, turn[0]))
+
+    async def run() -> list[int]:
+        async def ticking() -> None:  # one tick per turn of the loop
+            while True:
+                turn[0] += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(ticking())
+        stream = ConsumeStream(Polls().fetch, as_user("u"), free, commit=commit)
+        carrier = pb.ConsumeRequest(ticket=0, commit=pb.CommitRequest(group_id="g0"))
+        carrier.more.extend(
+            pb.ConsumeRequest(ticket=n, commit=pb.CommitRequest(group_id=f"g{n}"))
+            for n in range(1, count)
+        )
+        try:
+            return [a.ticket async for a in responses(stream.run(feed([carrier])))]
+        finally:
+            ticker.cancel()
+
+    tickets = asyncio.run(run())
+    assert sorted(tickets) == list(range(count))
+    assert [group for group, _ in started] == [f"g{n}" for n in range(count)]  # in order
+    per_turn = Counter(at for _, at in started)
+    assert len(per_turn) >= 4
+    assert max(per_turn.values()) <= consume.TAKEN_PER_TURN
 
 
 def test_a_carried_more_or_too_many_carried_requests_end_the_stream(
