@@ -25,12 +25,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqltopic.server.common.turns import in_turns
 from sqltopic.server.vnode.offsets import OffsetStore
 
-# Commits whose callers go on before the event loop gets another turn: a group of 250
-# (a client process's consumers commit together) resuming at once held every stream and
-# write for milliseconds.
-SETTLED_PER_TURN = 32
 # (subscription, group, next version): one committed offset
 Offset = tuple[str, str, int]
 # (fn, *args) -> fn(*args) run on the commit pool
@@ -77,9 +74,8 @@ class CommitGroups:
                 except BaseException as exc:  # the pool is gone or the loop stops: all fail
                     failed = {store: exc for waiting in group for store, _ in waiting.rows}
                 self.jobs += 1
-                for done, waiting in enumerate(group):
-                    if done and done % SETTLED_PER_TURN == 0:
-                        await asyncio.sleep(0)  # the loop's turn: those settled go on
+                # a process's consumers commit together: their callers resume in turns
+                async for waiting in in_turns(group):
                     _settle(waiting, failed)
         finally:
             self._storing = False

@@ -24,6 +24,7 @@ from sqltopic.proto.consume import MAX_MORE_REQUESTS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from sqltopic.proto.wire import BATCH_ENTRY_OVERHEAD, batched
+from sqltopic.server.common.turns import in_turns
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
 from sqltopic.server.rpc.rpc import unexpected
 
@@ -34,10 +35,6 @@ from sqltopic.server.rpc.rpc import unexpected
 # own session's token): 250 consumers of 40 bindings over 4 vgroups hold 40,000. Each
 # session's stream slots bound what one user holds (--max-streams-per-session).
 MAX_TICKETS = 65_536
-# Requests of one message started before the event loop gets a turn: a client process's
-# 250 consumers commit in one message, and starting every commit at once held every
-# stream and write for tens of milliseconds.
-TAKEN_PER_TURN = 32
 # Answers sent as one message at most (a batch): ready together, they cost one write.
 MAX_BATCH_ANSWERS = 256
 # Bytes of answers in one batch at most, far inside the clients' 256 MiB receive limit
@@ -136,9 +133,8 @@ class ConsumeStream:
         try:
             async for request in requests:
                 self._check_more(request)
-                for started, one in enumerate((request, *request.more)):
-                    if started and started % TAKEN_PER_TURN == 0:
-                        await asyncio.sleep(0)  # the loop's turn: what the last ones started
+                # a process's consumers commit in one message: started in turns
+                async for one in in_turns((request, *request.more)):
                     self._take_one(one)
         except Exception as exc:  # the stream ends with its status
             self._answers.put_nowait(exc)

@@ -21,6 +21,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import call_status
 from sqltopic.server.common.group_names import check_text, group_type, shares
+from sqltopic.server.common.turns import in_turns
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.users import check_consumer_user
 from sqltopic.server.dnode.share_keys import key_source
@@ -59,9 +60,6 @@ MAX_TOPICS_PER_SUBSCRIBE = 4096
 # Beats one Heartbeats call may carry: a client process's consumers of one server, with
 # room to spare; a bound on the work (and the answer's size) of one request.
 MAX_BEATS_PER_CALL = 10_000
-# Beats answered before the event loop gets a turn: a process's 250 consumers beat in
-# one call, and answering them at once held every stream and write for 15-30 ms.
-BEATS_PER_TURN = 32
 # A host name is at most 253 characters (RFC 1035); room for a port and brackets.
 MAX_FQDN = 270
 STATUS = {
@@ -139,12 +137,8 @@ class MnodeService(pb_grpc.MnodeServicer):
                 f"Heartbeats: {len(request.beats)} beats in one call, more than "
                 f"{MAX_BEATS_PER_CALL}: send them in several calls"
             )
-        results: list[pb.BeatResult] = []
-        for start in range(0, len(request.beats), BEATS_PER_TURN):
-            if start:
-                await asyncio.sleep(0)  # the loop's turn: passes, writes, other calls
-            beats = request.beats[start : start + BEATS_PER_TURN]
-            results += [self._beat_result(beat) for beat in beats]
+        # a process's consumers beat in one call: answered in turns of the event loop
+        results = [self._beat_result(beat) async for beat in in_turns(request.beats)]
         if self._coordinator.unsaved:  # one save for every release of the call
             await asyncio.to_thread(self._coordinator.persist)
         return pb.HeartbeatsResponse(results=results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -120,3 +121,10 @@ def norm_rows(rows_: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
 def table_names(engine: Engine, db: str | None = None) -> list[str]:
     sql = f"SHOW {db}.TABLES" if db else "SHOW TABLES"
     return [r[0] for r in engine.execute(sql).rows]
+
+
+async def count_turns(turn: list[int]) -> None:
+    """Count the event loop's turns in `turn[0]`, one a turn, until cancelled."""
+    while True:
+        turn[0] += 1
+        await asyncio.sleep(0)

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from sqltopic.server.dnode.commit_groups import SETTLED_PER_TURN, CommitGroups
+from sqltopic.server.common.turns import PER_TURN
+from sqltopic.server.dnode.commit_groups import CommitGroups
 from sqltopic.server.vnode.offsets import OffsetStore
+from tests.server.support import count_turns
 
 # Bounds a test's wait for a thread it released: far above any real commit.
 WAIT_S = 30.0
@@ -122,11 +124,11 @@ def test_a_commit_of_no_rows_returns_without_a_job(stores: list[OffsetStore]) ->
 def test_the_commits_of_a_large_group_go_on_over_several_turns_of_the_loop(
     stores: list[OffsetStore],
 ) -> None:
-    """A group of a process's commits resumes its callers SETTLED_PER_TURN per turn of
+    """A group of a process's commits resumes its callers PER_TURN per turn of
     the event loop, every one stored."""
     pool = Pool()
     one, _ = stores
-    count = 3 * SETTLED_PER_TURN + 7
+    count = 3 * PER_TURN + 7
     turn = [0]
     resumed: list[int] = []
 
@@ -134,13 +136,8 @@ def test_the_commits_of_a_large_group_go_on_over_several_turns_of_the_loop(
         await groups.store([(one, [("t", f"g{n}", n + 1)])])
         resumed.append(turn[0])
 
-    async def ticking() -> None:
-        while True:
-            turn[0] += 1
-            await asyncio.sleep(0)
-
     async def run() -> None:
-        ticker = asyncio.create_task(ticking())
+        ticker = asyncio.create_task(count_turns(turn))
         pool.hold.clear()
         first = asyncio.create_task(committer(0))
         while not pool.started.is_set():
@@ -157,4 +154,4 @@ def test_the_commits_of_a_large_group_go_on_over_several_turns_of_the_loop(
     assert [one.get("t", f"g{n}") for n in range(count)] == [n + 1 for n in range(count)]
     per_turn = Counter(resumed[1:])  # the group's, after the lone first commit
     assert len(per_turn) >= 4
-    assert max(per_turn.values()) <= SETTLED_PER_TURN
+    assert max(per_turn.values()) <= PER_TURN

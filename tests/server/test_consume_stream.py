@@ -26,9 +26,11 @@ from sqltopic.errors import (
 from sqltopic.proto.consume import MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
+from sqltopic.server.common.turns import PER_TURN
 from sqltopic.server.dnode.follow import Credit, Put
 from sqltopic.server.rpc import consume
 from sqltopic.server.rpc.consume import ConsumeStream
+from tests.server.support import count_turns
 from tests.server.wire import CALL_TIMEOUT_S, Wire, poll_request, rows, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
@@ -375,9 +377,9 @@ def test_requests_carried_in_more_are_taken_in_order_each_on_its_own_ticket() ->
 
 
 def test_many_carried_requests_start_over_several_turns_of_the_loop() -> None:
-    """A message carrying a process's commits starts TAKEN_PER_TURN of them per turn of
-    the event loop (the loop's other work goes on between), each answered on its ticket."""
-    count = 3 * consume.TAKEN_PER_TURN + 7
+    """A message carrying a process's commits starts PER_TURN of them per turn of the
+    event loop (the loop's other work goes on between), each answered on its ticket."""
+    count = 3 * PER_TURN + 7
     turn = [0]
     started: list[tuple[str, int]] = []
 
@@ -385,12 +387,7 @@ def test_many_carried_requests_start_over_several_turns_of_the_loop() -> None:
         started.append((request.group_id, turn[0]))
 
     async def run() -> list[int]:
-        async def ticking() -> None:  # one tick per turn of the loop
-            while True:
-                turn[0] += 1
-                await asyncio.sleep(0)
-
-        ticker = asyncio.create_task(ticking())
+        ticker = asyncio.create_task(count_turns(turn))
         stream = ConsumeStream(Polls().fetch, as_user("u"), free, commit=commit)
         carrier = pb.ConsumeRequest(ticket=0, commit=pb.CommitRequest(group_id="g0"))
         carrier.more.extend(
@@ -407,7 +404,7 @@ def test_many_carried_requests_start_over_several_turns_of_the_loop() -> None:
     assert [group for group, _ in started] == [f"g{n}" for n in range(count)]  # in order
     per_turn = Counter(at for _, at in started)
     assert len(per_turn) >= 4
-    assert max(per_turn.values()) <= consume.TAKEN_PER_TURN
+    assert max(per_turn.values()) <= PER_TURN
 
 
 def test_a_carried_more_or_too_many_carried_requests_end_the_stream(

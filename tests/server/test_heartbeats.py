@@ -14,7 +14,8 @@ from sqltopic.errors import AuthenticationFailed, Error, NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import from_call_status
-from sqltopic.server.rpc.mnode_service import BEATS_PER_TURN, MAX_BEATS_PER_CALL
+from sqltopic.server.common.turns import PER_TURN
+from sqltopic.server.rpc.mnode_service import MAX_BEATS_PER_CALL
 from tests.server.wire import CALL_TIMEOUT_S, Wire, status
 
 TOPIC = "CREATE TOPIC hot AS SELECT ts, voltage FROM power.meters WHERE voltage > 220"
@@ -110,12 +111,12 @@ def test_each_beat_is_answered_as_its_own_heartbeat_would_be(hot: Connection, wi
 
 
 def test_beats_answered_over_several_turns_keep_their_order(hot: Connection, wire: Wire) -> None:
-    """A call of more beats than one turn of the event loop answers (BEATS_PER_TURN)
+    """A call of more beats than one turn of the event loop answers (PER_TURN)
     answers each in its place, across the turns."""
     a = wire.subscribe("ga", ["hot"])
     assignment = wire.assignment(a.consumer_id)
     good = pb.HeartbeatRequest(consumer_id=a.consumer_id, epoch=assignment.epoch)
-    count = 3 * BEATS_PER_TURN + 5
+    count = 3 * PER_TURN + 5
     requests = [(token(wire) if i % 3 else "not-a-token", good) for i in range(count)]
     answers = beats(wire, requests)
     for i, answer in enumerate(answers):
