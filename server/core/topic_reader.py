@@ -28,7 +28,12 @@ from sqltopic.sql.entries import EntryTable, conform
 from sqltopic.sql.layout import data_schema
 from sqltopic.sql.model import TBNAME, Catalog, Table, Topic
 from sqltopic.sql.topic.duck import query
-from sqltopic.sql.topic.evaluate import ARROW_EVAL_MAX_ROWS, QueryShape, small_evaluation
+from sqltopic.sql.topic.evaluate import (
+    ARROW_EVAL_MAX_ROWS,
+    QueryShape,
+    each_run,
+    small_evaluation,
+)
 from sqltopic.sql.topic.params import split_subscription, subscribed, topic_of
 from sqltopic.wal import EntryType, WalReader, WalRecord
 
@@ -92,8 +97,9 @@ _versions = itertools.count(1)  # unique across every Subscriptions: a version i
 # keeps and may change on another thread meanwhile (one look-up at a time is safe), not a
 # copy made per pass: touching a thousand entries costs ~150 us once they left the cache.
 Waiting = Mapping[str, Subscriptions]
-# (a query topic's form, its entries' (version, batch) identities) -> their evaluation
-Evaluated = dict[tuple[str, tuple[tuple[int, int], ...]], TopicBlock]
+# (a query topic's form, its entries' (version, batch) identities): what its evaluation is
+EvaluationKey = tuple[str, tuple[tuple[int, int], ...]]
+Evaluated = dict[EvaluationKey, TopicBlock]  # the evaluations of a shared pass
 
 
 def read_topic(
@@ -158,8 +164,8 @@ def read_topics(
         if has_meta
         else [(name, subs) for name in wanted if (subs := waiting.get(name)) is not None]
     )
-    found: dict[str, list[TopicItem]] = {}
     shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
+    collected: list[tuple[Topic, Subscriptions, _Collector]] = []
     for name, subs in asked:
         topic = known.get(name)
         if topic is None:
@@ -174,12 +180,63 @@ def read_topics(
                     collector.meta(e.version, e.event())
             elif topic.meta != "only":
                 collector.data(e.version, e.owner, e.batch)
+        collected.append((topic, subs, collector))
+    _together(state, [c for _, _, c in collected], shared, entries)
+    found: dict[str, list[TopicItem]] = {}
+    for topic, subs, collector in collected:
         items = collector.finish()
         if topic.params:  # one evaluation, one partition among the bindings
             found |= _bound(state, topic, items, subs.keys(), subs.version)
         else:
             found[topic.name] = items
     return found, next_version
+
+
+def _together(
+    state: State, collectors: list[_Collector], shared: Evaluated, entries: list[_Decoded]
+) -> None:
+    """Evaluate at once the entries that topics of one form have pending over different
+    runs of tables (a thousand device-set topics, each over a few of the tables a write
+    names): one evaluation of every run they have, each topic's rows its runs' slices,
+    put in `shared` for its collector to find. Forms pyarrow cannot run exactly are left
+    to each topic's own evaluation."""
+    forms: dict[str, tuple[_Shape, dict[EvaluationKey, list[_Entry]]]] = {}
+    for collector in collectors:
+        topic = collector.scope.topic
+        if topic.kind != "query" or topic.params or not collector.pending:
+            continue
+        shape = _Shape.of_state(state, topic)
+        key = _key(shape, collector.pending)
+        if key not in shared:
+            forms.setdefault(shape.form, (shape, {}))[1].setdefault(key, collector.pending)
+    rank: dict[int, int] | None = None
+    for shape, subsets in forms.values():
+        if len(subsets) > 1:  # one subset is evaluated as it is
+            if rank is None:
+                rank = {id(e.batch): i for i, e in enumerate(entries)}
+            _slice_among(shape, subsets, shared, rank)
+
+
+def _slice_among(
+    shape: _Shape, subsets: dict[EvaluationKey, list[_Entry]], shared: Evaluated,
+    rank: dict[int, int],
+) -> None:  # fmt: skip
+    """`subsets` of runs (a topic's pending entries each) evaluated as one, in WAL order
+    (`rank` of each run's batch); each subset's block into `shared`."""
+    union: dict[int, _Entry] = {}
+    for pending in subsets.values():
+        for e in pending:
+            union.setdefault(id(e.batch), e)
+    runs = sorted(union.values(), key=lambda e: rank[id(e.batch)])
+    tables, batches = [e.table for e in runs], [e.batch for e in runs]
+    slices = each_run(shape, shape.row_sql, tables, batches, shape.out)
+    if slices is None:
+        return
+    of_run = {id(e.batch): rows for e, rows in zip(runs, slices, strict=True)}
+    for key, pending in subsets.items():
+        parts = [of_run[id(e.batch)] for e in pending]
+        data = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        shared[key] = TopicBlock(_only(pending), data, pending[0].version, pending[-1].version)
 
 
 def waiting_of(names: Iterable[str]) -> Waiting:
@@ -388,7 +445,7 @@ def _run_query(
     shape = _Shape.of_state(state, topic)
     if shared is None or topic.params:
         return _evaluated(state, topic, shape, pending)
-    key = (shape.form, tuple((e.version, id(e.batch)) for e in pending))
+    key = _key(shape, pending)
     block = shared.get(key)
     if block is None:
         block = shared[key] = _evaluated(state, topic, shape, pending)
@@ -400,9 +457,18 @@ def _evaluated(state: State, topic: Topic, shape: _Shape, pending: list[_Entry])
     out = _evaluate(state, topic, batch, shape.row_sql)
     if not topic.params:  # a shared form keeps its hidden columns for the partition
         out = out.cast(shape.out)
+    return TopicBlock(_only(pending), out, pending[0].version, pending[-1].version)
+
+
+def _only(pending: list[_Entry]) -> str | None:
+    """The table of entries when they are all one table's."""
     names = {e.table.name for e in pending}
-    only = next(iter(names)) if len(names) == 1 else None
-    return TopicBlock(only, out, pending[0].version, pending[-1].version)
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def _key(shape: _Shape, pending: list[_Entry]) -> EvaluationKey:
+    """What an evaluation is a function of: the form, and the entries' identities."""
+    return shape.form, tuple((e.version, id(e.batch)) for e in pending)
 
 
 @dataclass(frozen=True)

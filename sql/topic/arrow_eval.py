@@ -96,8 +96,10 @@ class ArrowPlan:
     def run(self, batch: pa.Table) -> pa.Table | None:
         """The topic's rows of `batch`, or None when they must come from DuckDB."""
         data = self.filter(batch)
-        if data is None:
-            return None
+        return None if data is None else self.project(data)
+
+    def project(self, data: pa.Table) -> pa.Table:
+        """The output columns of rows `filter` kept."""
         names = [name for name, _ in self.outputs]
         return pa.Table.from_arrays([data.column(col) for _, col in self.outputs], names=names)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sqltopic.sql import layout
 from sqltopic.sql.entries import conform
@@ -30,6 +31,9 @@ from sqltopic.sql.topic.duck import query
 # ~1 ms per query dominates small reads (a consumer keeping up reads a few rows per
 # poll); on large ones DuckDB's parallel scan wins.
 ARROW_EVAL_MAX_ROWS = 65_536
+# The column `each_run` numbers the runs in while it filters them (not a name SQL
+# reaches: identifiers cannot hold NUL).
+RUN_COLUMN = "\x00run"
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,50 @@ class QueryShape:
         data = pa.Table.from_batches([conform(b, self.data) for b in batches], schema=self.data)
         lengths = [b.num_rows for b in batches]
         return with_context(data, tables, lengths, self.tags, self.precision, tbname=self.tbname)
+
+
+def each_run(
+    shape: QueryShape, sql: str, tables: Sequence[Table], batches: Sequence[pa.RecordBatch],
+    out: pa.Schema | None = None,
+) -> list[pa.Table] | None:  # fmt: skip
+    """`sql` over each run (`batches[i]`, rows of `tables[i]`) as `evaluate` answers it
+    over that run alone, cast to `out` if given, with one evaluation of them all: what
+    pyarrow runs (arrow_eval.py) decides each row by that row alone, so a run's rows
+    are a slice of the whole's. None when pyarrow cannot run it exactly or the runs are
+    over ARROW_EVAL_MAX_ROWS (then evaluate each: they are not this function's)."""
+    lengths = [b.num_rows for b in batches]
+    plan = cached_plan(sql)
+    if plan is None or sum(lengths) > ARROW_EVAL_MAX_ROWS:
+        return None
+    batch = shape.batch(tables, batches)
+    if plan.where is not None:  # which run each kept row is of, in a column of its own
+        if RUN_COLUMN in batch.schema.names:
+            return None
+        runs = [pa.repeat(pa.scalar(i, pa.int32()), n) for i, n in enumerate(lengths)]
+        batch = batch.append_column(RUN_COLUMN, pa.chunked_array(runs, pa.int32()))
+    data = plan.filter(batch)
+    if data is None:
+        return None
+    whole = plan.project(data)
+    if out is not None:
+        whole = whole.cast(out)
+    kept = lengths if plan.where is None else _per_run(data.column(RUN_COLUMN), len(lengths))
+    slices: list[pa.Table] = []
+    start = 0
+    for n in kept:
+        slices.append(whole.slice(start, n))
+        start += n
+    return slices
+
+
+def _per_run(runs: pa.ChunkedArray, count: int) -> list[int]:
+    """How many rows each of `count` runs kept, from the kept rows' run numbers."""
+    kept = [0] * count
+    found = pc.value_counts(runs)
+    for run, n in zip(found.field("values").to_pylist(), found.field("counts").to_pylist(),
+                      strict=True):  # fmt: skip
+        kept[run] = n
+    return kept
 
 
 def evaluate(con: duckdb.DuckDBPyConnection, sql: str, batch: pa.Table) -> pa.Table:

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from sqltopic.server.core import topic_reader
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.topic_reader import READ_BYTES, TopicBlock
 from sqltopic.server.dnode import live
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message, PollLimits, read_message
 from sqltopic.server.vnode.vnode import Vnode
+from sqltopic.sql.topic import evaluate
 from tests.server.support import block_rows, vgroups_of
 
 # Topics of every kind over the power fixture's `meters`: device sets, tag and value
@@ -509,6 +511,62 @@ def test_many_device_set_topics_read_in_the_pass_what_each_reads_alone(power: En
                 assert _comparable(found.get(name, [])) == _comparable(alone), (
                     name, vgroup, position,
                 )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["", "AND voltage > 4", "AND (location = 'x' OR voltage < 3)", "AND current IS NULL"],
+)
+def test_topics_of_one_form_over_different_tables_are_evaluated_once_per_pass(
+    power: Engine, monkeypatch: pytest.MonkeyPatch, condition: str
+) -> None:
+    """Device-set topics of one form, each over other tables of a write: the pass
+    evaluates every run they have once (topic_reader._together), not once per set of
+    tables, and each topic reads exactly what it reads alone, at every position."""
+    rng = random.Random(9)
+    children = [f"c{n}" for n in range(8)]
+    power.execute("; ".join(f"CREATE TABLE {c} USING meters TAGS ('{'xy'[n % 2]}', {n})"
+                            for n, c in enumerate(children)))  # fmt: skip
+    names = []
+    for k in range(12):
+        tables = ", ".join(f"'{c}'" for c in rng.sample(children, rng.randint(1, 3)))
+        power.execute(f"CREATE TOPIC f{k} AS SELECT ts, current, voltage, location FROM "
+                      f"meters WHERE tbname IN ({tables}) {condition}")  # fmt: skip
+        names.append(f"f{k}")
+    for w in range(6):
+        values = " ".join(
+            f"{c} VALUES ({1_000 + w}, {'NULL' if w % 3 == 0 else w}, {w + n}, 1)"
+            for n, c in enumerate(rng.sample(children, rng.randint(3, 8)))
+        )
+        power.execute(f"INSERT INTO {values}")
+    calls = {"each_run": 0, "alone": 0}
+    each_run, evaluated = evaluate.each_run, topic_reader._evaluated
+
+    def counted_each_run(*args: Any) -> Any:
+        calls["each_run"] += 1
+        return each_run(*args)
+
+    def counted_alone(*args: Any) -> Any:
+        calls["alone"] += 1
+        return evaluated(*args)
+
+    monkeypatch.setattr(topic_reader, "each_run", counted_each_run)
+    monkeypatch.setattr(topic_reader, "_evaluated", counted_alone)
+    together = 0
+    for vgroup in vgroups_of(power, "power"):
+        end = power.state.vnode(vgroup).wal.next_version
+        for position in range(1, end + 1):
+            calls.update(each_run=0, alone=0)
+            found, _ = power.read_topics(names, vgroup, position)
+            assert calls["each_run"] <= 1  # one form: one evaluation of its runs at most
+            assert calls["alone"] == 0 or not calls["each_run"]
+            together += calls["each_run"]
+            for name in names:
+                alone, _ = power.read_topic(name, vgroup, position, 10**9, READ_BYTES)
+                assert _comparable(found.get(name, [])) == _comparable(alone), (
+                    name, vgroup, position,
+                )  # fmt: skip
+    assert together > 0
 
 
 def _bucket_position(hub: LiveHub) -> int | None:
