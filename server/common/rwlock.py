@@ -32,15 +32,12 @@ class RWLock:
         self._writers_waiting = 0
         self._local = threading.local()  # .no_wait: set within without_waiting
         self._shared = _Shared(self)
+        self._no_wait = _NoWait(self._local)
 
-    @contextmanager
-    def without_waiting(self) -> Iterator[None]:
-        """Within it, on this thread, `shared` raises WouldBlock rather than wait."""
-        self._local.no_wait = True
-        try:
-            yield
-        finally:
-            self._local.no_wait = False
+    def without_waiting(self) -> _NoWait:
+        """Within it, on this thread, `shared` raises WouldBlock rather than wait (one
+        object, made once: every poll, pass, commit and write on the loop enters it)."""
+        return self._no_wait
 
     @property
     def no_wait(self) -> bool:
@@ -98,6 +95,22 @@ class _Shared:
 
     def __exit__(self, *exc: object) -> None:
         self._lock._release_shared()
+
+
+class _NoWait:
+    """`RWLock.without_waiting()`: sets the thread's no-wait flag for a `with` block
+    (not nested: the flag is cleared at its end)."""
+
+    __slots__ = ("_local",)
+
+    def __init__(self, local: threading.local) -> None:
+        self._local = local
+
+    def __enter__(self) -> None:
+        self._local.no_wait = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.no_wait = False
 
 
 async def here_or_worker(

@@ -154,15 +154,14 @@ def read_topics(
     known = state.catalog.topics
     index = interest(state, vgroup)
     entries, next_version = _decoded(state, vgroup, from_version, max_bytes, index)
-    owners = {e.owner.name for e in entries if e.owner is not None}
+    mine = _by_topic(entries, index)
     has_meta = any(e.owner is None for e in entries)
-    wanted = {name for table in owners for name in index.get(table, ())}
     # only topics with something among the entries, unless a DDL event is (each taken
     # once: the caller may drop a topic meanwhile)
     asked = (
         list(waiting.items())
         if has_meta
-        else [(name, subs) for name in wanted if (subs := waiting.get(name)) is not None]
+        else [(name, subs) for name in mine if (subs := waiting.get(name)) is not None]
     )
     shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
     collected: list[tuple[Topic, Subscriptions, _Collector]] = []
@@ -171,15 +170,10 @@ def read_topics(
         if topic is None:
             continue  # dropped meanwhile
         _check_vgroup(state, topic, vgroup)
-        if topic.name not in wanted and not (has_meta and topic.meta != "none"):
+        if topic.name not in mine and not (has_meta and topic.meta != "none"):
             continue
         collector = _Collector(_Scope.of(state, topic, vgroup, shared))
-        for e in entries:
-            if e.owner is None:
-                if topic.meta != "none":
-                    collector.meta(e.version, e.event())
-            elif topic.meta != "only":
-                collector.data(e.version, e.owner, e.batch)
+        collector.feed(entries if has_meta else mine[topic.name])
         collected.append((topic, subs, collector))
     _together(state, [c for _, _, c in collected], shared, entries)
     found: dict[str, list[TopicItem]] = {}
@@ -192,21 +186,37 @@ def read_topics(
     return found, next_version
 
 
+def _by_topic(
+    entries: list[_Decoded], index: Mapping[str, Iterable[str]]
+) -> dict[str, list[_Decoded]]:
+    """Each topic's data entries in WAL order: those of its tables (`index`: table ->
+    the topics that deliver it, made of the topics' tables). A topic then looks at its
+    few entries, not at those of every table a write names."""
+    mine: dict[str, list[_Decoded]] = {}
+    for e in entries:
+        if e.owner is not None:
+            for name in index.get(e.owner.name, ()):
+                mine.setdefault(name, []).append(e)
+    return mine
+
+
 def _together(
     state: State, collectors: list[_Collector], shared: Evaluated, entries: list[_Decoded]
 ) -> None:
     """Evaluate at once the entries that topics of one form have pending over different
     runs of tables (a thousand device-set topics, each over a few of the tables a write
     names): one evaluation of every run they have, each topic's rows its runs' slices,
-    put in `shared` for its collector to find. Forms pyarrow cannot run exactly are left
-    to each topic's own evaluation."""
+    put in `shared` and handed to each collector (`evaluated`). Forms pyarrow cannot
+    run exactly are left to each topic's own evaluation."""
     forms: dict[str, tuple[_Shape, dict[EvaluationKey, list[_Entry]]]] = {}
+    keyed: list[tuple[_Collector, EvaluationKey]] = []
     for collector in collectors:
         topic = collector.scope.topic
         if topic.kind != "query" or topic.params or not collector.pending:
             continue
         shape = _Shape.of_state(state, topic)
         key = _key(shape, collector.pending)
+        keyed.append((collector, key))
         if key not in shared:
             forms.setdefault(shape.form, (shape, {}))[1].setdefault(key, collector.pending)
     rank: dict[int, int] | None = None
@@ -215,6 +225,8 @@ def _together(
             if rank is None:
                 rank = {id(e.batch): i for i, e in enumerate(entries)}
             _slice_among(shape, subsets, shared, rank)
+    for collector, key in keyed:  # no second look-up of its shape and key
+        collector.evaluated = shared.get(key)
 
 
 def _slice_among(
@@ -352,6 +364,18 @@ class _Collector:
         self.items: list[TopicItem] = []
         self.pending: list[_Entry] = []
         self.rows = 0
+        # the pending entries' block, when the shared pass evaluated them already
+        self.evaluated: TopicBlock | None = None
+
+    def feed(self, entries: Iterable[_Decoded]) -> None:
+        """The pass's decoded entries, in WAL order."""
+        meta = self.scope.topic.meta
+        for e in entries:
+            if e.owner is None:
+                if meta != "none":
+                    self.meta(e.version, e.event())
+            elif meta != "only":
+                self.data(e.version, e.owner, e.batch)
 
     def meta(self, version: int, event: dict[str, Any]) -> None:
         if self.scope.wants_event(event):
@@ -366,7 +390,10 @@ class _Collector:
             self.rows += batch.num_rows
 
     def finish(self) -> list[TopicItem]:
-        self.items += self.scope.flush(self.pending)
+        if self.evaluated is not None:
+            self.items.append(self.evaluated)
+        else:
+            self.items += self.scope.flush(self.pending)
         self.pending = []
         return self.items
 

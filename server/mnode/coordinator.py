@@ -1012,6 +1012,20 @@ class Coordinator:
             self.rows_before[sub] = self.rows_before.get(sub, 0) + done.rows
             self._note(*sub)
 
+    def committed_all(
+        self, consumer_id: int, group: str, vgroups: Iterable[tuple[str, int]], epoch: int
+    ) -> None:
+        """`committed` for each (subscription, vgroup) of one commit, looked at only
+        when some vgroup is being revoked at all: a consumer of many bindings commits
+        hundreds at once, and almost always nothing is being revoked."""
+        if self.follower:
+            return
+        with self._lock:
+            if not self._revoking():
+                return
+            for topic, vgroup in vgroups:
+                self.committed(consumer_id, group, topic, vgroup, epoch)
+
     def committed(self, consumer_id: int, group: str, topic: str, vgroup: int, epoch: int) -> None:
         """The holder committed the vgroup at `epoch`: if the vgroup is being revoked
         and the commit was sent knowing it (at the revoking epoch or later), that was

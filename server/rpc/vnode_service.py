@@ -409,11 +409,10 @@ class VnodeService(pb_grpc.VnodeServicer):
         )
         await self._commits.store([(vnode.offsets, rows) for vnode, rows in stores])
         if request.consumer_id:  # the final commit of a vgroup being revoked lets go
-            for item in request.offsets:
-                self._coordinator.committed(
-                    request.consumer_id, request.group_id, item.topic, item.vgroup,
-                    request.epoch,
-                )  # fmt: skip
+            self._coordinator.committed_all(
+                request.consumer_id, request.group_id,
+                [(item.topic, item.vgroup) for item in request.offsets], request.epoch,
+            )  # fmt: skip
             if self._coordinator.unsaved:  # a release: saved before the answer
                 await self._commit_run(self._coordinator.persist)
 

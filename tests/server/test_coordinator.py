@@ -480,6 +480,23 @@ def test_only_a_commit_sent_knowing_of_the_revocation_lets_go(coord: Coordinator
         coord.check_owner(a.id, "g", "t", moving, a.epoch, commit=True)
 
 
+def test_a_commit_of_many_vgroups_lets_go_only_those_being_revoked(coord: Coordinator) -> None:
+    """committed_all: one commit's vgroups, as committed() one by one; with nothing
+    being revoked it changes nothing."""
+    a = coord.subscribe(0, "g", ["t"])
+    held = sorted(v for _, v in _held(coord, a.id))
+    coord.committed_all(a.id, "g", [("t", v) for v in held], a.epoch)
+    assert sorted(v for _, v in _held(coord, a.id)) == held
+    b = coord.subscribe(0, "g", ["t"])
+    moving = [v for v in held if ("t", v) not in _held(coord, a.id)]
+    staying = [v for v in held if v not in moving]
+    assert moving
+    assert staying
+    coord.committed_all(a.id, "g", [("t", v) for v in held], a.epoch)  # the final commit
+    assert {v for _, v in _held(coord, b.id)} == set(moving)
+    assert all(coord.owners["t", "g"][v].consumer == a.id for v in staying)
+
+
 def test_a_revocation_keeps_its_epoch_across_a_restart(tmp_path: Path, clock: Clock) -> None:
     vgroups = {"t": [1, 2]}
     first = Coordinator(lambda t: vgroups[t], clock=clock, store=CoordinatorStore(tmp_path))
