@@ -487,9 +487,7 @@ def test_many_device_set_topics_read_in_the_pass_what_each_reads_alone(power: En
     items in the pass: forty topics over random sets of eight children, writes over
     random children, every position of every vgroup."""
     rng = random.Random(14)
-    children = [f"c{n}" for n in range(8)]
-    power.execute("; ".join(f"CREATE TABLE {c} USING meters TAGS ('x', {n})"
-                            for n, c in enumerate(children)))  # fmt: skip
+    children = _children(power)
     names = []
     for k in range(40):
         tables = ", ".join(f"'{c}'" for c in rng.sample(children, rng.randint(1, 4)))
@@ -502,10 +500,29 @@ def test_many_device_set_topics_read_in_the_pass_what_each_reads_alone(power: En
         values = " ".join(f"{c} VALUES ({1_000 + w}, {w}.5, {w}, 1)"
                           for c in rng.sample(children, rng.randint(1, 5)))  # fmt: skip
         power.execute(f"INSERT INTO {values}")
+    _pass_reads_what_each_reads_alone(power, names)
+
+
+def _children(power: Engine) -> list[str]:
+    """Eight children of meters, c0..c7, in locations 'x' and 'y' by turns."""
+    children = [f"c{n}" for n in range(8)]
+    power.execute("; ".join(f"CREATE TABLE {c} USING meters TAGS ('{'xy'[n % 2]}', {n})"
+                            for n, c in enumerate(children)))  # fmt: skip
+    return children
+
+
+def _pass_reads_what_each_reads_alone(
+    power: Engine, names: list[str], before_pass: Callable[[], None] = lambda: None,
+    after_pass: Callable[[], None] = lambda: None,
+) -> None:  # fmt: skip
+    """At every position of every vgroup, the pass over `names` answers each what it
+    reads alone; `before_pass` and `after_pass` run around each pass."""
     for vgroup in vgroups_of(power, "power"):
         end = power.state.vnode(vgroup).wal.next_version
         for position in range(1, end + 1):
+            before_pass()
             found, _ = power.read_topics(names, vgroup, position)
+            after_pass()
             for name in names:
                 alone, _ = power.read_topic(name, vgroup, position, 10**9, READ_BYTES)
                 assert _comparable(found.get(name, [])) == _comparable(alone), (
@@ -524,9 +541,7 @@ def test_topics_of_one_form_over_different_tables_are_evaluated_once_per_pass(
     evaluates every run they have once (topic_reader._together), not once per set of
     tables, and each topic reads exactly what it reads alone, at every position."""
     rng = random.Random(9)
-    children = [f"c{n}" for n in range(8)]
-    power.execute("; ".join(f"CREATE TABLE {c} USING meters TAGS ('{'xy'[n % 2]}', {n})"
-                            for n, c in enumerate(children)))  # fmt: skip
+    children = _children(power)
     names = []
     for k in range(12):
         tables = ", ".join(f"'{c}'" for c in rng.sample(children, rng.randint(1, 3)))
@@ -553,19 +568,17 @@ def test_topics_of_one_form_over_different_tables_are_evaluated_once_per_pass(
     monkeypatch.setattr(topic_reader, "each_run", counted_each_run)
     monkeypatch.setattr(topic_reader, "_evaluated", counted_alone)
     together = 0
-    for vgroup in vgroups_of(power, "power"):
-        end = power.state.vnode(vgroup).wal.next_version
-        for position in range(1, end + 1):
-            calls.update(each_run=0, alone=0)
-            found, _ = power.read_topics(names, vgroup, position)
-            assert calls["each_run"] <= 1  # one form: one evaluation of its runs at most
-            assert calls["alone"] == 0 or not calls["each_run"]
-            together += calls["each_run"]
-            for name in names:
-                alone, _ = power.read_topic(name, vgroup, position, 10**9, READ_BYTES)
-                assert _comparable(found.get(name, [])) == _comparable(alone), (
-                    name, vgroup, position,
-                )  # fmt: skip
+
+    def one_evaluation() -> None:
+        nonlocal together
+        assert calls["each_run"] <= 1  # one form: one evaluation of its runs at most
+        assert calls["alone"] == 0 or not calls["each_run"]
+        together += calls["each_run"]
+
+    def uncounted() -> None:
+        calls.update(each_run=0, alone=0)  # the reads alone before count for nothing
+
+    _pass_reads_what_each_reads_alone(power, names, uncounted, one_evaluation)
     assert together > 0
 
 
