@@ -206,9 +206,10 @@ def _together(
     """Evaluate at once the entries that topics of one form have pending over different
     runs of tables (a thousand device-set topics, each over a few of the tables a write
     names): one evaluation of every run they have, each topic's rows its runs' slices,
-    put in `shared` and handed to each collector (`evaluated`). Forms pyarrow cannot
-    run exactly are left to each topic's own evaluation."""
-    forms: dict[str, tuple[_Shape, dict[EvaluationKey, list[_Entry]]]] = {}
+    put in `shared` and handed to each collector (`evaluated`). A form with one set of
+    entries, or that pyarrow cannot run exactly, is evaluated once per set of entries,
+    as `_run_query` would."""
+    forms: dict[str, tuple[_Shape, dict[EvaluationKey, tuple[Topic, list[_Entry]]]]] = {}
     keyed: list[tuple[_Collector, EvaluationKey]] = []
     for collector in collectors:
         topic = collector.scope.topic
@@ -218,15 +219,19 @@ def _together(
         key = _key(shape, collector.pending)
         keyed.append((collector, key))
         if key not in shared:
-            forms.setdefault(shape.form, (shape, {}))[1].setdefault(key, collector.pending)
+            subsets = forms.setdefault(shape.form, (shape, {}))[1]
+            subsets.setdefault(key, (topic, collector.pending))
     rank: dict[int, int] | None = None
     for shape, subsets in forms.values():
-        if len(subsets) > 1:  # one subset is evaluated as it is
+        if len(subsets) > 1:
             if rank is None:
                 rank = {id(e.batch): i for i, e in enumerate(entries)}
-            _slice_among(shape, subsets, shared, rank)
-    for collector, key in keyed:  # no second look-up of its shape and key
-        collector.evaluated = shared.get(key)
+            _slice_among(shape, {k: pending for k, (_, pending) in subsets.items()}, shared, rank)
+        for key, (topic, pending) in subsets.items():
+            if key not in shared:  # alone in its form, or beyond pyarrow together
+                shared[key] = _evaluated(state, topic, shape, pending)
+    for collector, key in keyed:  # its shape and key looked up once
+        collector.evaluated = shared[key]
 
 
 def _slice_among(

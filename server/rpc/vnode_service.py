@@ -411,7 +411,7 @@ class VnodeService(pb_grpc.VnodeServicer):
         if request.consumer_id:  # the final commit of a vgroup being revoked lets go
             self._coordinator.committed_all(
                 request.consumer_id, request.group_id,
-                [(item.topic, item.vgroup) for item in request.offsets], request.epoch,
+                ((item.topic, item.vgroup) for item in request.offsets), request.epoch,
             )  # fmt: skip
             if self._coordinator.unsaved:  # a release: saved before the answer
                 await self._commit_run(self._coordinator.persist)
