@@ -70,6 +70,8 @@ class Consumer:
         self._shut = False  # channels closed: no more calls
         self._calls: dict[int, Any] = {}  # tickets of polls in flight: their cancel()
         self._streams: dict[str, streams.ConsumeStream] = {}  # vnode endpoint -> its stream
+        # streams replaced after a new login, whose readers shutdown still waits for
+        self._retired: list[streams.ConsumeStream] = []
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
@@ -418,6 +420,8 @@ class Consumer:
             )
         if found is not None:
             found.close()  # its polls (of an old session) fail and are polled again
+            with self._calls_lock:
+                self._retired = [*(r for r in self._retired if r.reading()), found]
         return stream
 
     def _answered(self, stub: pb_grpc.VnodeStub, fetch: fx.Fetch, answer: streams.Answer) -> None:
@@ -537,12 +541,15 @@ class Consumer:
             tickets = list(self._calls)
             channels, self._channels = list(self._channels.values()), {}
             opened, self._streams = list(self._streams.values()), {}
+            retired, self._retired = self._retired, []
         self._cancel(tickets)
         for stream in opened:
             stream.close()
         self._results.put(None)  # a poll waiting in another thread looks again
         for channel in channels:
             channel.close()
+        for stream in [*opened, *retired]:
+            stream.join()  # no reader left inside gRPC at exit (client/readers.py)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()

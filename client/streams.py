@@ -28,6 +28,7 @@ import grpc
 from grpc import aio
 
 from sqltopic.client.effects import Metadata
+from sqltopic.client.readers import StreamThreads
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.consume import MAX_MORE_REQUESTS, MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -174,8 +175,10 @@ class ConsumeStream(_Stream):
         self._open: dict[int, Callable[[Answer], None]] = {}
         self._follows: dict[int, Followed] = {}
         self._commits: dict[int, futures.Future[Exception | None]] = {}
-        self._call = start(iter(self._requests.get, None), metadata)
-        threading.Thread(target=self._read, name="sqltopic-consume", daemon=True).start()
+        self._threads = StreamThreads()
+        self._call = start(self._threads.requests(iter(self._requests.get, None)), metadata)
+        self._threads.watch(self._call)
+        self._threads.start_reader(self._read, "sqltopic-consume")
 
     def fetch(self, ticket: int, request: pb.PollRequest, done: Callable[[Answer], None]) -> None:
         with self._lock:
@@ -233,6 +236,14 @@ class ConsumeStream(_Stream):
         """End the stream: its open polls fail (ServerUnavailable) on the reader thread."""
         self._requests.put(None)
         self._call.cancel()
+
+    def reading(self) -> bool:
+        """Whether the reader thread still runs."""
+        return self._threads.reading()
+
+    def join(self) -> None:
+        """Wait for a closed stream's threads to end (`readers`)."""
+        self._threads.join()
 
     def _read(self) -> None:
         ended: BaseException | None = None

@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from sqltopic.client.readers import StreamThreads
 from sqltopic.errors import Error, ServerUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
@@ -121,8 +122,10 @@ class WriteStream(_Stream):
         self._open: dict[int, futures.Future[int]] = {}
         self._room = threading.BoundedSemaphore(MAX_WRITES_IN_FLIGHT)
         self._opened = threading.Event()  # the server's headers came, or the call ended
-        self._call = start(self._sent())
-        threading.Thread(target=self._read, name="sqltopic-writes", daemon=True).start()
+        self._threads = StreamThreads()
+        self._call = start(self._threads.requests(self._sent()))
+        self._threads.watch(self._call)
+        self._threads.start_reader(self._read, "sqltopic-writes")
 
     def _sent(self) -> Iterator[pb.WritesRequest]:
         """The requests, once the server took the call (its headers): a server without
@@ -144,10 +147,16 @@ class WriteStream(_Stream):
         future.set_exception(self._closed())
         return future
 
+    def reading(self) -> bool:
+        """Whether the reader thread still runs."""
+        return self._threads.reading()
+
     def close(self) -> None:
-        """End the stream: writes under way fail (ServerUnavailable) on the reader thread."""
+        """End the stream: writes under way fail (ServerUnavailable) on the reader thread,
+        whose threads have ended when this returns (`readers`)."""
         self._requests.put(None)
         self._call.cancel()
+        self._threads.join()
 
     def _read(self) -> None:
         ended: BaseException | None = None

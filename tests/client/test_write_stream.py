@@ -68,7 +68,11 @@ def test_closing_with_writes_under_way_settles_every_one(server: ServerProcess) 
     conn = connect(server.address)
     conn.execute(POWER)
     made = [conn.write_async("power.meters", rows(10 * k, [k])) for k in range(16)]
+    stream = conn._writes
+    assert stream is not None
+    assert stream.reading()
     conn.close()
+    assert not stream.reading()  # its reader ended with close() (client/readers.py)
     done, pending = futures.wait(made, timeout=ANSWER_DEADLINE_S)
     assert not pending
     # each was answered (written) or failed as cut off: ServerUnavailable, never a hang
