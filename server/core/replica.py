@@ -88,7 +88,7 @@ class Replica:
             state.catalog, _ = state.store.load()  # memory must match disk
             raise
         finally:
-            state.generation += 1
+            state.bump()
 
     def _append(self, entries: dict[str, list[str]]) -> dict[int, int]:
         """Append each hosted vgroup's events (one append per vgroup: atomic there),

@@ -29,6 +29,13 @@ from sqltopic.wal.options import Clock
 Role = Literal["all-in-one", "mnode", "dnode"]
 # The all-in-one server's own dnode id (TDengine's first dnode).
 LOCAL_DNODE = 1
+# A cache keyed by topic (and its creation time) is pruned of topics no longer in the
+# catalog once it holds this many times the keys live topics could: each prune then pays
+# for at least as many drops as it scans, and a server that makes and drops topics all
+# day keeps caches the size of its live topics.
+TOPIC_CACHE_SLACK = 2
+# ...plus this many keys: a handful of drops is not worth a scan.
+TOPIC_CACHE_FLOOR = 64
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,26 @@ class State:
         cache[key] = (self.generation, value)
         return value
 
+    def bump(self) -> None:
+        """The catalog changed: caches derived from it compare generations, and those
+        keyed by topic drop the topics it no longer holds (dropped, or dropped and made
+        again: a new creation time), once they have grown past TOPIC_CACHE_SLACK."""
+        self.generation += 1
+        live = len(self.catalog.topics)
+        per_topic = max(1, len(self.vnodes))  # `scopes` holds a key per vgroup read
+        limit = TOPIC_CACHE_SLACK * live + TOPIC_CACHE_FLOOR
+        caches: list[tuple[dict[Any, Any], int]] = [
+            (self.shapes, limit), (self.kept_share, limit), (self.binding_sets, limit),
+            (self.scopes, limit * per_topic),
+        ]  # fmt: skip
+        if all(len(cache) <= bound for cache, bound in caches):
+            return
+        kept = {(name, topic.create_us) for name, topic in self.catalog.topics.items()}
+        for cache, _ in caches:
+            for key in list(cache):  # a snapshot: readers may add keys meanwhile
+                if key[:2] not in kept:
+                    cache.pop(key, None)
+
     def vnode(self, vgroup: int) -> Vnode:
         """The local vnode of `vgroup`; VgroupUnavailable for one a dnode hosts."""
         vnode = self.vnodes.get(vgroup)
@@ -157,7 +184,7 @@ class State:
             self._reload()
             raise
         finally:
-            self.generation += 1
+            self.bump()
 
     def commit_events(self, events: dict[int, list[Event]], extra: list[Key] | None = None) -> None:
         """Append each vgroup's DDL events to its WAL, apply them to the catalog, and
@@ -275,7 +302,7 @@ class State:
             self._reload()
             raise
         finally:
-            self.generation += 1
+            self.bump()
 
     def _reload(self) -> None:
         self.catalog, _ = self.store.load()

@@ -8,6 +8,7 @@ from sqltopic.errors import AlreadyExistsError, NoPermission, SchemaInUseError
 from sqltopic.server.common.result import Result, Session
 from sqltopic.server.core.privileges import Rights
 from sqltopic.server.core.state import State
+from sqltopic.server.core.topic_reader import prepare
 from sqltopic.server.core.users import may_consume
 from sqltopic.server.mnode.access import ALL
 from sqltopic.server.mnode.coordinator import Member
@@ -34,6 +35,7 @@ def create_topic(state: State, session: Session, stmt: st.CreateTopic) -> Result
     _check_read(state, session, topic)
     state.catalog.topics[topic.name] = topic
     state.commit([("topic", "", topic.name)])
+    prepare(state, topic)
     return Result()
 
 

@@ -14,6 +14,7 @@ left out is left out for good, until the catalog changes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -95,12 +96,13 @@ def simple_mask(condition: str, tags: pa.Table) -> pa.ChunkedArray | None:
     mask, when it is made only of `col = literal`, `col IN (literals)`, AND, OR and
     parentheses over string and integer columns: pyarrow does that in microseconds,
     where DuckDB plans IN lists slowly. None for anything else (DuckDB decides)."""
-    mask = _mask(_parsed(condition), tags)
+    mask = _mask(parsed_condition(condition), tags)
     return None if mask is None else pc.fill_null(mask, False)
 
 
 @functools.lru_cache(maxsize=65536)
-def _parsed(condition: str) -> exp.Expr:
+def parsed_condition(condition: str) -> exp.Expr:
+    """A table condition's tree (kept: every catalog change evaluates every topic's)."""
     return parse_one(condition, read="duckdb")
 
 
@@ -134,6 +136,66 @@ def _mask(node: exp.Expr, tags: pa.Table) -> pa.ChunkedArray | None:
 
 
 _NOT_SIMPLE = object()
+
+# A simple condition decided for one table from its tags (`{tbname: ..., tag: value}`):
+# True, False, or None (SQL's unknown).
+Predicate = Callable[[Mapping[str, object]], bool | None]
+
+
+@functools.lru_cache(maxsize=65536)
+def simple_predicate(condition: str, schema: pa.Schema) -> Predicate | None:
+    """What `simple_mask` decides for the rows of a tags relation of `schema`, as a
+    function of one row: for a few tables (those a catalog change added), a mask's
+    kernel calls cost a thousand times what the row does. None where `simple_mask`
+    would be None."""
+    return _predicate(parsed_condition(condition), schema)
+
+
+def _predicate(node: exp.Expr, schema: pa.Schema) -> Predicate | None:
+    if isinstance(node, exp.Paren):
+        return _predicate(node.this, schema)
+    if isinstance(node, exp.And | exp.Or):
+        left, right = _predicate(node.left, schema), _predicate(node.right, schema)
+        if left is None or right is None:
+            return None
+        return _kleene(left, right, isinstance(node, exp.And))
+    if isinstance(node, exp.EQ | exp.In) and isinstance(node.this, exp.Column):
+        name = node.this.name
+        if name not in schema.names:
+            return None
+        type_ = schema.field(name).type
+        items = [node.expression] if isinstance(node, exp.EQ) else node.expressions
+        values = [_literal(item, type_) for item in items]
+        if not values or any(v is _NOT_SIMPLE for v in values):
+            return None
+        try:  # out of the type's range: simple_mask leaves it to DuckDB too
+            pa.array(values, type_)
+        except (pa.ArrowInvalid, OverflowError):
+            return None
+        allowed = frozenset(values)
+
+        def member(row: Mapping[str, object]) -> bool | None:
+            value = row.get(name)
+            return None if value is None else value in allowed
+
+        return member
+    return None
+
+
+def _kleene(left: Predicate, right: Predicate, conjunction: bool) -> Predicate:
+    """AND (or OR) in three-valued logic: a False (True) side decides alone."""
+    decisive = not conjunction
+
+    def both(row: Mapping[str, object]) -> bool | None:
+        a = left(row)
+        if a is decisive:
+            return decisive
+        b = right(row)
+        if b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+
+    return both
 
 
 def _literal(node: exp.Expr, type_: pa.DataType) -> object:

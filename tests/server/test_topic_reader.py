@@ -7,6 +7,7 @@ import pytest
 
 from sqltopic.errors import Error, NotFoundError, TopicNotFound
 from sqltopic.server.core.engine import Engine
+from sqltopic.server.core.state import TOPIC_CACHE_FLOOR, TOPIC_CACHE_SLACK
 from sqltopic.server.core.topic_reader import TopicMeta
 from tests.server.support import block_rows, blocks, read_all, read_vgroups, vgroups_of
 
@@ -104,3 +105,34 @@ def test_a_vgroup_of_another_database_delivers_nothing(power: Engine) -> None:
     items, _ = power.read_topic("odb", own, 0, 100)
     assert [i.event["tableName"] for i in items if isinstance(i, TopicMeta)] == ["x"]
     assert len(items) == 1
+
+
+def test_caches_of_dropped_topics_are_pruned_and_live_ones_kept(power: Engine) -> None:
+    """A server that makes and drops topics all day keeps its per-topic caches the size
+    of its live topics (state.bump): each topic read once, then dropped."""
+    power.execute("CREATE TABLE d1 USING meters TAGS ('x', 1); INSERT INTO d1 VALUES (1, 1, 7, 1)")
+    vgroup = power.state.catalog.table("power", "d1").vgroup
+    power.execute("CREATE TOPIC kept AS SELECT voltage FROM meters WHERE voltage > 5")
+    assert block_rows(power.read_topic("kept", vgroup, 0, 10)[0]) == [(7,)]
+    kept = ("kept", power.state.catalog.topics["kept"].create_us)
+    made = 3 * (TOPIC_CACHE_SLACK + TOPIC_CACHE_FLOOR)
+    for k in range(made):
+        power.execute(f"CREATE TOPIC t{k} AS SELECT voltage FROM meters WHERE voltage > {k}")
+        power.read_topic(f"t{k}", vgroup, 0, 10)
+        power.execute(f"DROP TOPIC t{k}")
+    state = power.state
+    for cache in (state.shapes, state.kept_share, state.scopes):
+        assert len(cache) <= TOPIC_CACHE_SLACK * 1 + TOPIC_CACHE_FLOOR
+    assert kept in state.shapes  # the live topic's entries stay
+    assert (*kept, vgroup) in state.scopes
+    assert block_rows(power.read_topic("kept", vgroup, 0, 10)[0]) == [(7,)]
+
+
+def test_create_topic_derives_a_query_topic_s_shapes_at_once(power: Engine) -> None:
+    """Not in the first shared pass after it: a thousand CREATE TOPICs would stall
+    that pass for seconds (topic_reader.prepare)."""
+    power.execute("CREATE TOPIC q AS SELECT voltage FROM meters WHERE location = 'x'")
+    power.execute("CREATE TOPIC s AS STABLE meters")
+    topics = power.state.catalog.topics
+    assert ("q", topics["q"].create_us) in power.state.shapes
+    assert ("s", topics["s"].create_us) not in power.state.shapes  # no query: no shapes

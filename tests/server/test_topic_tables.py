@@ -7,8 +7,10 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from sqltopic.errors import SqlError
+from sqltopic.errors import Error, SqlError
 from sqltopic.server.core import topic_tables as tt
 from sqltopic.server.core.engine import Engine
 from tests.server.support import vgroups_of
@@ -64,3 +66,44 @@ def _tables_by_topic(power: Engine) -> dict[str, set[str]]:
         for vgroup in vgroups_of(power, "power"):
             found.setdefault(topic.name, set()).update(tt.topic_tables(state, topic, vgroup))
     return found
+
+
+# A catalog change, as SQL over the power fixture's meters (tags location, groupid).
+CHANGES = [
+    "CREATE TABLE c{n} USING meters TAGS ('site{m}', {n})",
+    "CREATE TABLE IF NOT EXISTS c{m} USING meters TAGS ('site{n}', {m})",
+    "DROP TABLE IF EXISTS c{m}",
+    "ALTER TABLE c{m} SET TAG groupid = {n}",
+    "ALTER TABLE c{m} SET TAG location = 'site{n}'",
+    "CREATE TOPIC IF NOT EXISTS q{m} AS SELECT ts FROM meters WHERE groupid > {n} AND voltage > 1",
+    "CREATE TOPIC IF NOT EXISTS s{m} AS STABLE meters WHERE location = 'site{n}'",
+    "CREATE TOPIC IF NOT EXISTS i{m} AS SELECT * FROM meters WHERE tbname IN ('c{n}', 'c{m}')",
+    "DROP TOPIC IF EXISTS q{m}",
+    "DROP TOPIC IF EXISTS s{m}",
+    "CREATE TABLE other{n} USING meters TAGS (NULL, NULL)",
+]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.tuples(st.sampled_from(CHANGES), st.integers(0, 6), st.integers(0, 6)),
+                min_size=1, max_size=25))  # fmt: skip
+def test_after_every_catalog_change_the_kept_tables_equal_a_whole_evaluation(
+    power: Engine, changes: list[tuple[str, int, int]]
+) -> None:
+    """The kept tables of conditions seen before are evaluated only over the children a
+    change added (topic_tables._kept_over): after any sequence of changes, exactly what
+    evaluating every condition over every child gives."""
+    state = power.state
+    for sql, n, m in changes:
+        try:
+            power.execute(sql.format(n=n + 10 * len(state.catalog.tables), m=m))
+        except Error:
+            continue  # a refused change (a table or topic that is not there) is no change
+        kept = tt._kept(state, "power", "meters")
+        assert kept == tt._kept_over(state, "power", "meters", None).kept
+    for name in [*state.catalog.topics]:
+        power.execute(f"DROP TOPIC {name}")
+    for name in [t.name for t in state.catalog.children("power", "meters")]:
+        power.execute(f"DROP TABLE {name}")

@@ -7,7 +7,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sqltopic.sql.topic.scope import row_select, simple_mask, table_condition
+from sqltopic.sql.topic.scope import row_select, simple_mask, simple_predicate, table_condition
 
 TABLE_COLUMNS = frozenset({"tbname", "location", "groupid"})
 SELECT = 'SELECT "ts" AS "ts" FROM "__batch"'
@@ -108,3 +108,20 @@ def test_a_simple_condition_keeps_what_duckdb_keeps(condition: str) -> None:
 @pytest.mark.parametrize("condition", NOT_SIMPLE)
 def test_other_conditions_are_left_to_duckdb(condition: str) -> None:
     assert simple_mask(condition, TAGS) is None
+
+
+@pytest.mark.parametrize("condition", SIMPLE)
+def test_a_simple_predicate_decides_each_row_as_duckdb_in_three_values(condition: str) -> None:
+    """One row at a time (what a catalog change's added children get): TRUE, FALSE and
+    NULL exactly as DuckDB's value of the condition."""
+    predicate = simple_predicate(condition, TAGS.schema)
+    assert predicate is not None
+    con = duckdb.connect()
+    con.register("t", TAGS)
+    expected = [r[0] for r in con.sql(f"SELECT ({condition}) FROM t").fetchall()]
+    assert [predicate(row) for row in TAGS.to_pylist()] == expected
+
+
+@pytest.mark.parametrize("condition", NOT_SIMPLE)
+def test_other_conditions_have_no_predicate(condition: str) -> None:
+    assert simple_predicate(condition, TAGS.schema) is None
