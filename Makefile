@@ -10,7 +10,7 @@ NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup browser clean bench bench-server bench-fanout bench-rebalance bench-backfill bench-replication bench-cluster proto
+.PHONY: run test lint typecheck pytest setup browser clean bench bench-server bench-fanout bench-catalog bench-rebalance bench-backfill bench-replication bench-cluster proto
 
 setup: $(STAMP) $(NODE_STAMP)
 
@@ -86,6 +86,10 @@ bench-server: $(STAMP)
 # Many topics and consumers on one server, idle subscribers, wide Arrow writes (issue 14).
 bench-fanout: $(STAMP)
 	$(BIN)/python bench/fanout_bench.py
+
+# What catalog changes (CREATE TOPIC, a new child table) cost the shared pass (issue 14).
+bench-catalog: $(STAMP)
+	$(BIN)/python bench/catalog_bench.py
 
 # Consumer-group rebalances: join, leave, crash takeover (docs/performance.md §6).
 bench-rebalance: $(STAMP)

@@ -96,13 +96,12 @@ def simple_mask(condition: str, tags: pa.Table) -> pa.ChunkedArray | None:
     mask, when it is made only of `col = literal`, `col IN (literals)`, AND, OR and
     parentheses over string and integer columns: pyarrow does that in microseconds,
     where DuckDB plans IN lists slowly. None for anything else (DuckDB decides)."""
-    mask = _mask(parsed_condition(condition), tags)
+    mask = _mask(_parsed(condition), tags)
     return None if mask is None else pc.fill_null(mask, False)
 
 
 @functools.lru_cache(maxsize=65536)
-def parsed_condition(condition: str) -> exp.Expr:
-    """A table condition's tree (kept: every catalog change evaluates every topic's)."""
+def _parsed(condition: str) -> exp.Expr:
     return parse_one(condition, read="duckdb")
 
 
@@ -148,7 +147,7 @@ def simple_predicate(condition: str, schema: pa.Schema) -> Predicate | None:
     function of one row: for a few tables (those a catalog change added), a mask's
     kernel calls cost a thousand times what the row does. None where `simple_mask`
     would be None."""
-    return _predicate(parsed_condition(condition), schema)
+    return _predicate(_parsed(condition), schema)
 
 
 def _predicate(node: exp.Expr, schema: pa.Schema) -> Predicate | None:
