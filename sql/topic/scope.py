@@ -121,17 +121,26 @@ def _mask(node: exp.Expr, tags: pa.Table) -> pa.ChunkedArray | None:
         if name not in tags.column_names:
             return None
         column = tags.column(name)
-        items = [node.expression] if isinstance(node, exp.EQ) else node.expressions
-        values = [_literal(item, column.type) for item in items]
-        if not values or any(v is _NOT_SIMPLE for v in values):
-            return None
-        try:  # a value out of the column type's range: DuckDB decides
-            value_set = pa.array(values, column.type)
-        except (pa.ArrowInvalid, OverflowError):
+        value_set = _value_set(node, column.type)
+        if value_set is None:
             return None
         found = pc.is_in(column, value_set=value_set)
         return pc.if_else(pc.is_null(column), pa.scalar(None, pa.bool_()), found)
     return None
+
+
+def _value_set(node: exp.EQ | exp.In, type_: pa.DataType) -> pa.Array | None:
+    """The literals `col = literal` or `col IN (literals)` compares with, in the
+    column's type; None when it is not simple: another kind of item, or a value out of
+    the type's range (DuckDB decides)."""
+    items = [node.expression] if isinstance(node, exp.EQ) else node.expressions
+    values = [_literal(item, type_) for item in items]
+    if not values or any(v is _NOT_SIMPLE for v in values):
+        return None
+    try:
+        return pa.array(values, type_)
+    except (pa.ArrowInvalid, OverflowError):
+        return None
 
 
 _NOT_SIMPLE = object()
@@ -162,16 +171,10 @@ def _predicate(node: exp.Expr, schema: pa.Schema) -> Predicate | None:
         name = node.this.name
         if name not in schema.names:
             return None
-        type_ = schema.field(name).type
-        items = [node.expression] if isinstance(node, exp.EQ) else node.expressions
-        values = [_literal(item, type_) for item in items]
-        if not values or any(v is _NOT_SIMPLE for v in values):
+        value_set = _value_set(node, schema.field(name).type)
+        if value_set is None:
             return None
-        try:  # out of the type's range: simple_mask leaves it to DuckDB too
-            pa.array(values, type_)
-        except (pa.ArrowInvalid, OverflowError):
-            return None
-        allowed = frozenset(values)
+        allowed = frozenset(value_set.to_pylist())
 
         def member(row: Mapping[str, object]) -> bool | None:
             value = row.get(name)
