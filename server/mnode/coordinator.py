@@ -42,7 +42,13 @@ from sqltopic.server.common.group_names import (
 )
 from sqltopic.server.common.logs import event_fields
 from sqltopic.server.mnode.assign import assign
-from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc, Snapshot, empty_doc
+from sqltopic.server.mnode.coordinator_store import (
+    CoordinatorStore,
+    GroupDoc,
+    ProgressRows,
+    Snapshot,
+    empty_doc,
+)
 from sqltopic.server.mnode.rebalances import Cause, Rebalance, RebalanceLog
 from sqltopic.server.mnode.share_settings import ShareSettings
 from sqltopic.sql.topic.params import topic_of
@@ -60,6 +66,10 @@ DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 MIN_MAX_POLL_INTERVAL_MS = 1_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 MIN_HEARTBEAT_INTERVAL_MS = 1_000
+# Groups whose documents a save copies per hold of the lock: a group's is tens of
+# microseconds, so the event loop waits a millisecond or so, and a save of ten thousand
+# groups lets it in a few hundred times, not ten thousand (each a switch of threads).
+GROUPS_PER_LOCK = 32
 
 
 @dataclass(frozen=True)
@@ -280,27 +290,36 @@ class Coordinator:
             with self._lock:
                 if self._saved >= wanted and not (progress and self._progress_dirty):
                     return
-                groups = self._dirty | (self._progress_dirty if progress else set())
+                changed = set(self._dirty)
+                groups = changed | (self._progress_dirty if progress else set())
                 version = self._version
                 self._dirty.clear()
                 self._progress_dirty -= groups
-            # one group's documents at a time under the lock: a progress save of ten
-            # thousand subscriptions takes a second, and the polls, commits and
-            # heartbeats on the event loop take the lock too. Each group's document is
+            # a few groups' documents at a time under the lock: a progress save of ten
+            # thousand subscriptions takes a good part of a second, and the polls,
+            # commits and heartbeats on the event loop take the lock too. A group whose
+            # progress alone changed saves its progress alone. Each group's document is
             # at least as new as `version`; the next id is read after the last one, so
             # that it is above every member id they hold.
             docs: dict[str, GroupDoc | None] = {}
-            for group in groups:
+            reports: dict[str, ProgressRows] = {}
+            ordered = sorted(groups)
+            for start in range(0, len(ordered), GROUPS_PER_LOCK):
                 with self._lock:
-                    docs |= self._group_docs({group})
+                    for group in ordered[start : start + GROUPS_PER_LOCK]:
+                        if group in changed:
+                            docs |= self._group_docs({group})
+                        else:
+                            reports[group] = self._progress_rows(group)
                 time.sleep(0)  # let a thread waiting for the lock (the event loop) in
             with self._lock:
                 next_id = self._next_id
             try:
-                self.store.save(next_id, docs)
+                self.store.save(next_id, docs, reports)
             except BaseException:
                 with self._lock:  # the next save writes them
-                    self._dirty |= groups
+                    self._dirty |= changed
+                    self._progress_dirty |= groups - changed
                 raise
             with self._lock:
                 self._saved = max(self._saved, version)
@@ -389,6 +408,15 @@ class Coordinator:
             else:
                 self._subs.pop(g, None)
         return {g: doc if any(doc.values()) else None for g, doc in docs.items()}
+
+    def _progress_rows(self, group: str) -> ProgressRows:
+        """The progress reports of `group`, as its document holds them."""
+        rows: ProgressRows = []
+        for t, vgroups in self._subs.get(group, {}).items():
+            for v in sorted(vgroups):
+                if (p := self.progress.get((t, group, v))) is not None:
+                    rows.append([t, group, v, p.position, p.rows])
+        return rows
 
     def subscribe(
         self,

@@ -3,13 +3,18 @@ members with their epochs and assignments, owners (with revocations in progress)
 and the rows counters of SHOW SUBSCRIPTIONS.
 
 `mnode.sqlite` in the data directory holds one row per consumer group (its members,
-owners, plans and counters as one JSON document) and the next consumer id. A save
+owners, plans and rows counters as one JSON document), one row per group of its
+progress reports (positions and rows, `progress`), and the next consumer id. A save
 writes only the groups that changed since the last one, in one transaction (SQLite in
 WAL mode, `synchronous=FULL`): a crash leaves the old state or the new one, and a
 subscribe costs the same with ten thousand groups as with one. The coordinator saves
 before answering any call that changed membership or assignments, so no consumer ever
-holds an epoch newer than the file; progress reports (positions, rows) are saved on the
-mnode's timer.
+holds an epoch newer than the file; progress reports are saved on the mnode's timer,
+and a group whose progress alone changed has only its progress row written (ten
+thousand bindings' groups, each with its member's document, cost a second a save).
+
+Format 2 held progress in the group's document: it is read as it is, and a group's
+first save moves it (a progress row read after the documents wins).
 
 A data directory of an older version holds `mnode.json` (the whole state in one file,
 format 1): it is loaded once, written to `mnode.sqlite` and removed.
@@ -29,7 +34,8 @@ from sqltopic.sql.catalog_store import damage_reported
 
 STATE_FILE = "mnode.sqlite"
 LEGACY_FILE = "mnode.json"  # format 1, before mnode.sqlite
-FORMAT = 2
+FORMAT = 3
+READABLE = (2, 3)  # format 2: progress inside the groups' documents
 LEGACY_FORMAT = 1
 # A save waits this long for the file's lock; only one server writes it (the data
 # directory's LOCK), so this fires only on a stuck disk.
@@ -42,10 +48,13 @@ DAMAGED = (
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS groups (name TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS progress (name TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
 """
 
 # A group's part of the state: the Snapshot's lists, for that group's members and keys.
 GroupDoc = dict[str, list[Any]]
+# A group's progress reports: [topic, group, vgroup, position or None, rows] each.
+ProgressRows = list[list[Any]]
 
 
 @dataclass
@@ -66,9 +75,9 @@ class Snapshot:
     legacy: bool = False
 
     def add(self, doc: GroupDoc) -> None:
-        """Take in one group's document."""
+        """Take in one group's document (a progress row's: its progress alone)."""
         for name in PARTS:
-            part = doc[name]
+            part = doc.get(name, [])
             if not isinstance(part, list):
                 raise TypeError(f"{name} is not a list")
             getattr(self, name).extend(part)
@@ -99,11 +108,13 @@ class CoordinatorStore:
         with damage_reported(self.path, DAMAGED):
             con = self._connection()
             rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
-            if rows.get("format", FORMAT) != FORMAT:
+            if rows.get("format", FORMAT) not in READABLE:
                 raise ValueError(f"unknown format {rows['format']}")
             snap = Snapshot(next_id=int(rows.get("next_id", 1)))
             for (doc,) in con.execute("SELECT doc FROM groups"):
                 snap.add(json.loads(doc))
+            for (doc,) in con.execute("SELECT doc FROM progress"):  # after: they are newer
+                snap.add({"progress": json.loads(doc)})
             return snap
 
     def _load_legacy(self) -> Snapshot:
@@ -124,19 +135,32 @@ class CoordinatorStore:
             f"{path}: {DAMAGED} ({type(exc).__name__}: {str(exc)[:100]})", path=str(path)
         )
 
-    def save(self, next_id: int, groups: dict[str, GroupDoc | None]) -> None:
-        """Write the given groups' documents (None: the group is gone) and the next id,
-        all or none; returns once durable."""
+    def save(
+        self, next_id: int, groups: dict[str, GroupDoc | None],
+        progress: dict[str, ProgressRows] | None = None,
+    ) -> None:  # fmt: skip
+        """Write the given groups' documents (None: the group is gone), the progress of
+        the groups whose progress alone changed, and the next id, all or none; returns
+        once durable."""
         con = self._connection()
-        rows = [(name, json.dumps(doc, separators=(",", ":"))) for name, doc in groups.items()
-                if doc is not None]  # fmt: skip
+        states, reports = [], dict(progress or {})
+        for name, doc in groups.items():
+            if doc is not None:
+                state = {part: rows for part, rows in doc.items() if part != "progress"}
+                states.append((name, _json(state)))
+            reports[name] = [] if doc is None else doc.get("progress", [])
+        written = [(name, _json(rows)) for name, rows in reports.items() if rows]
         gone = [(name,) for name, doc in groups.items() if doc is None]
+        unreported = [(name,) for name, rows in reports.items() if not rows]
         with damage_reported(self.path, DAMAGED):
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('next_id', ?)", (next_id,))
-                con.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?)", rows)
+                con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (FORMAT,))
+                con.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?)", states)
                 con.executemany("DELETE FROM groups WHERE name = ?", gone)
+                con.executemany("INSERT OR REPLACE INTO progress VALUES (?, ?)", written)
+                con.executemany("DELETE FROM progress WHERE name = ?", unreported)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -167,3 +191,7 @@ class CoordinatorStore:
                 raise
             self._con = con
         return self._con
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))

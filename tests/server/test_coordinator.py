@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from sqltopic.errors import ConfigError, ConsumerFenced, DataFileDamaged, GroupConflict
 from sqltopic.server.common.group_names import GroupType
+from sqltopic.server.mnode import coordinator
 from sqltopic.server.mnode.coordinator import Coordinator, Liveness, Member, Progress
-from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc
+from sqltopic.server.mnode.coordinator_store import CoordinatorStore, GroupDoc, ProgressRows
 
 
 class Clock:
@@ -354,16 +355,91 @@ def test_a_saved_group_is_written_again_only_when_it_changes(tmp_path: Path, clo
         assert con.execute("SELECT name, doc FROM groups").fetchall() == [("gb", "marked")]
 
 
+def _rows(path: Path, table: str) -> dict[str, str]:
+    with sqlite3.connect(path / "mnode.sqlite") as con:
+        return dict(con.execute(f"SELECT name, doc FROM {table}").fetchall())
+
+
+def test_a_group_whose_progress_alone_changed_saves_its_progress_alone(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Ten thousand bindings' groups each hold their member's document: a progress save
+    rewrote them all every 30 s. Now it writes their progress rows only, and a restart
+    reads both."""
+    coord = Coordinator(lambda t: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    a = coord.subscribe(0, "g", ["u"])
+    coord.heartbeat(a.id, polled=True, progress=[("u", 5, Progress(1, 0))])
+    coord.persist(progress=True)
+    state = _rows(tmp_path, "groups")
+    assert json.loads(state["g"])["members"][0]["id"] == a.id
+    assert "progress" not in json.loads(state["g"])  # the progress is its own row
+    assert json.loads(_rows(tmp_path, "progress")["g"]) == [["u", "g", 5, 1, 0]]
+    coord.heartbeat(a.id, polled=True, progress=[("u", 5, Progress(9, 4))])
+    coord.persist(progress=True)
+    assert _rows(tmp_path, "groups") == state  # not written again
+    assert json.loads(_rows(tmp_path, "progress")["g"]) == [["u", "g", 5, 9, 4]]
+    again = Coordinator(lambda t: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    assert again.progress[("u", "g", 5)] == Progress(9, 4)
+    member = again.member(a.id)
+    assert member is not None
+    assert member.assignment == a.assignment
+    again.close(a.id)  # its progress becomes the group's rows counter: the row goes
+    again.persist()
+    assert json.loads(_rows(tmp_path, "groups")["g"]) == {
+        "members": [], "owners": [], "plans": [], "rows_before": [["u", "g", 5, 4]],
+    }  # fmt: skip
+    assert _rows(tmp_path, "progress") == {}
+
+
+def test_a_state_file_of_format_2_is_read_and_a_newer_progress_row_wins(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Format 2 kept progress in the group's document: read as it is; once the group's
+    progress is saved on its own, that row (read after the documents) is what counts."""
+    coord = Coordinator(lambda t: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    a = coord.subscribe(0, "g", ["u"])
+    coord.persist()
+    doc = json.loads(_rows(tmp_path, "groups")["g"])
+    coord.close_store()
+    with sqlite3.connect(tmp_path / "mnode.sqlite") as con:  # as format 2 wrote it
+        con.execute("UPDATE meta SET value = 2 WHERE key = 'format'")
+        doc["progress"] = [["u", "g", 5, 3, 1]]
+        con.execute("UPDATE groups SET doc = ? WHERE name = 'g'", (json.dumps(doc),))
+        con.execute("DROP TABLE progress")
+    old = Coordinator(lambda t: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    old.restore()
+    assert old.progress[("u", "g", 5)] == Progress(3, 1)
+    old.heartbeat(a.id, polled=True, progress=[("u", 5, Progress(8, 2))])
+    old.persist(progress=True)
+    again = Coordinator(lambda t: [5, 6], clock=clock, store=CoordinatorStore(tmp_path))
+    again.restore()
+    assert again.progress[("u", "g", 5)] == Progress(8, 2)
+
+
+def test_a_progress_row_that_does_not_decode_is_a_clear_error(tmp_path: Path) -> None:
+    CoordinatorStore(tmp_path).save(2, {}, {"g": [["u", "g", 5, 1, 0]]})
+    assert CoordinatorStore(tmp_path).load() is not None
+    for bad in ("{not json", '{"a": 1}'):
+        with sqlite3.connect(tmp_path / "mnode.sqlite") as con:
+            con.execute("UPDATE progress SET doc = ? WHERE name = 'g'", (bad,))
+        with pytest.raises(DataFileDamaged, match=r"mnode\.sqlite: the consumer group state"):
+            CoordinatorStore(tmp_path).load()
+
+
 class FailingStore(CoordinatorStore):
     """A store whose next save fails (a full disk)."""
 
     fail = True
 
-    def save(self, next_id: int, groups: dict[str, GroupDoc | None]) -> None:
+    def save(
+        self, next_id: int, groups: dict[str, GroupDoc | None],
+        progress: dict[str, ProgressRows] | None = None,
+    ) -> None:  # fmt: skip
         if self.fail:
             self.fail = False
             raise OSError("disk full")
-        super().save(next_id, groups)
+        super().save(next_id, groups, progress)
 
 
 def test_groups_of_a_failed_save_are_written_by_the_next(tmp_path: Path, clock: Clock) -> None:
@@ -381,11 +457,13 @@ def test_groups_of_a_failed_save_are_written_by_the_next(tmp_path: Path, clock: 
 
 
 def test_a_save_copies_one_group_at_a_time_and_stores_an_id_above_every_member(
-    tmp_path: Path, clock: Clock
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A progress save of thousands of subscriptions takes a while to copy: the lock is
-    let go between groups, so the event loop's polls and commits are not held up; a
-    member that joins meanwhile is saved with a next id above its own."""
+    let go between groups (GROUPS_PER_LOCK of them), so the event loop's polls and
+    commits are not held up; a member that joins meanwhile is saved with a next id above
+    its own."""
+    monkeypatch.setattr(coordinator, "GROUPS_PER_LOCK", 1)
     coord = Coordinator(lambda t: [1, 2], clock=clock, store=CoordinatorStore(tmp_path))
     for group in ("ga", "gb", "gc"):
         coord.subscribe(0, group, ["t"])
@@ -525,11 +603,14 @@ class SlowStore(CoordinatorStore):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def save(self, next_id: int, groups: dict[str, GroupDoc | None]) -> None:
+    def save(
+        self, next_id: int, groups: dict[str, GroupDoc | None],
+        progress: dict[str, ProgressRows] | None = None,
+    ) -> None:  # fmt: skip
         self.entered.set()
         assert self.release.wait(30)
         self.saved.append(sorted(groups))
-        super().save(next_id, groups)
+        super().save(next_id, groups, progress)
 
 
 def test_saves_that_queue_behind_one_share_the_next(tmp_path: Path, clock: Clock) -> None:
