@@ -33,6 +33,7 @@ from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_con
 from sqltopic.client.connection import _error_of, _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition, VgroupLag
+from sqltopic.client.readers import STREAM_JOIN_S
 from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -548,8 +549,9 @@ class Consumer:
         self._results.put(None)  # a poll waiting in another thread looks again
         for channel in channels:
             channel.close()
+        deadline = time.monotonic() + STREAM_JOIN_S
         for stream in [*opened, *retired]:
-            stream.join()  # no reader left inside gRPC at exit (client/readers.py)
+            stream.join(deadline)  # no thread left inside gRPC at exit (client/readers.py)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()

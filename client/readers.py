@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How long a closing client waits for one stream's threads: an ended call lets them go
-# at once; the bound only keeps a wedged transport from holding close() for good.
+# How long a closing client waits for its streams' threads (all of them together): an
+# ended call lets them go at once; the bound only keeps a wedged transport from holding
+# close() for good.
 STREAM_JOIN_S = 5.0
 
 
@@ -59,11 +60,11 @@ class StreamThreads:
         """Whether the reader still runs."""
         return self._reader is not None and self._reader.is_alive()
 
-    def join(self) -> None:
-        """Wait (STREAM_JOIN_S at most in all) until an ended stream's threads are
-        done with its call; not for the calling thread itself (a callback on the reader
-        may close its client)."""
-        deadline = time.monotonic() + STREAM_JOIN_S
+    def join(self, deadline: float | None = None) -> None:
+        """Wait until an ended stream's threads are done with its call, until
+        `deadline` (time.monotonic) at most, by default STREAM_JOIN_S from now; not for
+        the calling thread itself (a callback on the reader may close its client)."""
+        deadline = time.monotonic() + STREAM_JOIN_S if deadline is None else deadline
         if self._sender is None:
             self._sending.wait(STREAM_JOIN_S)
         for thread in (self._sender, self._reader):

@@ -241,9 +241,9 @@ class ConsumeStream(_Stream):
         """Whether the reader thread still runs."""
         return self._threads.reading()
 
-    def join(self) -> None:
-        """Wait for a closed stream's threads to end (`readers`)."""
-        self._threads.join()
+    def join(self, deadline: float | None = None) -> None:
+        """Wait for a closed stream's threads to end (`readers`), until `deadline`."""
+        self._threads.join(deadline)
 
     def _read(self) -> None:
         ended: BaseException | None = None
