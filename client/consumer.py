@@ -33,7 +33,7 @@ from sqltopic.client.config import ConsumerConfig, consumer_transport, parse_con
 from sqltopic.client.connection import _error_of, _translated
 from sqltopic.client.core import ConsumerCore
 from sqltopic.client.message import Message, TopicPartition, VgroupLag
-from sqltopic.client.readers import STREAM_JOIN_S
+from sqltopic.client.readers import STREAM_JOIN_S, handled
 from sqltopic.errors import Error, TooLarge
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
@@ -73,6 +73,8 @@ class Consumer:
         self._streams: dict[str, streams.ConsumeStream] = {}  # vnode endpoint -> its stream
         # streams replaced after a new login, whose readers shutdown still waits for
         self._retired: list[streams.ConsumeStream] = []
+        # the ends of cancelled Fetches not handled yet by gRPC (`_cancel`)
+        self._ending: list[threading.Event] = []
         self._streaming = True  # until a server answers Consume with UNIMPLEMENTED
         self._results: queue.Queue[fx.Fetched | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(MAX_POLL_THREADS, thread_name_prefix="sqltopic-poll")
@@ -499,8 +501,15 @@ class Consumer:
             return call
 
     def _cancel(self, tickets: Sequence[int]) -> None:
+        """Cancel the polls of `tickets` still in flight. Of a unary Fetch (a server
+        without Consume), the end that gRPC's thread handles later is noted first (the
+        cancel makes the call done at once): close() waits for it (client/readers.py)."""
         with self._calls_lock:
             calls = [self._calls.pop(ticket, None) for ticket in tickets]
+        ends = [handled(call) for call in calls if _is_fetch(call)]
+        if ends:
+            with self._calls_lock:
+                self._ending = [*(e for e in self._ending if not e.is_set()), *ends]
         for call in calls:
             if call is not None:
                 call.cancel()
@@ -552,6 +561,10 @@ class Consumer:
         deadline = time.monotonic() + STREAM_JOIN_S
         for stream in [*opened, *retired]:
             stream.join(deadline)  # no thread left inside gRPC at exit (client/readers.py)
+        with self._calls_lock:
+            ending, self._ending = self._ending, []
+        for end in ending:
+            end.wait(max(0.0, deadline - time.monotonic()))
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._heartbeat is not None:
             self._heartbeat.join()
@@ -566,6 +579,13 @@ class _Ticket:
 
     def cancel(self) -> None:
         self.stream.cancel(self.ticket)
+
+
+def _is_fetch(call: Any) -> bool:
+    """Whether a call of `_calls` is a gRPC call (a unary Fetch, or a streamed Poll),
+    not a ticket on a Consume stream (whose stream close() waits for) nor a poll not
+    started yet (None)."""
+    return call is not None and not isinstance(call, _Ticket)
 
 
 def is_beat(effect: fx.Rpc) -> bool:

@@ -30,6 +30,15 @@ T = TypeVar("T")
 STREAM_JOIN_S = 5.0
 
 
+def handled(call: Any) -> threading.Event:
+    """Set once gRPC's channel thread has handled the end of `call` (a grpc.Future, a
+    unary Fetch's too: a cancelled one ends on that thread as a stream does), after
+    which no thread of gRPC takes the call's lock again."""
+    done = threading.Event()
+    call.add_done_callback(lambda _: done.set())
+    return done
+
+
 class StreamThreads:
     """The reader and the sender of one stream, and the end of its call."""
 
@@ -43,7 +52,7 @@ class StreamThreads:
 
     def watch(self, call: Any) -> None:
         """Note when gRPC has handled the end of `call` (a grpc.Future)."""
-        call.add_done_callback(lambda _: self._handled.set())
+        self._handled = handled(call)
 
     def requests(self, source: Iterator[T]) -> Iterator[T]:
         """`source` as the call's request iterator, noting which thread consumes it."""

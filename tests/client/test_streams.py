@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,10 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from tests.client.support import DEADLINE_S, SELECT, config, drain, drain_async, later_rows, rows_of
 from tests.live_server import ServerProcess
+
+# How long the test's handling of a Fetch's end takes: long enough that a close() that
+# did not wait for it would return first.
+HANDLING_S = 0.5
 
 
 class Failed(grpc.RpcError):
@@ -256,6 +261,34 @@ def test_a_consumer_polls_every_vgroup_on_one_stream(
     assert rows_of(delivered) == Counter(power.execute(SELECT).rows)
     # closed: no reader is left inside gRPC to be stopped at exit (client/readers.py)
     assert not any(stream.reading() for stream in opened)
+
+
+def test_a_consumer_on_unary_fetches_returns_from_close_once_their_ends_are_handled(
+    power: Connection, server: ServerProcess
+) -> None:
+    """Against a server without Consume, polls are unary Fetches; close() cancels those
+    in flight and returns once gRPC's channel thread has handled their ends (their done
+    callbacks ran), so that no thread of gRPC holds a call's lock at exit."""
+    consumer = Consumer(config(server.address, "g-unary"))
+    consumer._streaming = False  # what an UNIMPLEMENTED Consume makes of it
+    consumer.subscribe(["overvoltage"])
+    delivered = drain(consumer)
+    assert rows_of(delivered) == Counter(power.execute(SELECT).rows)
+    assert not consumer._streams  # no stream was opened
+    consumer.poll(0.1)  # held polls in flight again
+    in_flight = [call for call in consumer._calls.values() if call is not None]
+    assert in_flight
+    ended: list[object] = []
+    fetched = consumer._fetched
+
+    def noting(stub: Any, fetch: Any, call: Any) -> None:
+        fetched(stub, fetch, call)
+        time.sleep(HANDLING_S)  # a slow end: close() must still wait for it
+        ended.append(call)
+
+    consumer._fetched = noting  # type: ignore[method-assign]
+    consumer.close()
+    assert all(any(call is e for e in ended) for call in in_flight)
 
 
 def test_an_asyncio_consumer_polls_every_vgroup_on_one_stream(
