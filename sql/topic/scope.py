@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -96,8 +97,38 @@ def simple_mask(condition: str, tags: pa.Table) -> pa.ChunkedArray | None:
     mask, when it is made only of `col = literal`, `col IN (literals)`, AND, OR and
     parentheses over string and integer columns: pyarrow does that in microseconds,
     where DuckDB plans IN lists slowly. None for anything else (DuckDB decides)."""
-    mask = _mask(_parsed(condition), tags)
+
+    def member(name: str, value_set: pa.Array) -> pa.ChunkedArray:
+        column = tags.column(name)
+        hits = pc.is_in(column, value_set=value_set)
+        return pc.if_else(pc.is_null(column), pa.scalar(None, pa.bool_()), hits)  # SQL's NULL
+
+    def both(left: pa.ChunkedArray, right: pa.ChunkedArray, conjunction: bool) -> Any:
+        return (pc.and_kleene if conjunction else pc.or_kleene)(left, right)
+
+    mask = _fold(_parsed(condition), tags.schema, member, both)
     return None if mask is None else pc.fill_null(mask, False)
+
+
+T = TypeVar("T")
+
+# A simple condition decided for one table from its tags (`{tbname: ..., tag: value}`):
+# True, False, or None (SQL's unknown).
+Predicate = Callable[[Mapping[str, object]], bool | None]
+
+
+@functools.lru_cache(maxsize=65536)
+def simple_predicate(condition: str, schema: pa.Schema) -> Predicate | None:
+    """What `simple_mask` decides for the rows of a tags relation of `schema`, as a
+    function of one row: for a few tables (those a catalog change added), a mask's
+    kernel calls cost a thousand times what the row does. None where `simple_mask`
+    would be None."""
+
+    def member(name: str, value_set: pa.Array) -> Predicate:
+        allowed = frozenset(value_set.to_pylist())
+        return lambda row: None if (value := row.get(name)) is None else value in allowed
+
+    return _fold(_parsed(condition), schema, member, _kleene)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -105,27 +136,26 @@ def _parsed(condition: str) -> exp.Expr:
     return parse_one(condition, read="duckdb")
 
 
-def _mask(node: exp.Expr, tags: pa.Table) -> pa.ChunkedArray | None:
-    """SQL's three-valued logic, as pyarrow's Kleene kernels and NULL-propagating
-    comparisons compute it; None where the node is not a simple one."""
+def _fold(
+    node: exp.Expr, schema: pa.Schema, leaf: Callable[[str, pa.Array], T],
+    both: Callable[[T, T, bool], T],
+) -> T | None:  # fmt: skip
+    """A simple condition folded: `leaf(column, values)` for each `col = literal` or
+    `col IN (literals)` (the values in the column's type), `both(left, right, True)`
+    for an AND (False: an OR); None when a node is not simple."""
     if isinstance(node, exp.Paren):
-        return _mask(node.this, tags)
+        return _fold(node.this, schema, leaf, both)
     if isinstance(node, exp.And | exp.Or):
-        left, right = _mask(node.left, tags), _mask(node.right, tags)
+        left, right = _fold(node.left, schema, leaf, both), _fold(node.right, schema, leaf, both)
         if left is None or right is None:
             return None
-        kleene = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
-        return kleene(left, right)
+        return both(left, right, isinstance(node, exp.And))
     if isinstance(node, exp.EQ | exp.In) and isinstance(node.this, exp.Column):
         name = node.this.name
-        if name not in tags.column_names:
+        if name not in schema.names:
             return None
-        column = tags.column(name)
-        value_set = _value_set(node, column.type)
-        if value_set is None:
-            return None
-        found = pc.is_in(column, value_set=value_set)
-        return pc.if_else(pc.is_null(column), pa.scalar(None, pa.bool_()), found)
+        value_set = _value_set(node, schema.field(name).type)
+        return None if value_set is None else leaf(name, value_set)
     return None
 
 
@@ -144,44 +174,6 @@ def _value_set(node: exp.EQ | exp.In, type_: pa.DataType) -> pa.Array | None:
 
 
 _NOT_SIMPLE = object()
-
-# A simple condition decided for one table from its tags (`{tbname: ..., tag: value}`):
-# True, False, or None (SQL's unknown).
-Predicate = Callable[[Mapping[str, object]], bool | None]
-
-
-@functools.lru_cache(maxsize=65536)
-def simple_predicate(condition: str, schema: pa.Schema) -> Predicate | None:
-    """What `simple_mask` decides for the rows of a tags relation of `schema`, as a
-    function of one row: for a few tables (those a catalog change added), a mask's
-    kernel calls cost a thousand times what the row does. None where `simple_mask`
-    would be None."""
-    return _predicate(_parsed(condition), schema)
-
-
-def _predicate(node: exp.Expr, schema: pa.Schema) -> Predicate | None:
-    if isinstance(node, exp.Paren):
-        return _predicate(node.this, schema)
-    if isinstance(node, exp.And | exp.Or):
-        left, right = _predicate(node.left, schema), _predicate(node.right, schema)
-        if left is None or right is None:
-            return None
-        return _kleene(left, right, isinstance(node, exp.And))
-    if isinstance(node, exp.EQ | exp.In) and isinstance(node.this, exp.Column):
-        name = node.this.name
-        if name not in schema.names:
-            return None
-        value_set = _value_set(node, schema.field(name).type)
-        if value_set is None:
-            return None
-        allowed = frozenset(value_set.to_pylist())
-
-        def member(row: Mapping[str, object]) -> bool | None:
-            value = row.get(name)
-            return None if value is None else value in allowed
-
-        return member
-    return None
 
 
 def _kleene(left: Predicate, right: Predicate, conjunction: bool) -> Predicate:
