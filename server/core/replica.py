@@ -23,6 +23,7 @@ from typing import Any
 
 from sqltopic.errors import ConfigError
 from sqltopic.server.core.state import State
+from sqltopic.server.core.topic_reader import prepare
 from sqltopic.server.vnode.vnode import Vnode
 from sqltopic.sql.catalog_store import apply_change
 from sqltopic.sql.change_log import Change
@@ -81,6 +82,7 @@ class Replica:
         versions = self._append(_entries(change))
         for db, topic, group in change.get("forget") or ():
             self._forget(str(db), str(topic), None if group is None else str(group))
+        known = dict(state.catalog.topics)
         try:
             self._log.apply(seq, body, versions)
             apply_change(state.catalog, change)
@@ -89,6 +91,9 @@ class Replica:
             raise
         finally:
             state.bump()
+        for name, topic in state.catalog.topics.items():
+            if known.get(name) is not topic:  # new here: as CREATE TOPIC does on the mnode
+                prepare(state, topic)
 
     def _append(self, entries: dict[str, list[str]]) -> dict[int, int]:
         """Append each hosted vgroup's events (one append per vgroup: atomic there),

@@ -169,3 +169,21 @@ def test_a_gap_in_the_changes_is_refused(tmp_path: Path, mnode: Engine, host: Vn
     replica.apply_changes(changes)
     assert replica.applied_change == len(changes)
     replica.close()
+
+
+def test_a_topic_made_on_the_mnode_is_prepared_on_the_dnode_as_it_arrives(
+    tmp_path: Path, mnode: Engine, host: VnodeHost
+) -> None:
+    """As CREATE TOPIC does on the mnode (topic_reader.prepare): the dnode's first pass
+    after many new topics does not derive all their shapes."""
+    replica = _dnode(tmp_path, host)
+    last, changes = _changes(mnode, 0, 1000)
+    replica.apply_changes(changes)
+    mnode.execute("CREATE TOPIC q AS SELECT ts, v FROM power.meters WHERE loc = 1")
+    _, more = _changes(mnode, last, 1000)
+    replica.apply_changes(more)
+    topics = replica.state.catalog.topics
+    assert {"t", "q"} <= set(topics)
+    assert ("q", topics["q"].create_us) in replica.state.shapes
+    assert ("t", topics["t"].create_us) in replica.state.shapes  # made before: prepared too
+    replica.close()
