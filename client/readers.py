@@ -48,7 +48,7 @@ class StreamThreads:
         # gRPC's sender took its first request: `_sender` is known (it does so first
         # thing, so the wait is short even for a call that failed at once)
         self._sending = threading.Event()
-        self._handled = threading.Event()  # the channel thread is done with the call
+        self._handled: threading.Event | None = None  # the channel thread is done with the call
 
     def watch(self, call: Any) -> None:
         """Note when gRPC has handled the end of `call` (a grpc.Future)."""
@@ -74,9 +74,14 @@ class StreamThreads:
         `deadline` (time.monotonic) at most, by default STREAM_JOIN_S from now; not for
         the calling thread itself (a callback on the reader may close its client)."""
         deadline = time.monotonic() + STREAM_JOIN_S if deadline is None else deadline
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         if self._sender is None:
-            self._sending.wait(STREAM_JOIN_S)
+            self._sending.wait(left())
         for thread in (self._sender, self._reader):
             if thread is not None and thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-        self._handled.wait(max(0.0, deadline - time.monotonic()))
+                thread.join(left())
+        if self._handled is not None:
+            self._handled.wait(left())

@@ -222,7 +222,7 @@ def _evaluate_added(
         return {}
     if len(added) > ROWS_BY_ROW:
         return _evaluate_all(state, tags, conditions)
-    rows = [(t.name, {TBNAME: t.name, **t.tags}) for t in added]
+    rows = [(t.name, _tag_row(t)) for t in added]
     kept: Kept = {}
     rest: dict[str, str] = {}
     for name, condition in conditions.items():
@@ -255,7 +255,12 @@ def _evaluate_all(state: State, tags: pa.Table, conditions: dict[str, str]) -> K
 def _tags(stb: SuperTable, precision: Precision, children: Iterable[Table]) -> pa.Table:
     """Children of `stb` with their tags, as the tags relation."""
     schema = tags_schema(stb.tags, precision)
-    return pa.Table.from_pylist([{TBNAME: t.name, **t.tags} for t in children], schema=schema)
+    return pa.Table.from_pylist([_tag_row(t) for t in children], schema=schema)
+
+
+def _tag_row(child: Table) -> dict[str, object]:
+    """A child's row of the tags relation: its name and its tags."""
+    return {TBNAME: child.name, **child.tags}
 
 
 def _evaluate(
