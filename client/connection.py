@@ -19,7 +19,7 @@ from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import grpc
 import pyarrow as pa
@@ -86,11 +86,32 @@ class Result:
 
 @dataclass
 class _Dnode:
-    """A dnode this connection writes to, logged in with its credentials."""
+    """A dnode this connection writes to, logged in with its credentials; its parts of
+    writes go as messages on one Writes stream (a Write call each costs a call and, in
+    grpc's sync client, a thread to send its frames)."""
 
     channel: grpc.Channel
     sql: pb_grpc.SqlStub
     metadata: tuple[tuple[str, str], ...]
+    writes: WriteStream | None = None  # opened by the first part sent
+    unstreamed: bool = False  # the dnode has no Sql.Writes: Write calls
+
+    def stream(self, translate: Callable[[grpc.RpcError], Error]) -> WriteStream:
+        if self.writes is None or self.writes.broken:
+            self.writes = WriteStream(self._start, translate)
+        return self.writes
+
+    def _start(self, requests: Iterator[pb.WritesRequest]) -> Any:
+        return self.sql.Writes(requests, metadata=self.metadata)
+
+    def close(self) -> None:
+        if self.writes is not None:
+            self.writes.close()
+        self.channel.close()
+
+
+# A part of a write under way at a dnode: a Write call, or a write on its Writes stream.
+_Sent: TypeAlias = "grpc.Future[pb.WriteResponse] | futures.Future[int]"
 
 
 class Unreachable(Exception):
@@ -209,24 +230,35 @@ class Connection:
         return self._write_at(HERE, target, data, database)
 
     def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
-        """Each part written at its dnode, the calls all under way at once."""
-        # (the call, or what starting it raised): a call is itself an RpcError, so the
-        # two are kept apart
-        started: list[tuple[grpc.Future[pb.WriteResponse] | None, Exception | None]] = []
+        """Each part written at its dnode, all under way at once."""
+        # (the part under way, or what starting it raised): a call is itself an
+        # RpcError, so the two are kept apart
+        started: list[tuple[_Sent | None, Exception | None]] = []
         for part in parts:
             try:
-                started.append((self._start_write(part.endpoint, target, part.data, db), None))
+                started.append((self._start_part(part.endpoint, target, part.data, db), None))
             except Exception as exc:  # raised once every part was answered
                 started.append((None, exc))
         results: list[int | BaseException] = []
-        for part, (call, failed) in zip(parts, started, strict=True):
+        for part, (sent, failed) in zip(parts, started, strict=True):
             try:
-                if call is None:
+                if sent is None:
                     raise cast(Exception, failed)
-                results.append(self._finish_write(part.endpoint, target, part.data, db, call))
+                results.append(self._finish_write(part.endpoint, target, part.data, db, sent))
             except Exception as exc:  # as above
                 results.append(exc)
         return outcomes_of(results)
+
+    def _start_part(self, endpoint: str, target: str, data: pa.Table, db: str) -> _Sent:
+        """A part of a routed write under way: on the dnode's Writes stream when it fits
+        one message and the dnode has the method, else by a Write call."""
+        if endpoint == HERE:
+            return self._start_write(endpoint, target, data, db)
+        dnode = self._dnode(endpoint)
+        ipc = to_ipc(data)
+        if dnode.unstreamed or len(ipc) > STREAM_WRITE_BYTES:
+            return self._start_write(endpoint, target, data, db)
+        return dnode.stream(self._translate).submit(target, db, ipc.to_pybytes())
 
     def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to)."""
@@ -246,23 +278,39 @@ class Connection:
         return stub.Write.future(frames, metadata=metadata, timeout=self._timeout)
 
     def _finish_write(
-        self, endpoint: str, target: str, data: pa.Table, db: str | None,
-        call: grpc.Future[pb.WriteResponse], again: bool = False,
+        self, endpoint: str, target: str, data: pa.Table, db: str | None, sent: _Sent,
+        again: bool = False,
     ) -> int:  # fmt: skip
-        """The rows `call` wrote; a dnode that restarted meanwhile (its sessions are
-        gone) is logged in to anew and sent `data` again, once."""
+        """The rows `sent` wrote; a dnode without Writes gets `data` by a Write call, and
+        one that restarted meanwhile (its sessions are gone) is logged in to anew and
+        sent `data` again, once (nothing was written in either case)."""
         try:
-            return int(call.result().rows)
-        except grpc.RpcError as exc:
-            error = _error_of(exc, self._transport)
+            return self._rows_of(sent)
+        except Unstreamed:
+            self._dnode(endpoint).unstreamed = True
+            retry = self._start_write(endpoint, target, data, db)
+            return self._finish_write(endpoint, target, data, db, retry, again)
+        except Error as exc:
+            error = exc
         if endpoint == HERE:
             raise error
         self._forget_dnode(endpoint)
         if isinstance(error, AuthenticationFailed) and not again:
-            # nothing was written: log in anew and send it again
             retry = self._start_write(endpoint, target, data, db)
             return self._finish_write(endpoint, target, data, db, retry, again=True)
         raise dnode_error(endpoint, error)
+
+    def _rows_of(self, sent: _Sent) -> int:
+        """The rows of a Write call or of a write on a stream, or the sqltopic error."""
+        if isinstance(sent, futures.Future):
+            try:
+                return sent.result(self._timeout)
+            except futures.TimeoutError:
+                raise write_timed_out(self._timeout) from None
+        try:
+            return int(sent.result().rows)
+        except grpc.RpcError as exc:
+            raise _error_of(exc, self._transport) from None
 
     def _dnode(self, endpoint: str) -> _Dnode:
         found = self._dnodes.get(endpoint)
@@ -292,7 +340,7 @@ class Connection:
     def _forget_dnode(self, endpoint: str) -> None:
         dnode = self._dnodes.pop(endpoint, None)
         if dnode is not None:
-            dnode.channel.close()
+            dnode.close()
 
     def _current_routes(self) -> Routes:
         return self._routes if self._routes is not None else self._read_routes()

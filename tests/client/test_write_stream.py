@@ -2,7 +2,7 @@
 (client/write_stream.py): `write`, `write_async` many under way, the asyncio client's
 writes awaited together; each write's own error; a broken stream; and a server without
 the method (a real gRPC proxy of the real server that leaves Writes out), where the
-client goes back to Write calls."""
+client goes back to Write calls; a routed write's parts on each dnode's own stream."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from sqltopic import aio
 from sqltopic.client import Connection, connect
+from sqltopic.client.routing import Routes
 from sqltopic.client.write_stream import MAX_WRITES_IN_FLIGHT
 from sqltopic.errors import InvalidValueError, NotFoundError, ServerUnavailable
 from tests.live_server import POWER, ServerProcess
@@ -158,3 +159,33 @@ def test_without_writes_on_the_server_the_client_uses_write_calls(
 
     asyncio.run(main())
     assert voltages(live_power) == [1, 2, 3, 4, 5, 6, 7]
+
+
+# --- routed writes (a cluster's dnodes) ------------------------------------------------
+
+
+def _spread(devices: int, first_ts: int) -> pa.Table:
+    """One row for each of `devices` children d0.., voltage = the device's number, ts
+    from `first_ts` on in the devices' order."""
+    return pa.concat_tables([rows(first_ts + d, [d], f"d{d}") for d in range(devices)])
+
+
+def test_routed_parts_go_on_each_dnode_s_stream_or_by_write_calls(
+    server: ServerProcess, without_writes: str, live_power: Connection
+) -> None:
+    """A connection whose routes place power's two vgroups at two "dnodes": the server
+    itself (its part goes on a Writes stream of its own) and the proxy without Writes
+    (its part goes by a Write call, from the first on). Every row lands, in order."""
+    with connect(server.address, password="taosdata") as conn:
+        conn._routes = Routes(1, True, {"power": ((1, server.address), (2, without_writes))})
+        for k in range(3):
+            assert conn.write("power.meters", _spread(40, 1000 * k)) == 40
+        streamed, proxied = conn._dnodes[server.address], conn._dnodes[without_writes]
+        assert streamed.writes is not None
+        assert not streamed.writes.broken
+        assert not streamed.unstreamed
+        assert proxied.unstreamed
+        conn.close()
+        assert not streamed.writes.reading()  # closed with the connection
+    got = live_power.execute("SELECT tbname, voltage FROM power.meters ORDER BY ts").rows
+    assert got == [(f"d{d}", d) for _ in range(3) for d in range(40)]
