@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,12 +24,15 @@ from typing import Any, TypeAlias, cast
 import grpc
 import pyarrow as pa
 
+from sqltopic.client.routed_writes import Routed, RoutedWrites
 from sqltopic.client.routing import (
     HERE,
     Outcome,
     ReadRoutes,
     Routes,
     SendPart,
+    SendParts,
+    WriteStep,
     database_of,
     outcomes_of,
     write_flow,
@@ -95,6 +98,7 @@ class _Dnode:
     metadata: tuple[tuple[str, str], ...]
     writes: WriteStream | None = None  # opened by the first part sent
     unstreamed: bool = False  # the dnode has no Sql.Writes: Write calls
+    retired: list[WriteStream] = field(default_factory=list)  # ending after a refusal
 
     def stream(self, translate: Callable[[grpc.RpcError], Error]) -> WriteStream:
         if self.writes is None or self.writes.broken:
@@ -104,14 +108,34 @@ class _Dnode:
     def _start(self, requests: Iterator[pb.WritesRequest]) -> Any:
         return self.sql.Writes(requests, metadata=self.metadata)
 
+    def retire(self, stream: WriteStream) -> None:
+        """`stream` refused a write: it refuses the ones after it too, then ends (its
+        requests end here); the next parts go on a new stream."""
+        if self.writes is stream:
+            self.writes = None
+            stream.finish()
+            self.retired.append(stream)
+
     def close(self) -> None:
-        if self.writes is not None:
-            self.writes.close()
+        for stream in [*self.retired, *([self.writes] if self.writes else [])]:
+            stream.close()
         self.channel.close()
 
 
+@dataclass(frozen=True)
+class _StreamPart:
+    """A part of a write under way on a dnode's Writes stream."""
+
+    stream: WriteStream
+    future: futures.Future[int]
+    dnode: _Dnode  # logged in to then (a restarted dnode's parts see a newer one)
+
+
 # A part of a write under way at a dnode: a Write call, or a write on its Writes stream.
-_Sent: TypeAlias = "grpc.Future[pb.WriteResponse] | futures.Future[int]"
+_Sent: TypeAlias = "grpc.Future[pb.WriteResponse] | _StreamPart"
+# A part as it was started: under way, or what starting it raised (a call is itself an
+# RpcError, so the two are kept apart).
+_Started: TypeAlias = "tuple[_Sent | None, Exception | None]"
 
 
 class Unreachable(Exception):
@@ -149,6 +173,7 @@ class Connection:
         self._routes: Routes | None = None
         self._dnodes: dict[str, _Dnode] = {}
         self._writes: WriteStream | None = None  # opened by the first write
+        self._routed: RoutedWrites | None = None  # a cluster's writes under way
         self._unstreamed = False  # the server has no Sql.Writes: Write calls
 
     def execute(self, sql: str) -> Result:
@@ -184,18 +209,38 @@ class Connection:
         the error `write` would raise). Writes are applied in the order they are made;
         each is atomic on its own, and one failing leaves the others as they are. Up to
         16 are under way at once (MAX_WRITES_IN_FLIGHT): past that, this waits for room.
-        On a cluster (rows routed to dnodes) the write is made before this returns."""
+        On a cluster (rows routed to dnodes) as many are under way on each dnode's
+        stream, and the order holds on every vgroup (routed_writes.py)."""
         db = database_of(target, database or self._database)
-        routes = self._current_routes()
-        if not routes.routed or db is None:
+        if not self._current_routes().routed or db is None:
             return self._write_here(target, data, database)
-        return _Written.made(lambda: self._write_routed(routes, db, target, data))
+        if self._routed is None:
+            self._routed = RoutedWrites()
+        return self._routed.submit(lambda: self._send_routed(db, target, data))
 
-    def _write_routed(self, routes: Routes, db: str, target: str, data: pa.Table) -> int:
-        """The rows written at the dnodes hosting them, routes read anew when stale."""
-        flow = write_flow(routes, db, target, data)
+    def _send_routed(self, db: str, target: str, data: pa.Table) -> Routed:
+        """A write's parts sent to the dnodes hosting them (by the current routes)."""
+        flow = write_flow(self._current_routes(), db, target, data)
+        step = next(flow)  # the first step sends every part
+        assert isinstance(step, SendParts)
+        started = self._start_parts(step.parts, target, db)
+
+        def finish() -> int:
+            try:
+                outcomes = self._finish_parts(step.parts, started, target, db)
+                return self._drive(flow, outcomes, target, db)
+            except Unreachable as exc:
+                raise exc.error from None
+
+        return Routed(lambda: self._all_written(started), finish)
+
+    def _drive(
+        self, flow: Generator[WriteStep, Any, int], outcomes: list[Outcome], target: str, db: str
+    ) -> int:
+        """The rest of a routed write's flow, given its first parts' outcomes: the parts
+        a dnode refused as stale sent again once the routes are read anew."""
         try:
-            step = next(flow)
+            step = flow.send(outcomes)
             while True:
                 if isinstance(step, ReadRoutes):
                     time.sleep(step.pause_s)
@@ -204,8 +249,6 @@ class Connection:
                     step = flow.send(self._send_parts(step.parts, target, db))
         except StopIteration as done:
             return int(done.value)
-        except Unreachable as exc:
-            raise exc.error from None
 
     def _write_here(self, target: str, data: pa.Table, database: str | None) -> _Written:
         """A write to the server connected to, under way: on the Writes stream when it
@@ -231,14 +274,22 @@ class Connection:
 
     def _send_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[Outcome]:
         """Each part written at its dnode, all under way at once."""
-        # (the part under way, or what starting it raised): a call is itself an
-        # RpcError, so the two are kept apart
-        started: list[tuple[_Sent | None, Exception | None]] = []
+        return self._finish_parts(parts, self._start_parts(parts, target, db), target, db)
+
+    def _start_parts(self, parts: tuple[SendPart, ...], target: str, db: str) -> list[_Started]:
+        started: list[_Started] = []
         for part in parts:
             try:
                 started.append((self._start_part(part.endpoint, target, part.data, db), None))
             except Exception as exc:  # raised once every part was answered
                 started.append((None, exc))
+        return started
+
+    def _finish_parts(
+        self, parts: tuple[SendPart, ...], started: list[_Started], target: str, db: str
+    ) -> list[Outcome]:
+        """Each part's outcome (its rows, or its dnode's word that the routes are stale),
+        once every part was answered; the first other error is raised then."""
         results: list[int | BaseException] = []
         for part, (sent, failed) in zip(parts, started, strict=True):
             try:
@@ -249,6 +300,20 @@ class Connection:
                 results.append(exc)
         return outcomes_of(results)
 
+    def _all_written(self, started: list[_Started]) -> bool:
+        """Waits for every part's answer: whether each was written."""
+        for sent, _failed in started:
+            if sent is None:
+                return False
+            try:
+                if isinstance(sent, _StreamPart):
+                    sent.future.result(self._timeout)
+                else:
+                    sent.result(self._timeout)
+            except Exception:  # refused, failed or late: _finish_write says how
+                return False
+        return True
+
     def _start_part(self, endpoint: str, target: str, data: pa.Table, db: str) -> _Sent:
         """A part of a routed write under way: on the dnode's Writes stream when it fits
         one message and the dnode has the method, else by a Write call."""
@@ -258,7 +323,8 @@ class Connection:
         ipc = to_ipc(data)
         if dnode.unstreamed or len(ipc) > STREAM_WRITE_BYTES:
             return self._start_write(endpoint, target, data, db)
-        return dnode.stream(self._translate).submit(target, db, ipc.to_pybytes())
+        stream = dnode.stream(self._translate)
+        return _StreamPart(stream, stream.submit(target, db, ipc.to_pybytes()), dnode)
 
     def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to)."""
@@ -294,7 +360,16 @@ class Connection:
             error = exc
         if endpoint == HERE:
             raise error
-        self._forget_dnode(endpoint)
+        gone = type(error) is ServerUnavailable or isinstance(error, AuthenticationFailed)
+        current = self._dnodes.get(endpoint)
+        if isinstance(error, VgroupUnavailable) and isinstance(sent, _StreamPart):
+            # the stream refuses every later write (server/rpc/write_stream.py): the
+            # next ones go on a new one
+            sent.dnode.retire(sent.stream)
+        elif gone and (not isinstance(sent, _StreamPart) or current is sent.dnode):
+            # gone, or restarted: log in anew next time (once: not again for a later
+            # part sent with the same old login)
+            self._forget_dnode(endpoint)
         if isinstance(error, AuthenticationFailed) and not again:
             retry = self._start_write(endpoint, target, data, db)
             return self._finish_write(endpoint, target, data, db, retry, again=True)
@@ -302,9 +377,9 @@ class Connection:
 
     def _rows_of(self, sent: _Sent) -> int:
         """The rows of a Write call or of a write on a stream, or the sqltopic error."""
-        if isinstance(sent, futures.Future):
+        if isinstance(sent, _StreamPart):
             try:
-                return sent.result(self._timeout)
+                return sent.future.result(self._timeout)
             except futures.TimeoutError:
                 raise write_timed_out(self._timeout) from None
         try:
@@ -316,6 +391,8 @@ class Connection:
         found = self._dnodes.get(endpoint)
         if found is not None:
             return found
+        if self._closed:
+            raise ServerUnavailable("the connection is closed")
         if self._login is None:
             raise ServerUnavailable(
                 f"this connection has no credentials to log in to the dnode at {endpoint}: "
@@ -364,12 +441,16 @@ class Connection:
         self._closed = True
         if self._writes is not None:
             self._writes.close()
+        # the dnodes' streams close below (what they had under way fails at once), then
+        # the routed writes' thread, having settled them, ends
         for endpoint, dnode in list(self._dnodes.items()):
             with contextlib.suppress(grpc.RpcError):  # gone: the token died with it
                 pb_grpc.SessionStub(dnode.channel).Logout(
                     pb.LogoutRequest(), metadata=dnode.metadata, timeout=LOGOUT_TIMEOUT_S
                 )
             self._forget_dnode(endpoint)
+        if self._routed is not None:
+            self._routed.close()
         try:
             self._session.Logout(
                 pb.LogoutRequest(), metadata=self._metadata, timeout=LOGOUT_TIMEOUT_S

@@ -151,6 +151,13 @@ class WriteStream(_Stream):
         """Whether the reader thread still runs."""
         return self._threads.reading()
 
+    def finish(self) -> None:
+        """No more writes: the stream ends once the server answered those under way
+        (their futures are set as before); a write submitted after fails unsent."""
+        with self._lock:
+            self.broken = True
+        self._requests.put(None)
+
     def close(self) -> None:
         """End the stream: writes under way fail (ServerUnavailable) on the reader thread,
         whose threads have ended when this returns (`readers`)."""

@@ -22,6 +22,7 @@ from sqltopic.errors import (
     ServerUnavailable,
     SqlError,
     UnsupportedStatement,
+    VgroupUnavailable,
 )
 from sqltopic.server.common.limits import Limits
 from sqltopic.server.common.result import Result, Session
@@ -481,6 +482,10 @@ class Engine:
             raise WouldBlock
         done: list[int | Error] = []
         for table in tables:
+            first = next((d for d in done if isinstance(d, VgroupUnavailable)), None)
+            if first is not None:  # a stream's rule: nothing after it (write_stream.py)
+                done.append(writes.refused_after(first))
+                continue
             try:
                 done.append(self.write(target, table, session, validated=True))
             except Error as exc:

@@ -33,6 +33,7 @@ from sqltopic.errors import (
     NoPermission,
     NotFoundError,
     SqlError,
+    VgroupUnavailable,
     excerpt,
 )
 from sqltopic.server.common.result import Result, Session
@@ -602,6 +603,16 @@ def write_arrow_group(
     caller writes them one by one, each to its own answer."""
     _write_tables(state, session, target, tables, grouped=True)
     return [t.num_rows for t in tables]
+
+
+def refused_after(first: VgroupUnavailable) -> VgroupUnavailable:
+    """The refusal of a write of a Writes stream (or of a group) sent after one refused as
+    VgroupUnavailable: not written, so that writes keep their order on each vgroup."""
+    return VgroupUnavailable(
+        f"not written: an earlier write of this stream was refused ({first}); the writes "
+        "after it are refused too, so that none lands before it. Send them again, in "
+        "order, on a new stream"
+    )
 
 
 class GroupRefused(Exception):

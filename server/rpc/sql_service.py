@@ -32,7 +32,7 @@ from sqltopic.server.mnode.throttle import peer_address
 from sqltopic.server.rpc import ingest
 from sqltopic.server.rpc.rpc import Context, streaming, unary, unexpected
 from sqltopic.server.rpc.slots import Slots
-from sqltopic.server.rpc.write_stream import Ahead, answer, runs
+from sqltopic.server.rpc.write_stream import Ahead, Refused, answer, runs
 from sqltopic.sql import statements as st
 
 # The installed distribution's version, as Login reports it.
@@ -192,19 +192,20 @@ class SqlService(pb_grpc.SqlServicer):
             # the headers at once: a client waits for them before its first write, so
             # that a server without Writes refuses the call before anything is sent
             await context.send_initial_metadata(())
-            ahead = Ahead(requests, self._stopping)
+            ahead, refused = Ahead(requests, self._stopping), Refused()
             try:
                 while taken := await ahead.take():
-                    for answered in await self._stream_writes(taken, metadata):
+                    for answered in await self._stream_writes(taken, metadata, refused):
                         yield answered
             finally:
                 ahead.close()
 
     async def _stream_writes(
-        self, taken: list[pb.WritesRequest], metadata: Metadata
+        self, taken: list[pb.WritesRequest], metadata: Metadata, refused: Refused
     ) -> list[pb.WritesResponse]:
         """Writes of a Writes stream that waited together, applied in order (a run of
-        consecutive ones to one target as one group); each write's answer."""
+        consecutive ones to one target as one group); each write's answer. Once a write
+        was refused as VgroupUnavailable, every later one is (`Refused`)."""
         results: dict[int, int | Error] = {}
         try:
             session = self._sessions.session(metadata)  # logged out meanwhile: refused
@@ -217,8 +218,12 @@ class SqlService(pb_grpc.SqlServicer):
             except Error as err:
                 results[place] = err
         for run in runs(checked):
+            if refused.first is not None:
+                results |= {place: refused.later() for place, _ in run}
+                continue
             sent = [s for _, s in run]
             done = await self._apply_run(sent, _for_call(session, sent[0].database))
+            refused.note(done)
             results |= {place: result for (place, _), result in zip(run, done, strict=True)}
         return [answer(r.ticket, results[place]) for place, r in enumerate(taken)]
 

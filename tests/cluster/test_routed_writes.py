@@ -2,7 +2,8 @@
 mnode and sends each part of a write to the dnode hosting its vgroups; the mnode makes
 the child tables a write names; a user's rights hold on the dnodes; a SIGKILLed dnode's
 vgroups are unavailable while the others take writes, and nothing acknowledged is lost
-when it returns."""
+when it returns; writes kept under way at every dnode land in order, stale routes or
+not, as a dnode's stream refuses every write after one it refused as unavailable."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from sqltopic.aio import connect as aio_connect
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
+from sqltopic.client.routing import Routes
 from sqltopic.errors import NoPermission, VgroupUnavailable
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
@@ -23,6 +25,8 @@ from sqltopic.wal import EntryType, open_readonly
 from sqltopic.wal.codec import decode_arrow
 from tests.cluster.support import Cluster
 from tests.live_server import ServerProcess
+from tests.server.test_writes_stream import Writes, outcome, request
+from tests.server.wire import Wire
 from tests.wal.waits import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -242,19 +246,29 @@ def test_select_and_show_subscriptions_on_the_mnode_read_the_dnodes(three: Clust
         assert all(r["offset"] and r["offset"].startswith("log:") for r in mine)
 
 
+def _made_stale(cluster: Cluster, conn: Connection, names: list[str]) -> Routes:
+    """`names` written through `conn`; then the database made again with other vgroups,
+    so that the routes `conn` holds (returned) are stale."""
+    assert conn.write("power.meters", _written(names, 1)) == len(names)
+    before = conn._routes
+    assert before is not None
+    cluster.sql("DROP DATABASE power; CREATE DATABASE power VGROUPS 4;"
+                "CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT)")  # fmt: skip
+    return before
+
+
+def _read_again(conn: Connection, before: Routes) -> None:
+    after = conn._routes
+    assert after is not None
+    assert after.epoch > before.epoch  # a dnode said the routes were stale
+
+
 def test_a_client_with_stale_routes_reads_them_again(three: Cluster) -> None:
     names = [f"r{i}" for i in range(60)]
     with three.connect() as conn:
-        assert conn.write("power.meters", _written(names, 1)) == 60
-        before = conn._routes
-        assert before is not None
-        # the database made again with other vgroups: the routes the client holds are stale
-        three.sql("DROP DATABASE power; CREATE DATABASE power VGROUPS 4;"
-                  "CREATE STABLE power.meters (ts TIMESTAMP, v INT) TAGS (loc INT)")  # fmt: skip
+        before = _made_stale(three, conn, names)
         assert conn.write("power.meters", _written(names, 100)) == 60
-        after = conn._routes
-        assert after is not None
-        assert after.epoch > before.epoch  # a dnode said the routes were stale
+        _read_again(conn, before)
     placement = _placement(three)
     db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
     assert sorted(placement) == list(db.vgroups)
@@ -264,3 +278,93 @@ def test_a_client_with_stale_routes_reads_them_again(three: Cluster) -> None:
     assert {v: _rows(placement[v], v) for v in placement} == {
         v: sorted(expected.get(v, [])) for v in placement
     }
+
+
+# --- writes under way on the dnodes' streams -------------------------------------------
+
+# Answers a test waits for at most (a bound, not a timing).
+ANSWER_DEADLINE_S = 60.0
+
+
+def _in_wal_order(dnode: ServerProcess, vgroup: int) -> dict[str, list[int]]:
+    """Each table's v in the vgroup's WAL on the dnode's disk, in WAL order."""
+    wal = open_readonly(vnode_dir(dnode.data, vgroup) / "wal")
+    out: dict[str, list[int]] = {}
+    for batch in wal.batches(wal.first_version):
+        for record in batch:
+            if record.entry_type is EntryType.META:
+                continue
+            for owner, rows in entry_runs(decode_arrow(record.body)):
+                out.setdefault(owner.name, []).extend(rows.column("v").to_pylist())
+    return out
+
+
+def _wal_orders(cluster: Cluster) -> dict[str, list[int]]:
+    """Every table's v over all of power's vgroups, each in its WAL's order."""
+    found: dict[str, list[int]] = {}
+    for vgroup, dnode in _placement(cluster).items():
+        found |= _in_wal_order(dnode, vgroup)
+    return found
+
+
+def test_write_async_keeps_writes_under_way_at_every_dnode_in_order(three: Cluster) -> None:
+    names = [f"p{i}" for i in range(30)]
+    with three.connect() as conn:
+        assert conn.write("power.meters", _written(names, 0)) == 30  # makes the tables
+        made = [conn.write_async("power.meters", _written(names, 100 * k)) for k in range(1, 41)]
+        assert [f.result(ANSWER_DEADLINE_S) for f in made] == [30] * 40
+        assert {e for e, d in conn._dnodes.items() if d.writes is not None} == {
+            d.address for d in three.dnodes
+        }  # every dnode's parts went on its stream
+    orders = _wal_orders(three)
+    assert sorted(orders) == sorted(names)
+    for i, name in enumerate(names):
+        assert orders[name] == [i, *(100 * k + i for k in range(1, 41))]
+
+
+def test_writes_under_way_with_stale_routes_land_in_order(three: Cluster) -> None:
+    names = [f"s{i}" for i in range(60)]
+    with three.connect() as conn:
+        before = _made_stale(three, conn, names)  # the writes under way are refused at first
+        made = [conn.write_async("power.meters", _written(names, 1000 * k)) for k in range(1, 13)]
+        assert [f.result(ANSWER_DEADLINE_S) for f in made] == [60] * 12
+        _read_again(conn, before)
+    orders = _wal_orders(three)
+    assert sorted(orders) == sorted(names)
+    for i, name in enumerate(names):
+        assert orders[name] == [1000 * k + i for k in range(1, 13)]
+
+
+def test_a_dnode_s_stream_refuses_every_write_after_one_refused_as_unavailable(
+    three: Cluster,
+) -> None:
+    placement = _placement(three)
+    dnode = three.dnodes[0]
+    probe = [f"q{i}" for i in range(40)]
+    with three.connect() as conn:
+        conn.write("power.meters", _written(probe, 0))  # the tables, on their dnodes
+    db = load_readonly(three.mnode.data / CATALOG_FILE)[0].databases["power"]
+    mine = next(n for n in probe if placement[vgroup_for(db, n)] is dnode)
+    other = next(n for n in probe if placement[vgroup_for(db, n)] is not dnode)
+    wire = Wire(dnode.address)
+    stream = Writes(wire.channel, wire.md)
+    try:
+        stream.send(request(1, _written([other], 10)), request(2, _written([mine], 20)))
+        first, second = stream.answer(), stream.answer()
+        assert outcome(first) == (1, VgroupUnavailable)
+        assert "not hosted by the dnode" in first.error.message
+        assert outcome(second) == (2, VgroupUnavailable)
+        assert "an earlier write of this stream was refused" in second.error.message
+        stream.send(request(3, _written([mine], 30)))  # still refused: the same stream
+        assert outcome(stream.answer()) == (3, VgroupUnavailable)
+    finally:
+        stream.close()
+    again = Writes(wire.channel, wire.md)  # a new stream takes it
+    try:
+        again.send(request(4, _written([mine], 40)))
+        assert outcome(again.answer()) == (4, 1)
+    finally:
+        again.close()
+        wire.close()
+    vgroup = vgroup_for(db, mine)
+    assert _in_wal_order(placement[vgroup], vgroup)[mine] == [probe.index(mine), 40]
