@@ -3,9 +3,10 @@ all-in-one server, every process on this machine.
 
 1. DDL: CREATE TABLE statements/s through an mnode with 1 and 2 dnodes;
 2. ingest: prebuilt 1,000-row Arrow batches over 40 child tables of a super table
-   (`tbname` and tag columns), written by one client (`Connection.write`) to the server
-   and to an mnode with 1, 2 and 3 dnodes (the client sends each part of a batch
-   straight to the dnode hosting its vgroup);
+   (`tbname` and tag columns), written by one client (`Connection.write`, one at a
+   time; and `ingest_pipelined`: `Connection.write_async` back to back, as many under
+   way as the connection keeps) to the server and to an mnode with 1, 2 and 3 dnodes
+   (the client sends each part of a batch straight to the dnode hosting its vgroup);
 3. consume: the same backlog drained from the start by one consumer of a topic
    `SELECT * FROM drain.meters`, on each of them;
 4. latency: a producer process writing one-row Arrow batches at a steady pace, each
@@ -289,17 +290,42 @@ def ingest_round(conn: Connection, tables: list[pa.Table]) -> float:
     return rows / seconds
 
 
+def pipelined_round(conn: Connection, tables: list[pa.Table]) -> float:
+    """Rows/s of `Connection.write_async` of every table back to back (as many under way
+    as the connection keeps: 16 on a server, 16 per dnode's stream on a cluster), each
+    answer checked once all are sent."""
+    rows = len(tables) * ROWS_PER_BATCH
+    began = time.perf_counter()
+    made = [conn.write_async("ingest.meters", table) for table in tables]
+    written = sum(f.result() for f in made)
+    seconds = time.perf_counter() - began
+    if written != rows:
+        raise RuntimeError(f"wrote {written} rows of {rows}")
+    return rows / seconds
+
+
 def run_ingest(conns: dict[str, Connection], sizes: Sizes) -> tuple[Report, Report]:
     """Batch 0 first to every side, unmeasured (it makes the children); then round r
-    writes the batches after round r - 1's, the same to every side."""
-    tables = [batch(k) for k in range(1 + sizes.data_rounds * sizes.batches)]
+    writes the batches after round r - 1's, the same to every side: one write at a
+    time (`ingest`), then kept under way (`ingest_pipelined`, batches after those)."""
+    per_kind = sizes.data_rounds * sizes.batches
+    tables = [batch(k) for k in range(1 + 2 * per_kind)]
     for conn in conns.values():
         ingest_round(conn, tables[:1])
+    keys: Report = {}
+    meta: Report = {}
+    for name, write, first in (("ingest", ingest_round, 1),
+                               ("ingest_pipelined", pipelined_round, 1 + per_kind)):  # fmt: skip
 
-    def side(conn: Connection) -> Side:
-        return lambda r: ingest_round(conn, tables[1 + (r - 1) * sizes.batches :][: sizes.batches])
+        def side(conn: Connection, write: Callable[..., float] = write, first: int = first) -> Side:
+            return lambda r: write(conn, tables[first + (r - 1) * sizes.batches :][: sizes.batches])
 
-    return rated("ingest", alternate({s: side(c) for s, c in conns.items()}, sizes.data_rounds))
+        more_keys, more_meta = rated(
+            name, alternate({s: side(c) for s, c in conns.items()}, sizes.data_rounds)
+        )
+        keys |= more_keys
+        meta |= more_meta
+    return keys, meta
 
 
 # --- consume --------------------------------------------------------------------------------
@@ -662,7 +688,10 @@ NOTES = {
         f"One client, one call at a time: Connection.write of prebuilt {ROWS_PER_BATCH:,}-"
         f"row Arrow tables (tbname, ts, v, t) to ingest.meters, {CHILDREN} existing "
         "children interleaved in each (one unmeasured batch first made them); on a "
-        "cluster each batch is split by the dnode hosting its rows' vgroups."
+        "cluster each batch is split by the dnode hosting its rows' vgroups. "
+        "ingest_pipelined: the same batches (later ones) by Connection.write_async back "
+        "to back, every answer checked after the round's last send (16 under way on a "
+        "server's Writes stream; on a cluster 16 per dnode's stream)."
     ),
     "consume_note": (
         "rows_s = backlog rows / seconds from subscribe() to the delivery of the last "

@@ -19,8 +19,8 @@ CLUSTERS = SIDES[1:]
 FIGURES = [
     "ddl_per_s_all_in_one", "ddl_per_s_cluster_1", "ddl_per_s_cluster_2",
     "ratio_ddl_cluster_1", "ratio_ddl_cluster_2",
-    *(f"ingest_rows_s_{side}" for side in SIDES),
-    *(f"ratio_ingest_{side}" for side in CLUSTERS),
+    *(f"{kind}_rows_s_{side}" for kind in ("ingest", "ingest_pipelined") for side in SIDES),
+    *(f"ratio_{kind}_{side}" for kind in ("ingest", "ingest_pipelined") for side in CLUSTERS),
     *(f"consume_rows_s_{side}" for side in SIDES),
     *(f"ratio_consume_{side}" for side in CLUSTERS),
     *(f"latency_ms_p{p}_{side}" for side in SIDES for p in (50, 99)),
