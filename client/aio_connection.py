@@ -1,13 +1,16 @@
 """The asyncio `Connection` of `sqltopic.aio` (`await connect()`): SQL and Arrow writes
 as coroutines, routed on a cluster exactly as the sync Connection routes them
 (connection.py, routing.py). Writes to the server connected to go as messages on one
-`Sql.Writes` stream (write_stream.py): writes awaited together are under way together.
+`Sql.Writes` stream (write_stream.py): writes awaited together are under way together;
+on a cluster, each part on a stream to its dnode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import grpc
@@ -40,12 +43,48 @@ from sqltopic.client.routing import (
     write_flow,
 )
 from sqltopic.client.tls import PLAIN, PathArg, Transport, load_transport, tls_files
-from sqltopic.client.write_stream import STREAM_WRITE_BYTES, AioWriteStream, Unstreamed
-from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable
+from sqltopic.client.write_stream import (
+    STREAM_WRITE_BYTES,
+    AioWriteStream,
+    Retired,
+    Unstreamed,
+)
+from sqltopic.errors import AuthenticationFailed, Error, ServerUnavailable, VgroupUnavailable
 from sqltopic.proto.arrow_ipc import MAX_CHUNK_BYTES, MESSAGE_OPTIONS, chunks, from_ipc, to_ipc
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2_grpc as pb_grpc
 from sqltopic.proto.status import unimplemented
+
+
+@dataclass
+class _Dnode:
+    """A dnode this connection writes to, logged in; its parts of writes go as messages
+    on one Writes stream (as connection.py's)."""
+
+    channel: aio.Channel
+    sql: pb_grpc.SqlAsyncStub
+    metadata: Metadata
+    writes: AioWriteStream | None = None  # opened by the first part sent
+    unstreamed: bool = False  # the dnode has no Sql.Writes: Write calls
+    retired: list[AioWriteStream] = field(default_factory=list)  # ending after a refusal
+
+    def stream(self, translate: Callable[[grpc.RpcError], Error]) -> AioWriteStream:
+        if self.writes is None or self.writes.broken:
+            self.writes = AioWriteStream(self.sql.Writes(metadata=self.metadata), translate)
+        return self.writes
+
+    def retire(self, stream: AioWriteStream) -> None:
+        """`stream` refused a write as VgroupUnavailable, and refuses the ones after it:
+        it ends once they are answered, and the next parts go on a new stream."""
+        if self.writes is stream:
+            self.writes = None
+            stream.finish()
+            self.retired.append(stream)
+
+    async def close(self) -> None:
+        for stream in [*self.retired, *([self.writes] if self.writes else [])]:
+            stream.close()
+        await self.channel.close()
 
 
 class Connection:
@@ -66,7 +105,7 @@ class Connection:
         self._login = login
         self._database: str | None = None  # the session's, as the last statement left it
         self._routes: Routes | None = None
-        self._dnodes: dict[str, tuple[aio.Channel, pb_grpc.SqlAsyncStub, Metadata]] = {}
+        self._dnodes: dict[str, _Dnode] = {}
         self._transport = transport
         self._channel = channel
         self._sql = pb_grpc.SqlStub(channel)
@@ -143,28 +182,52 @@ class Connection:
         """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
         dnode first, and again once if it restarted meanwhile (its sessions are gone)."""
         for again in (False, True):
-            stub: pb_grpc.SqlAsyncStub = self._sql
-            metadata: Metadata = self._metadata
-            if endpoint != HERE:
-                _channel, stub, metadata = await self._dnode(endpoint)
-            frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
-            try:
-                answer = await stub.Write(frames, metadata=metadata, timeout=self._timeout)
-                return int(answer.rows)
-            except aio.AioRpcError as exc:
-                error = _error_of(exc, self._transport)
             if endpoint == HERE:
-                raise error
-            await self._forget_dnode(endpoint)
+                return await self._write_call(self._sql, self._metadata, target, data, db)
+            dnode = await self._dnode(endpoint)
+            stream: AioWriteStream | None = None
+            try:
+                ipc = to_ipc(data)
+                if dnode.unstreamed or len(ipc) > STREAM_WRITE_BYTES:
+                    return await self._write_call(dnode.sql, dnode.metadata, target, data, db)
+                stream = dnode.stream(self._translate)
+                try:
+                    return await stream.write(target, db, ipc.to_pybytes(), self._timeout)
+                except Unstreamed:  # nothing was written
+                    dnode.unstreamed = True
+                    return await self._write_call(dnode.sql, dnode.metadata, target, data, db)
+                except Retired:  # retired while this write waited for room: the next one
+                    return await self._write_at(endpoint, target, data, db)
+            except Error as exc:
+                error = exc
+            gone = type(error) is ServerUnavailable or isinstance(error, AuthenticationFailed)
+            if isinstance(error, VgroupUnavailable) and stream is not None:
+                dnode.retire(stream)  # it refuses every later write: a new one for those
+            elif gone and self._dnodes.get(endpoint) is dnode:  # not again for one old login
+                await self._forget_dnode(endpoint)
             if isinstance(error, AuthenticationFailed) and not again:
                 continue  # nothing was written: log in anew and send it again
             raise dnode_error(endpoint, error)
         raise AssertionError("unreachable")
 
-    async def _dnode(self, endpoint: str) -> tuple[aio.Channel, pb_grpc.SqlAsyncStub, Metadata]:
+    async def _write_call(
+        self, stub: pb_grpc.SqlAsyncStub, metadata: Metadata, target: str, data: pa.Table,
+        db: str | None,
+    ) -> int:  # fmt: skip
+        """The rows of a Write call of `data`."""
+        frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+        try:
+            answer = await stub.Write(frames, metadata=metadata, timeout=self._timeout)
+        except aio.AioRpcError as exc:
+            raise _error_of(exc, self._transport) from None
+        return int(answer.rows)
+
+    async def _dnode(self, endpoint: str) -> _Dnode:
         found = self._dnodes.get(endpoint)
         if found is not None:
             return found
+        if self._closed:
+            raise ServerUnavailable("the connection is closed")
         if self._login is None:
             raise ServerUnavailable(
                 f"this connection has no credentials to log in to the dnode at {endpoint}: "
@@ -180,13 +243,13 @@ class Connection:
             error = _error_of(exc, self._transport)
             raise dnode_error(endpoint, error) from None
         bearer = (("authorization", f"Bearer {login.token}"),)
-        found = self._dnodes[endpoint] = (channel, pb_grpc.SqlStub(channel), bearer)
+        found = self._dnodes[endpoint] = _Dnode(channel, pb_grpc.SqlStub(channel), bearer)
         return found
 
     async def _forget_dnode(self, endpoint: str) -> None:
         found = self._dnodes.pop(endpoint, None)
         if found is not None:
-            await found[0].close()
+            await found.close()
 
     async def _read_routes(self) -> Routes:
         """The routes as the server now gives them (none from a server without them)."""
@@ -209,10 +272,10 @@ class Connection:
         self._closed = True
         if self._writes is not None:
             self._writes.close()
-        for endpoint, (_channel, _stub, metadata) in list(self._dnodes.items()):
+        for endpoint, dnode in list(self._dnodes.items()):
             with contextlib.suppress(aio.AioRpcError):  # gone: the token died with it
-                await pb_grpc.SessionStub(_channel).Logout(
-                    pb.LogoutRequest(), metadata=metadata, timeout=LOGOUT_TIMEOUT_S
+                await pb_grpc.SessionStub(dnode.channel).Logout(
+                    pb.LogoutRequest(), metadata=dnode.metadata, timeout=LOGOUT_TIMEOUT_S
                 )
             await self._forget_dnode(endpoint)
         try:

@@ -48,6 +48,7 @@ from sqltopic.client.tls import (
 )
 from sqltopic.client.write_stream import (
     STREAM_WRITE_BYTES,
+    Retired,
     Unstreamed,
     WriteStream,
     write_timed_out,
@@ -214,6 +215,8 @@ class Connection:
         db = database_of(target, database or self._database)
         if not self._current_routes().routed or db is None:
             return self._write_here(target, data, database)
+        if self._closed:
+            raise ServerUnavailable("the connection is closed")
         if self._routed is None:
             self._routed = RoutedWrites()
         return self._routed.submit(lambda: self._send_routed(db, target, data))
@@ -356,6 +359,9 @@ class Connection:
             self._dnode(endpoint).unstreamed = True
             retry = self._start_write(endpoint, target, data, db)
             return self._finish_write(endpoint, target, data, db, retry, again)
+        except Retired:  # finished before this part went out: nothing was written
+            resent = self._start_part(endpoint, target, data, db or "")
+            return self._finish_write(endpoint, target, data, db, resent, again)
         except Error as exc:
             error = exc
         if endpoint == HERE:

@@ -50,6 +50,15 @@ class Unstreamed(Exception):
     """The server has no Sql.Writes (UNIMPLEMENTED): nothing was written; use Write."""
 
 
+class Retired(Exception):
+    """The stream was finished (retired after a refusal) before this write was sent:
+    nothing was written; send it on the dnode's next stream."""
+
+
+# What `AioWriteStream.finish` queues after the last write: the end of the requests.
+FINISH = pb.WritesRequest()
+
+
 def request_of(ticket: int, target: str, database: str | None, ipc: bytes) -> pb.WritesRequest:
     request = pb.WritesRequest(ticket=ticket, target=target, arrow_ipc=ipc)
     if database is not None:
@@ -79,6 +88,7 @@ class _Stream:
         self._tickets = itertools.count(1)
         self.broken = False
         self.unimplemented = False
+        self.finished = False  # ended by `finish`: a write sent after goes on a new one
 
     def _ended(self, exc: BaseException | None) -> Exception:
         """The error of the writes under way when the stream ended with `exc` (None:
@@ -100,6 +110,8 @@ class _Stream:
         """The error of a write sent after the stream ended: nothing of it was sent."""
         if self.unimplemented:
             return Unstreamed()
+        if self.finished:
+            return Retired()
         return ServerUnavailable("the write stream ended; nothing was sent")
 
 
@@ -155,7 +167,7 @@ class WriteStream(_Stream):
         """No more writes: the stream ends once the server answered those under way
         (their futures are set as before); a write submitted after fails unsent."""
         with self._lock:
-            self.broken = True
+            self.broken = self.finished = True
         self._requests.put(None)
 
     def close(self) -> None:
@@ -227,6 +239,12 @@ class AioWriteStream(_Stream):
             finally:
                 self._open.pop(ticket, None)
 
+    def finish(self) -> None:
+        """No more writes: the stream ends once the server answered those under way
+        (their awaits get their answers as before); a later write fails unsent."""
+        self.broken = self.finished = True
+        self._writes.put_nowait(FINISH)
+
     def close(self) -> None:
         self.broken = True
         self._call.cancel()
@@ -239,6 +257,9 @@ class AioWriteStream(_Stream):
             # ends it first, and a write racing that end fails the call as INTERNAL
             await self._call.initial_metadata()
             while (request := await self._writes.get()) is not None:
+                if request is FINISH:
+                    await self._call.done_writing()
+                    return
                 await self._call.write(request)
         except (grpc.RpcError, aio.UsageError):  # the stream ended: the reader reports it
             return

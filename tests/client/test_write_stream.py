@@ -18,10 +18,17 @@ import pytest
 from sqltopic import aio
 from sqltopic.client import Connection, connect
 from sqltopic.client.routing import Routes
-from sqltopic.client.write_stream import MAX_WRITES_IN_FLIGHT
+from sqltopic.client.write_stream import (
+    MAX_WRITES_IN_FLIGHT,
+    AioWriteStream,
+    Retired,
+    WriteStream,
+)
 from sqltopic.errors import InvalidValueError, NotFoundError, ServerUnavailable
+from sqltopic.proto.arrow_ipc import to_ipc
 from tests.live_server import POWER, ServerProcess
 from tests.server.test_writes_stream import ANSWER_DEADLINE_S, rows, voltages
+from tests.wal.waits import wait_for
 
 
 def test_write_and_write_async_apply_every_write_in_order(live_power: Connection) -> None:
@@ -189,3 +196,54 @@ def test_routed_parts_go_on_each_dnode_s_stream_or_by_write_calls(
         assert not streamed.writes.reading()  # closed with the connection
     got = live_power.execute("SELECT tbname, voltage FROM power.meters ORDER BY ts").rows
     assert got == [(f"d{d}", d) for _ in range(3) for d in range(40)]
+
+
+def test_an_asyncio_connection_s_routed_parts_go_the_same_ways(
+    server: ServerProcess, without_writes: str, live_power: Connection
+) -> None:
+    async def main() -> None:
+        async with await aio.connect(server.address) as conn:
+            conn._routes = Routes(1, True, {"power": ((1, server.address), (2, without_writes))})
+            for k in range(3):
+                assert await conn.write("power.meters", _spread(40, 1000 * k)) == 40
+            streamed, proxied = conn._dnodes[server.address], conn._dnodes[without_writes]
+            assert streamed.writes is not None
+            assert not streamed.writes.broken
+            assert proxied.unstreamed
+
+    asyncio.run(main())
+    got = live_power.execute("SELECT tbname, voltage FROM power.meters ORDER BY ts").rows
+    assert got == [(f"d{d}", d) for _ in range(3) for d in range(40)]
+
+
+def test_a_finished_stream_answers_the_writes_under_way_and_refuses_later_ones(
+    live_power: Connection,
+) -> None:
+    """`finish` (a dnode's stream retired after a refusal): the writes sent before it
+    are answered, one sent after fails unsent (Retired), and the stream ends."""
+    conn = live_power
+    stream = WriteStream(conn._start_writes, conn._translate)
+    made = [stream.submit("power.meters", None, to_ipc(rows(10 * k, [k])).to_pybytes())
+            for k in range(1, 4)]  # fmt: skip
+    stream.finish()
+    late = stream.submit("power.meters", None, to_ipc(rows(100, [9])).to_pybytes())
+    assert [f.result(ANSWER_DEADLINE_S) for f in made] == [1, 1, 1]
+    assert isinstance(late.exception(ANSWER_DEADLINE_S), Retired)
+    wait_for(lambda: not stream.reading(), "the finished stream's end")
+    stream.close()
+
+    async def main() -> None:
+        async with await aio.connect(conn.address) as aconn:
+            astream = AioWriteStream(aconn._sql.Writes(metadata=aconn._metadata), aconn._translate)
+            under_way = [asyncio.create_task(astream.write(
+                "power.meters", None, to_ipc(rows(200 + 10 * k, [k])).to_pybytes(), 30.0,
+            )) for k in range(4, 7)]  # fmt: skip
+            await asyncio.sleep(0)  # each sent (queued) before the finish
+            astream.finish()
+            assert await asyncio.gather(*under_way) == [1, 1, 1]
+            with pytest.raises(Retired):
+                await astream.write("power.meters", None, to_ipc(rows(300, [9])).to_pybytes(), 30.0)
+            astream.close()
+
+    asyncio.run(main())
+    assert voltages(live_power) == [1, 2, 3, 4, 5, 6]

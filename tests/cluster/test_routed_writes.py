@@ -17,7 +17,7 @@ from sqltopic.aio import connect as aio_connect
 from sqltopic.client import Connection, connect
 from sqltopic.client.consumer import Consumer
 from sqltopic.client.routing import Routes
-from sqltopic.errors import NoPermission, VgroupUnavailable
+from sqltopic.errors import NoPermission, ServerUnavailable, VgroupUnavailable
 from sqltopic.server.core.routing import vgroup_for
 from sqltopic.sql.catalog_store import CATALOG_FILE, load_readonly
 from sqltopic.sql.entries import entry_runs, vnode_dir
@@ -172,7 +172,11 @@ def test_an_asyncio_connection_routes_its_writes_the_same(three: Cluster) -> Non
     async def run() -> int:
         async with await aio_connect(three.mnode.address) as conn:
             await conn.execute("USE power")
-            return await conn.write("meters", _written(names, 10))
+            written = await conn.write("meters", _written(names, 10))
+            assert {e for e, d in conn._dnodes.items() if d.writes is not None} == {
+                d.address for d in three.dnodes
+            }  # every dnode's part went on its stream
+            return written
 
     assert asyncio.run(run()) == 40
     placement = _placement(three)
@@ -316,6 +320,11 @@ def test_write_async_keeps_writes_under_way_at_every_dnode_in_order(three: Clust
         assert {e for e, d in conn._dnodes.items() if d.writes is not None} == {
             d.address for d in three.dnodes
         }  # every dnode's parts went on its stream
+        settler = conn._routed._thread if conn._routed is not None else None
+    assert settler is not None
+    assert not settler.is_alive()  # ended with the connection
+    with pytest.raises(ServerUnavailable, match="closed"):
+        conn.write_async("power.meters", _written(names, 9000))
     orders = _wal_orders(three)
     assert sorted(orders) == sorted(names)
     for i, name in enumerate(names):
@@ -368,3 +377,20 @@ def test_a_dnode_s_stream_refuses_every_write_after_one_refused_as_unavailable(
         wire.close()
     vgroup = vgroup_for(db, mine)
     assert _in_wal_order(placement[vgroup], vgroup)[mine] == [probe.index(mine), 40]
+
+
+def test_asyncio_writes_awaited_together_with_stale_routes_all_land(three: Cluster) -> None:
+    names = [f"t{i}" for i in range(60)]
+    with three.connect() as conn:
+        before = _made_stale(three, conn, names)
+
+    async def run() -> list[int]:
+        async with await aio_connect(three.mnode.address) as aconn:
+            aconn._routes = before  # as a connection made before the database changed
+            writes = [aconn.write("power.meters", _written(names, 1000 * k)) for k in range(1, 9)]
+            return await asyncio.gather(*writes)
+
+    assert asyncio.run(run()) == [60] * 8
+    orders = _wal_orders(three)
+    for i, name in enumerate(names):  # awaited together: each write once, in any order
+        assert sorted(orders[name]) == [1000 * k + i for k in range(1, 9)]
