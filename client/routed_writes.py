@@ -26,6 +26,10 @@ from sqltopic.errors import ServerUnavailable
 # How long close() waits for the settling thread to end: it settles what is under way
 # as the closed streams fail it, which takes no network round trip.
 SETTLER_JOIN_S = 5.0
+# Writes under way at most (then `submit` waits for the oldest): a stream's window holds
+# 16 back per dnode, but parts too large for a message go by Write calls, which nothing
+# else bounds; four dnodes' windows.
+MAX_ROUTED_UNDER_WAY = 64
 
 
 @dataclass
@@ -51,9 +55,10 @@ class RoutedWrites:
         self._thread: threading.Thread | None = None
 
     def submit(self, send: Callable[[], Routed]) -> futures.Future[int]:
-        """`send()` a write (once no part is being sent again); the future of its rows."""
+        """`send()` a write (once no part is being sent again, and fewer than
+        MAX_ROUTED_UNDER_WAY are under way); the future of its rows."""
         with self._lock:
-            while self._resending:
+            while self._resending or self._under_way >= MAX_ROUTED_UNDER_WAY:
                 self._lock.wait()
             if self._closed:
                 raise ServerUnavailable("the connection is closed")
@@ -91,4 +96,4 @@ class RoutedWrites:
                     self._under_way -= 1
                     if not self._under_way:
                         self._resending = False
-                        self._lock.notify_all()
+                    self._lock.notify_all()

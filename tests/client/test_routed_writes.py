@@ -1,7 +1,8 @@
 """The order of a cluster connection's writes under way (client/routed_writes.py), with
 the connection's I/O replaced by callables that the test drives: writes settle in the
-order made; while a write's refused parts are sent again no new write is sent; each
-error reaches its own future; close ends the thread."""
+order made; while a write's refused parts are sent again no new write is sent; at most
+MAX_ROUTED_UNDER_WAY are under way; each error reaches its own future; close ends the
+thread."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from concurrent import futures
 
 import pytest
 
-from sqltopic.client.routed_writes import Routed, RoutedWrites
+from sqltopic.client.routed_writes import MAX_ROUTED_UNDER_WAY, Routed, RoutedWrites
 from sqltopic.errors import ServerUnavailable, SqlError
 
 # Waits for a condition a test made happen (a bound, not a timing).
@@ -100,3 +101,29 @@ def test_close_ends_the_thread_and_refuses_later_writes() -> None:
     assert not thread.is_alive()
     with pytest.raises(ServerUnavailable, match="closed"):
         writes.submit(lambda: _done(2))
+
+
+def test_at_most_max_routed_under_way_then_submit_waits_for_the_oldest() -> None:
+    writes = RoutedWrites()
+    release = threading.Event()
+
+    def held() -> int:
+        assert release.wait(DEADLINE_S)
+        return 1
+
+    made = [writes.submit(lambda: Routed(lambda: True, held)) for _ in range(MAX_ROUTED_UNDER_WAY)]
+    sent: list[int] = []
+
+    def send() -> Routed:
+        sent.append(1)
+        return _done(1)
+
+    extra = threading.Thread(target=lambda: writes.submit(send))
+    extra.start()
+    extra.join(0.2)  # a moment for a wrong implementation to send it at once
+    assert sent == []  # waits: the first is held, so none has settled
+    release.set()
+    extra.join(DEADLINE_S)
+    assert sent == [1]
+    assert all(f.result(DEADLINE_S) == 1 for f in made)
+    writes.close()
