@@ -470,14 +470,22 @@ class Engine:
         """Writes of one session to `target` that arrived together (validated, as
         `write(..., validated=True)` takes them): appended as one when every one passes
         (group commit: writes.write_arrow_group), else one by one. Per write, in order,
-        its rows or the error `write` would have raised for it. Within the lock's no-wait
-        mode (the event loop) only the group is tried: writing one by one raises
-        WouldBlock before any, so that a worker, doing it all again, writes none twice."""
+        its rows or the error `write` would have raised for it; after one refused as
+        VgroupUnavailable, the others are refused too (a Writes stream's order). Within
+        the lock's no-wait mode (the event loop) only the group is tried: writing one by
+        one raises WouldBlock before any, so that a worker, doing it all again, writes
+        none twice."""
         session = session or self.session
         try:
             return list(writes.write_arrow_group(self._state, session, target, tables))
         except (writes.GroupRefused, writes.TablesToCreate):
             pass  # nothing was written
+        except VgroupUnavailable:
+            if len(tables) == 1:
+                raise
+            # refused before anything was written (State.write_entries checks every
+            # vgroup first): one by one, the writes before the one naming the vgroup
+            # are written, it is refused, and so are those after it
         if self._state.lock.no_wait:
             raise WouldBlock
         done: list[int | Error] = []

@@ -358,8 +358,11 @@ def test_a_dnode_s_stream_refuses_every_write_after_one_refused_as_unavailable(
     wire = Wire(dnode.address)
     stream = Writes(wire.channel, wire.md)
     try:
-        stream.send(request(1, _written([other], 10)), request(2, _written([mine], 20)))
-        first, second = stream.answer(), stream.answer()
+        # sent together: applied as one group or one by one, the answers are the same
+        stream.send(request(0, _written([mine], 5)), request(1, _written([other], 10)),
+                    request(2, _written([mine], 20)))  # fmt: skip
+        written, first, second = stream.answer(), stream.answer(), stream.answer()
+        assert outcome(written) == (0, 1)
         assert outcome(first) == (1, VgroupUnavailable)
         assert "not hosted by the dnode" in first.error.message
         assert outcome(second) == (2, VgroupUnavailable)
@@ -376,7 +379,7 @@ def test_a_dnode_s_stream_refuses_every_write_after_one_refused_as_unavailable(
         again.close()
         wire.close()
     vgroup = vgroup_for(db, mine)
-    assert _in_wal_order(placement[vgroup], vgroup)[mine] == [probe.index(mine), 40]
+    assert _in_wal_order(placement[vgroup], vgroup)[mine] == [probe.index(mine), 5, 40]
 
 
 def test_asyncio_writes_awaited_together_with_stale_routes_all_land(three: Cluster) -> None:

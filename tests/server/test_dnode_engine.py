@@ -162,6 +162,37 @@ def test_a_write_naming_a_vgroup_the_dnode_does_not_host_writes_nothing(cluster:
     assert cluster.rows(1) == [(here, 9)]
 
 
+def test_a_group_with_a_write_to_a_vgroup_not_hosted_writes_those_before_it_only(
+    cluster: Cluster,
+) -> None:
+    """Writes of a Writes stream taken together (Engine.write_group): the group is
+    refused before anything is written, then one by one the writes before the one naming
+    a vgroup not hosted here are written, it is refused, and so is every write after it
+    (server/rpc/write_stream.py)."""
+    probe = [f"g{i}" for i in range(64)]
+    here = next(n for n in probe if _vgroup_of(cluster, n) in (1, 3))
+    there = next(n for n in probe if _vgroup_of(cluster, n) in (2, 4))
+    for name, loc in ((here, 1), (there, 2)):
+        cluster.mnode.execute(f"CREATE TABLE power.{name} USING power.meters TAGS ({loc})")
+    cluster.sync()
+
+    def one(name: str, v: int) -> pa.Table:
+        return pa.table({
+            "tbname": [name], "ts": pa.array([v], pa.timestamp("ms")),
+            "v": pa.array([v], pa.int32()), "loc": pa.array([1], pa.int32()),
+        })  # fmt: skip
+
+    done = cluster.dnodes[1].write_group(
+        "power.meters", [one(here, 1), one(there, 2), one(here, 3)], Session(user="root")
+    )
+    assert done[0] == 1
+    assert isinstance(done[1], VgroupUnavailable)
+    assert "is not hosted by the dnode" in str(done[1])
+    assert isinstance(done[2], VgroupUnavailable)
+    assert "an earlier write of this stream was refused" in str(done[2])
+    assert cluster.rows(1) == [(here, 1)]
+
+
 def test_a_dnode_refuses_ddl_and_serves_nothing_before_it_caught_up(
     cluster: Cluster, tmp_path: Path
 ) -> None:
