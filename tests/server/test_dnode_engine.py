@@ -144,13 +144,19 @@ def _vgroup_of(cluster: Cluster, name: str) -> int:
     return vgroup_for(cluster.mnode.catalog.databases["power"], name)
 
 
-def test_a_write_naming_a_vgroup_the_dnode_does_not_host_writes_nothing(cluster: Cluster) -> None:
-    probe = [f"q{i}" for i in range(64)]
+def _here_and_there(cluster: Cluster, prefix: str) -> tuple[str, str]:
+    """Two child tables made (and synced): one in a vgroup of dnode 1, one of dnode 2."""
+    probe = [f"{prefix}{i}" for i in range(64)]
     here = next(n for n in probe if _vgroup_of(cluster, n) in (1, 3))
     there = next(n for n in probe if _vgroup_of(cluster, n) in (2, 4))
     for name, loc in ((here, 1), (there, 2)):
         cluster.mnode.execute(f"CREATE TABLE power.{name} USING power.meters TAGS ({loc})")
     cluster.sync()
+    return here, there
+
+
+def test_a_write_naming_a_vgroup_the_dnode_does_not_host_writes_nothing(cluster: Cluster) -> None:
+    here, there = _here_and_there(cluster, "q")
     before = {v: n.wal.last_version for v, n in cluster.hosts[1].live.items()}
     table = pa.table({"tbname": [here, there], "ts": [1, 2], "v": [1, 2]})
     with pytest.raises(VgroupUnavailable, match=r"is not hosted by the dnode .*stale"):
@@ -169,12 +175,7 @@ def test_a_group_with_a_write_to_a_vgroup_not_hosted_writes_those_before_it_only
     refused before anything is written, then one by one the writes before the one naming
     a vgroup not hosted here are written, it is refused, and so is every write after it
     (server/rpc/write_stream.py)."""
-    probe = [f"g{i}" for i in range(64)]
-    here = next(n for n in probe if _vgroup_of(cluster, n) in (1, 3))
-    there = next(n for n in probe if _vgroup_of(cluster, n) in (2, 4))
-    for name, loc in ((here, 1), (there, 2)):
-        cluster.mnode.execute(f"CREATE TABLE power.{name} USING power.meters TAGS ({loc})")
-    cluster.sync()
+    here, there = _here_and_there(cluster, "g")
 
     def one(name: str, v: int) -> pa.Table:
         return pa.table({
