@@ -181,21 +181,21 @@ class Connection:
     async def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to), logging in to a
         dnode first, and again once if it restarted meanwhile (its sessions are gone)."""
+        ipc = to_ipc(data)
         for again in (False, True):
             if endpoint == HERE:
-                return await self._write_call(self._sql, self._metadata, target, data, db)
+                return await self._write_call(self._sql, self._metadata, target, ipc, db)
             dnode = await self._dnode(endpoint)
             stream: AioWriteStream | None = None
             try:
-                ipc = to_ipc(data)
                 if dnode.unstreamed or len(ipc) > STREAM_WRITE_BYTES:
-                    return await self._write_call(dnode.sql, dnode.metadata, target, data, db)
+                    return await self._write_call(dnode.sql, dnode.metadata, target, ipc, db)
                 stream = dnode.stream(self._translate)
                 try:
                     return await stream.write(target, db, ipc.to_pybytes(), self._timeout)
                 except Unstreamed:  # nothing was written
                     dnode.unstreamed = True
-                    return await self._write_call(dnode.sql, dnode.metadata, target, data, db)
+                    return await self._write_call(dnode.sql, dnode.metadata, target, ipc, db)
                 except Retired:  # retired while this write waited for room: the next one
                     return await self._write_at(endpoint, target, data, db)
             except Error as exc:
@@ -211,11 +211,11 @@ class Connection:
         raise AssertionError("unreachable")
 
     async def _write_call(
-        self, stub: pb_grpc.SqlAsyncStub, metadata: Metadata, target: str, data: pa.Table,
+        self, stub: pb_grpc.SqlAsyncStub, metadata: Metadata, target: str, ipc: pa.Buffer,
         db: str | None,
     ) -> int:  # fmt: skip
-        """The rows of a Write call of `data`."""
-        frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+        """The rows of a Write call of a write's Arrow stream `ipc`."""
+        frames = _write_frames(target, db, chunks(ipc, MAX_CHUNK_BYTES))
         try:
             answer = await stub.Write(frames, metadata=metadata, timeout=self._timeout)
         except aio.AioRpcError as exc:

@@ -320,30 +320,31 @@ class Connection:
     def _start_part(self, endpoint: str, target: str, data: pa.Table, db: str) -> _Sent:
         """A part of a routed write under way: on the dnode's Writes stream when it fits
         one message and the dnode has the method, else by a Write call."""
-        if endpoint == HERE:
-            return self._start_write(endpoint, target, data, db)
-        dnode = self._dnode(endpoint)
         ipc = to_ipc(data)
+        if endpoint == HERE:
+            return self._start_write(endpoint, target, ipc, db)
+        dnode = self._dnode(endpoint)
         if dnode.unstreamed or len(ipc) > STREAM_WRITE_BYTES:
-            return self._start_write(endpoint, target, data, db)
+            return self._start_write(endpoint, target, ipc, db)
         stream = dnode.stream(self._translate)
         return _StreamPart(stream, stream.submit(target, db, ipc.to_pybytes()), dnode)
 
     def _write_at(self, endpoint: str, target: str, data: pa.Table, db: str | None) -> int:
         """Write `data` at `endpoint` (HERE: the server connected to)."""
-        call = self._start_write(endpoint, target, data, db)
+        call = self._start_write(endpoint, target, to_ipc(data), db)
         return self._finish_write(endpoint, target, data, db, call)
 
     def _start_write(
-        self, endpoint: str, target: str, data: pa.Table, db: str | None
+        self, endpoint: str, target: str, ipc: pa.Buffer, db: str | None
     ) -> grpc.Future[pb.WriteResponse]:
-        """The Write call of `data` at `endpoint`, under way; at a dnode, logged in first."""
+        """The Write call of a write's Arrow stream `ipc` at `endpoint`, under way; at a
+        dnode, logged in first."""
         stub: pb_grpc.SqlStub = self._sql
         metadata: tuple[tuple[str, str], ...] = self._metadata
         if endpoint != HERE:
             dnode = self._dnode(endpoint)
             stub, metadata = dnode.sql, dnode.metadata
-        frames = _write_frames(target, db, chunks(to_ipc(data), MAX_CHUNK_BYTES))
+        frames = _write_frames(target, db, chunks(ipc, MAX_CHUNK_BYTES))
         return stub.Write.future(frames, metadata=metadata, timeout=self._timeout)
 
     def _finish_write(
@@ -357,7 +358,7 @@ class Connection:
             return self._rows_of(sent)
         except Unstreamed:
             self._dnode(endpoint).unstreamed = True
-            retry = self._start_write(endpoint, target, data, db)
+            retry = self._start_write(endpoint, target, to_ipc(data), db)
             return self._finish_write(endpoint, target, data, db, retry, again)
         except Retired:  # finished before this part went out: nothing was written
             resent = self._start_part(endpoint, target, data, db or "")
@@ -377,7 +378,7 @@ class Connection:
             # part sent with the same old login)
             self._forget_dnode(endpoint)
         if isinstance(error, AuthenticationFailed) and not again:
-            retry = self._start_write(endpoint, target, data, db)
+            retry = self._start_write(endpoint, target, to_ipc(data), db)
             return self._finish_write(endpoint, target, data, db, retry, again=True)
         raise dnode_error(endpoint, error)
 
