@@ -489,15 +489,16 @@ class Engine:
         if self._state.lock.no_wait:
             raise WouldBlock
         done: list[int | Error] = []
+        refused = writes.Refused()
         for table in tables:
-            first = next((d for d in done if isinstance(d, VgroupUnavailable)), None)
-            if first is not None:  # a stream's rule: nothing after it (write_stream.py)
-                done.append(writes.refused_after(first))
+            if refused.first is not None:  # a stream's rule: nothing after it
+                done.append(refused.later())
                 continue
             try:
                 done.append(self.write(target, table, session, validated=True))
             except Error as exc:
                 done.append(exc)
+            refused.note(done[-1:])
         return done
 
     def read_topic(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -605,14 +605,26 @@ def write_arrow_group(
     return [t.num_rows for t in tables]
 
 
-def refused_after(first: VgroupUnavailable) -> VgroupUnavailable:
-    """The refusal of a write of a Writes stream (or of a group) sent after one refused as
-    VgroupUnavailable: not written, so that writes keep their order on each vgroup."""
-    return VgroupUnavailable(
-        f"not written: an earlier write of this stream was refused ({first}); the writes "
-        "after it are refused too, so that none lands before it. Send them again, in "
-        "order, on a new stream"
-    )
+class Refused:
+    """The first VgroupUnavailable refusal among the writes of a Writes stream (or of a
+    group of them), after which every write is refused unwritten, so that writes keep
+    their order on each vgroup (server/rpc/write_stream.py)."""
+
+    def __init__(self) -> None:
+        self.first: VgroupUnavailable | None = None
+
+    def note(self, results: Iterable[int | Error]) -> None:
+        """Writes' answers, in order: the first VgroupUnavailable, if any, is the one."""
+        if self.first is None:
+            self.first = next((r for r in results if isinstance(r, VgroupUnavailable)), None)
+
+    def later(self) -> VgroupUnavailable:
+        """The refusal of a write after the first one."""
+        return VgroupUnavailable(
+            f"not written: an earlier write of this stream was refused ({self.first}); the "
+            "writes after it are refused too, so that none lands before it. Send them "
+            "again, in order, on a new stream"
+        )
 
 
 class GroupRefused(Exception):

@@ -27,12 +27,13 @@ from sqltopic.server.common.result import Result, Session
 from sqltopic.server.common.rwlock import here_or_worker
 from sqltopic.server.core.engine import Engine
 from sqltopic.server.core.query_run import QueryRun, ResultCap, brief, size
+from sqltopic.server.core.writes import Refused
 from sqltopic.server.mnode.auth import Sessions
 from sqltopic.server.mnode.throttle import peer_address
 from sqltopic.server.rpc import ingest
 from sqltopic.server.rpc.rpc import Context, streaming, unary, unexpected
 from sqltopic.server.rpc.slots import Slots
-from sqltopic.server.rpc.write_stream import Ahead, Refused, answer, runs
+from sqltopic.server.rpc.write_stream import Ahead, answer, runs
 from sqltopic.sql import statements as st
 
 # The installed distribution's version, as Login reports it.

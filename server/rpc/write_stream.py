@@ -12,7 +12,7 @@ the runs; applying a run is the service's.
 
 Once a write of a stream is refused as VgroupUnavailable (its vgroup is not hosted here:
 the client's routes are stale; or this dnode is catching up), every later write of the
-stream is refused the same way, unwritten (`Refused`): a client keeping writes under
+stream is refused the same way, unwritten (`writes.Refused`): a client keeping writes under
 way sends them all again, in order, on a new stream, so that no later write lands
 before the refused one on a vgroup.
 """
@@ -23,10 +23,9 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 
-from sqltopic.errors import Error, VgroupUnavailable
+from sqltopic.errors import Error
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
-from sqltopic.server.core.writes import refused_after
 from sqltopic.server.rpc.ingest import Received
 
 # Writes a stream is read ahead of the one being applied, at most: those waiting go
@@ -129,19 +128,3 @@ def answer(ticket: int, result: int | Error) -> pb.WritesResponse:
     if isinstance(result, Error):
         return pb.WritesResponse(ticket=ticket, error=call_status(result))
     return pb.WritesResponse(ticket=ticket, written=pb.WriteResponse(rows=result))
-
-
-class Refused:
-    """A stream's first VgroupUnavailable refusal, after which it refuses every write."""
-
-    def __init__(self) -> None:
-        self.first: VgroupUnavailable | None = None
-
-    def note(self, done: list[int | Error]) -> None:
-        """The answers of a run: its first VgroupUnavailable, if any, is the stream's."""
-        if self.first is None:
-            self.first = next((d for d in done if isinstance(d, VgroupUnavailable)), None)
-
-    def later(self) -> VgroupUnavailable:
-        assert self.first is not None
-        return refused_after(self.first)
