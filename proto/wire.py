@@ -14,16 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 
 _VARINT, _LENGTH = 0, 2  # protobuf wire types
 
 
-def _tag(message: type[pb.ConsumeResponse] | type[pb.PollResponse], name: str) -> bytes:
-    field: FieldDescriptor = message.DESCRIPTOR.fields_by_name[name]
-    kind = _LENGTH if field.type in (field.TYPE_MESSAGE, field.TYPE_BYTES) else _VARINT
+def _tag(message: type[Message], name: str) -> bytes:
+    field = message.DESCRIPTOR.fields_by_name[name]
+    kind = (
+        _LENGTH
+        if field.type in (field.TYPE_MESSAGE, field.TYPE_BYTES, field.TYPE_STRING)
+        else _VARINT
+    )
     return varint(field.number << 3 | kind)
 
 
@@ -44,6 +48,14 @@ _MESSAGE = _tag(pb.ConsumeResponse, "message")
 _OPEN_TRUE = _tag(pb.ConsumeResponse, "open") + b"\x01"
 _BATCH = _tag(pb.ConsumeResponse, "batch")
 _EPOCH = _tag(pb.PollResponse, "epoch")
+_DATA = _tag(pb.PollResponse, "data")
+_BLOCKS = _tag(pb.PollResponse, "blocks")
+_DATA_FIELDS = tuple(
+    _tag(pb.DataMessage, name) for name in ("offset", "end_offset", "block_count", "row_count")
+)
+_PART_BLOCK = _tag(pb.BlockPart, "block")
+_PART_TABLE = _tag(pb.BlockPart, "table_name")
+_PART_ARROW = _tag(pb.BlockPart, "arrow_ipc")
 
 
 def follow_answer(ticket: int, frame: bytes, epoch: int) -> bytes:
@@ -51,6 +63,31 @@ def follow_answer(ticket: int, frame: bytes, epoch: int) -> bytes:
     `frame` is a serialized PollResponse without an epoch."""
     stamped = frame + _EPOCH + varint(epoch) if epoch else frame
     return b"".join((_TICKET, varint(ticket), _MESSAGE, varint(len(stamped)), stamped, _OPEN_TRUE))
+
+
+def data_frame(
+    offset: int, end_offset: int, row_count: int, parts: Sequence[tuple[str | None, bytes]]
+) -> bytes:
+    """`PollResponse(data=DataMessage(...), blocks=[BlockPart(block=i, table_name, arrow_ipc)
+    for each part i])` serialized: a data message of one frame, each block one part (a
+    table name None: not set)."""
+    header = b"".join(
+        tag + varint(value)
+        for tag, value in zip(
+            _DATA_FIELDS, (offset, end_offset, len(parts), row_count), strict=True
+        )
+        if value  # proto3 leaves zeros out
+    )
+    out = [_DATA, varint(len(header)), header]
+    for block, (table_name, arrow_ipc) in enumerate(parts):
+        head = _PART_BLOCK + varint(block) if block else b""
+        if table_name is not None:
+            name = table_name.encode()
+            head += _PART_TABLE + varint(len(name)) + name
+        if arrow_ipc:  # proto3 leaves empty bytes out
+            head += _PART_ARROW + varint(len(arrow_ipc))
+        out += (_BLOCKS, varint(len(head) + len(arrow_ipc)), head, arrow_ipc)
+    return b"".join(out)
 
 
 def batched(first: bytes, rest: Sequence[bytes]) -> bytes:

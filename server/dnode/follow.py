@@ -26,7 +26,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.wire import follow_answer
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message
-from sqltopic.server.dnode.poll_wire import frames_of, limits_of, wait_s, with_names
+from sqltopic.server.dnode.poll_wire import first_frame, limits_of, wait_s, with_names
 
 # Most messages a follow may send ahead of its client's grants: a few keep a follower
 # standing through a round trip; more would only pile up in the client's memory.
@@ -95,8 +95,7 @@ class _Frames:
         if hit is None:
             if len(self.found) >= FRAMED_KEPT:
                 self.found.clear()
-            frames = frames_of(message, names)
-            hit = self.found[key] = (message, len(frames), frames[0].SerializeToString())
+            hit = self.found[key] = (message, *first_frame(message, names))
         return hit[1], hit[2]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.wire import batched, follow_answer, varint
+from sqltopic.proto.wire import batched, data_frame, follow_answer, varint
 
 
 @pytest.mark.parametrize(
@@ -73,3 +73,30 @@ def test_a_batch_is_its_first_answer_with_the_rest_in_order(behind: int) -> None
     expected.batch.extend(rest)
     assert got == expected
     assert [a.ticket for a in got.batch] == [a.ticket for a in rest]
+
+
+# (offset, end_offset, row_count, parts): zeros that proto3 leaves out, names set, empty
+# and unset, large values and parts
+DATA_FRAMES: dict[str, tuple[int, int, int, list[tuple[str | None, bytes]]]] = {
+    "one part": (5, 9, 300, [("d1", b"\x01" * 3000)]),
+    "zeros": (0, 0, 0, [(None, b"")]),
+    "no parts": (1, 2, 0, []),
+    "an empty name is set": (3, 4, 1, [("", b"\x02")]),
+    "names and not": (2**40, 2**40 + 7, 2**33, [("\u00fc" * 200, b"\x03" * 70_000), (None, b"x")]),
+    "many parts": (1, 300, 1_000, [(f"d{i}", bytes([i]) * i) for i in range(130)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_FRAMES))
+def test_a_data_frame_is_the_bytes_protobuf_writes(name: str) -> None:
+    offset, end, rows, parts = DATA_FRAMES[name]
+    built = pb.PollResponse(
+        data=pb.DataMessage(offset=offset, end_offset=end, block_count=len(parts), row_count=rows)
+    )
+    for i, (table_name, arrow_ipc) in enumerate(parts):
+        part = built.blocks.add(block=i, arrow_ipc=arrow_ipc)
+        if table_name is not None:
+            part.table_name = table_name
+    framed = data_frame(offset, end, rows, parts)
+    assert framed == built.SerializeToString()
+    assert pb.PollResponse.FromString(framed) == built
