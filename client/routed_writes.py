@@ -48,6 +48,7 @@ class RoutedWrites:
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
+        self._sending = threading.Lock()  # one send at a time: the queue's order
         self._under_way = 0
         self._resending = False  # parts are being sent again: new writes wait
         self._closed = False
@@ -56,19 +57,28 @@ class RoutedWrites:
 
     def submit(self, send: Callable[[], Routed]) -> futures.Future[int]:
         """`send()` a write (once no part is being sent again, and fewer than
-        MAX_ROUTED_UNDER_WAY are under way); the future of its rows."""
-        with self._lock:
-            while self._resending or self._under_way >= MAX_ROUTED_UNDER_WAY:
-                self._lock.wait()
-            if self._closed:
-                raise ServerUnavailable("the connection is closed")
-            routed = send()
-            self._under_way += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._settle, name="sqltopic-routed-writes", daemon=True
-                )
-                self._thread.start()
+        MAX_ROUTED_UNDER_WAY are under way); the future of its rows. Sends go one at a
+        time, in the order the writes settle; a send may wait for room on a dnode's
+        stream, which the settling thread makes (its writes' answers, or their
+        failures), so it runs without the lock that thread takes."""
+        with self._sending:
+            with self._lock:
+                while self._resending or self._under_way >= MAX_ROUTED_UNDER_WAY:
+                    self._lock.wait()
+                if self._closed:
+                    raise ServerUnavailable("the connection is closed")
+                self._under_way += 1
+            try:
+                routed = send()
+            except BaseException:
+                self._settled()
+                raise
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._settle, name="sqltopic-routed-writes", daemon=True
+                    )
+                    self._thread.start()
             self._queue.put(routed)
         return routed.future
 
@@ -92,8 +102,12 @@ class RoutedWrites:
             except BaseException as exc:  # the write's own error: its future has it
                 routed.future.set_exception(exc)
             finally:
-                with self._lock:
-                    self._under_way -= 1
-                    if not self._under_way:
-                        self._resending = False
-                    self._lock.notify_all()
+                self._settled()
+
+    def _settled(self) -> None:
+        """A write under way is no more (settled, or its send failed)."""
+        with self._lock:
+            self._under_way -= 1
+            if not self._under_way:
+                self._resending = False
+            self._lock.notify_all()

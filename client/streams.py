@@ -30,7 +30,7 @@ from grpc import aio
 from sqltopic.client.effects import Metadata
 from sqltopic.client.readers import StreamThreads
 from sqltopic.errors import Error, ServerUnavailable
-from sqltopic.proto.consume import MAX_MORE_REQUESTS, MORE_HEADER
+from sqltopic.proto.consume import MAX_GRANTS, MAX_MORE_REQUESTS, MORE_HEADER
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status, unimplemented
 
@@ -84,19 +84,40 @@ def _merged_grants(
         if item is None:
             end = True
             break
-        if _grants_only(item) and _grants_only(units[-1]):
-            units[-1].grants.extend(item.grants)
+        last = units[-1]
+        if (
+            _grants_only(item) and _grants_only(last)
+            and len(last.grants) + len(item.grants) <= MAX_GRANTS
+        ):  # fmt: skip
+            last.grants.extend(item.grants)
         else:
             units.append(item)
-    out: list[pb.ConsumeRequest | None] = []
-    if more:
-        for at in range(0, len(units), MAX_MORE_REQUESTS + 1):
-            carrier, *rest = units[at : at + MAX_MORE_REQUESTS + 1]
-            carrier.more.extend(rest)
-            out.append(carrier)
-    else:
-        out.extend(units)
+    out: list[pb.ConsumeRequest | None] = [*_carried(units)] if more else [*units]
     return [*out, None] if end else out
+
+
+def _carried(units: list[pb.ConsumeRequest]) -> Iterator[pb.ConsumeRequest]:
+    """`units` as messages, each carrying the next ones in its `more`: at most
+    MAX_MORE_REQUESTS and MAX_GRANTS in all a message."""
+    carrier, rest, grants = units[0], list[pb.ConsumeRequest](), len(units[0].grants)
+    for unit in units[1:]:
+        if len(rest) == MAX_MORE_REQUESTS or grants + len(unit.grants) > MAX_GRANTS:
+            carrier.more.extend(rest)
+            yield carrier
+            carrier, rest, grants = unit, [], len(unit.grants)
+        else:
+            rest.append(unit)
+            grants += len(unit.grants)
+    carrier.more.extend(rest)
+    yield carrier
+
+
+def grant_requests(tickets: list[int]) -> list[pb.ConsumeRequest]:
+    """Grants to these follows as requests of MAX_GRANTS at most."""
+    return [
+        pb.ConsumeRequest(grants=tickets[at : at + MAX_GRANTS])
+        for at in range(0, len(tickets), MAX_GRANTS)
+    ]
 
 
 def _grants_only(request: pb.ConsumeRequest) -> bool:
@@ -205,7 +226,8 @@ class ConsumeStream(_Stream):
         """One more message for each of these open follows."""
         with self._lock:
             if not self.broken:
-                self._requests.put(pb.ConsumeRequest(grants=tickets))
+                for request in grant_requests(tickets):
+                    self._requests.put(request)
 
     def commit(self, ticket: int, request: pb.CommitRequest, timeout: float) -> None:
         """Store offsets as a Commit call would (its errors raise), waiting at most
@@ -349,7 +371,8 @@ class AioConsumeStream(_Stream):
     def grant(self, tickets: list[int]) -> None:
         """One more message for each of these open follows."""
         if not self.broken:
-            self._writes.put_nowait(pb.ConsumeRequest(grants=tickets))
+            for request in grant_requests(tickets):
+                self._writes.put_nowait(request)
 
     async def commit(
         self, ticket: int, request: pb.CommitRequest, timeout: float, token: str = ""

@@ -10,3 +10,7 @@ MORE_HEADER = "sqltopic-consume-more"
 # Requests one message may carry in `more`: a process's consumers' commits or polls
 # ready together; a bound on the work one message can start.
 MAX_MORE_REQUESTS = 1_024
+# Grants one message may carry over all its requests: a client process's follows
+# granting together (40,000 follows, four grants each, is 160,000); a bound on the work
+# one message makes the server do before anything else.
+MAX_GRANTS = 262_144

@@ -7,10 +7,12 @@ it once for every follower of the topic and sends it on the follower's stream, a
 follower stays where it is in the pass, moving on with it. So a follower costs the
 server one sent message per message and nothing else: no request, no fencing, no read
 of its own, no new waiter. Credit bounds what it sends ahead of its client (the
-`follow` window; the client grants one per message it hands out). When it cannot stand
-(entries landed before it stood, a message too large or after a meta event, a catalog
-change, its credit spent), it goes back to an ordinary poll from its position, checked
-as any poll is, and stands again after that poll's answer.
+`follow` window; the client grants one per message it hands out), and its stream's
+backlog what the stream holds for a client that does not read (server/dnode/backlog.py).
+When it cannot stand (entries landed before it stood, a message too large or after a
+meta event, a catalog change, its credit spent, the backlog full), it goes back to an
+ordinary poll from its position, checked as any poll is, once there is credit and room,
+and stands again after that poll's answer.
 
 A follow ends with an error, when its consumer's epoch rises (the answer says the new
 epoch), or when the server stops; the stream says so with `open` false.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.wire import follow_answer
+from sqltopic.server.dnode.backlog import Backlog
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message
 from sqltopic.server.dnode.poll_wire import first_frame, limits_of, wait_s, with_names
@@ -49,24 +52,31 @@ Put = Callable[[pb.ConsumeResponse | bytes], None]
 
 @dataclass(eq=False)
 class Credit:
-    """The messages a follow may still send before its client grants more."""
+    """The messages a follow may still send before its client grants more, and the
+    backlog of the stream it sends on (none: unbounded)."""
 
     window: int
+    backlog: Backlog | None = None
     left: int = -1
     _granted: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.left = self.window
 
-    def grant(self) -> None:
-        self.left = min(self.left + 1, self.window)
+    def grant(self, n: int = 1) -> None:
+        self.left = min(self.left + n, self.window)
         self._granted.set()
 
     def spend(self) -> None:
         self.left -= 1
 
+    @property
+    def blocked(self) -> bool:
+        """Whether the follow may not send now: no credit, or its stream's backlog full."""
+        return self.left <= 0 or (self.backlog is not None and self.backlog.full)
+
     async def wait(self, stopping: asyncio.Event) -> None:
-        """Until there is credit (or the server stops)."""
+        """Until there is credit and room on the stream (or the server stops)."""
         while self.left <= 0 and not stopping.is_set():
             self._granted.clear()
             granted = asyncio.ensure_future(self._granted.wait())
@@ -76,6 +86,12 @@ class Credit:
             finally:
                 granted.cancel()
                 stopped.cancel()
+        await self.room(stopping)
+
+    async def room(self, stopping: asyncio.Event) -> None:
+        """Until the stream's backlog has room (or the server stops)."""
+        if self.backlog is not None:
+            await self.backlog.room(stopping)
 
 
 @dataclass
@@ -141,6 +157,7 @@ class Follows:
                 follower.send(_empty(position, self._epoch_of(request.consumer_id)))
                 continue
             request.position = position  # look, or woken: an ordinary poll decides
+            await credit.room(self._stopping)  # its answer goes on the stream too
             position = await self._poll(follower, wait, user)
 
     async def _poll(self, follower: _Follower, wait: float, user: str) -> int | None:
@@ -180,12 +197,12 @@ class _Follower:
         poll's (several frames, or the consumer's epoch rose)."""
         count, frame = self._frames.of(message, self.names)
         epoch = self._epoch_of(self.request.consumer_id)
-        if count > 1 or epoch > self.request.epoch or self.credit.left <= 0:
+        if count > 1 or epoch > self.request.epoch or self.credit.blocked:
             return "skip"
         self._put(follow_answer(self.ticket, frame, epoch))
         self.credit.spend()
         self.position = message.end_offset
-        return "stay" if self.credit.left > 0 else "leave"
+        return "leave" if self.credit.blocked else "stay"
 
     def send(self, frame: pb.PollResponse, last: bool = False) -> None:
         self._put(pb.ConsumeResponse(ticket=self.ticket, message=frame, open=not last))

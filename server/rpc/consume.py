@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from sqltopic.errors import Error, InvalidRequest, LimitExceeded
-from sqltopic.proto.consume import MAX_MORE_REQUESTS
+from sqltopic.proto.consume import MAX_GRANTS, MAX_MORE_REQUESTS
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from sqltopic.proto.wire import BATCH_ENTRY_OVERHEAD, batched
 from sqltopic.server.common.turns import in_turns
+from sqltopic.server.dnode.backlog import Backlog
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
 from sqltopic.server.rpc.rpc import unexpected
 
@@ -74,6 +76,7 @@ class ConsumeStream:
     # stores commits; without it a commit is refused (InvalidRequest, its ticket only)
     commit: Commit | None = None
     _answers: asyncio.Queue[Answer | BaseException | None] = field(default_factory=asyncio.Queue)
+    _backlog: Backlog = field(default_factory=Backlog)  # the answers in _answers
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
     _batching: bool = False  # the client takes answers batched
@@ -87,7 +90,7 @@ class ConsumeStream:
         held: list[Answer | BaseException | None] = []  # taken, not handled
         try:
             while reading or self._open or not self._answers.empty() or held:
-                item = held.pop() if held else await self._answers.get()
+                item = held.pop() if held else self._taken(await self._answers.get())
                 if item is None:  # half-closed, or the server stops: finish the open ones
                     reading = False
                     reader.cancel()
@@ -115,7 +118,7 @@ class ConsumeStream:
         rest: list[bytes] = []
         size = len(head)
         while not self._answers.empty() and len(rest) < MAX_BATCH_ANSWERS:
-            item = self._answers.get_nowait()
+            item = self._taken(self._answers.get_nowait())
             if not isinstance(item, bytes | pb.ConsumeResponse):
                 return batched(head, rest), [item]
             answer = _serialized(item)
@@ -132,64 +135,98 @@ class ConsumeStream:
     async def _read(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
         try:
             async for request in requests:
-                self._check_more(request)
+                self._check_whole(request)
                 # a process's consumers commit in one message: started in turns
                 async for one in in_turns((request, *request.more)):
+                    if self._backlog.full:  # a client not reading: read no more of it
+                        await self._backlog.room(self.stopping)
                     self._take_one(one)
         except Exception as exc:  # the stream ends with its status
             self._answers.put_nowait(exc)
             return
         self._answers.put_nowait(None)
 
-    def _check_more(self, request: pb.ConsumeRequest) -> None:
-        """A request with the requests it carries in `more`, checked whole before any of
-        them starts (they start in order)."""
+    def _put(self, answer: Answer) -> None:
+        """Queue an answer to send, counted in the backlog."""
+        self._backlog.add(_size(answer))
+        self._answers.put_nowait(answer)
+
+    def _taken(
+        self, item: Answer | BaseException | None
+    ) -> Answer | BaseException | None:  # fmt: skip
+        """An item taken from the queue: an answer leaves the backlog."""
+        if isinstance(item, bytes | pb.ConsumeResponse):
+            self._backlog.remove(_size(item))
+        return item
+
+    def _check_whole(self, request: pb.ConsumeRequest) -> None:
+        """A message, its first request and those it carries in `more`, checked whole
+        before any of it starts (they start in order): a refusal ends the stream with
+        nothing of the message done."""
         if len(request.more) > MAX_MORE_REQUESTS:
             raise InvalidRequest(
                 f"Consume: a request carries {len(request.more)} requests in `more`; at "
                 f"most {MAX_MORE_REQUESTS}: send the rest in further messages"
             )
-        for carried in request.more:  # the whole message checked before any of it runs
-            if carried.more:
+        grants = len(request.grants) + sum(len(carried.grants) for carried in request.more)
+        if grants > MAX_GRANTS:
+            raise InvalidRequest(
+                f"Consume: a message grants {grants} messages; at most {MAX_GRANTS}: send "
+                "the rest in further messages"
+            )
+        opened: set[int] = set()  # tickets the message opens, and those it cancels
+        cancelled: set[int] = set()
+        for one in (request, *request.more):
+            if one is not request and one.more:
                 raise InvalidRequest(
-                    f"Consume: the request of ticket {carried.ticket} in `more` carries "
+                    f"Consume: the request of ticket {one.ticket} in `more` carries "
                     "`more` of its own; put every request in the first one's `more`"
                 )
+            ticket, action = one.ticket, one.WhichOneof("action")
+            if action is None:
+                if not (one.grants or one.batch or one.more):
+                    raise InvalidRequest(
+                        f"Consume: the request of ticket {ticket} has no action: set "
+                        "`poll`, `commit` or `cancel`"
+                    )
+                continue
+            if action == "cancel":
+                opened.discard(ticket)
+                cancelled.add(ticket)
+                continue
+            if ticket in opened or (ticket in self._open and ticket not in cancelled):
+                raise InvalidRequest(
+                    f"Consume: ticket {ticket} is open already: use a new ticket for each "
+                    "poll until its answer arrives"
+                )
+            if one.follow > MAX_FOLLOW_WINDOW:
+                raise InvalidRequest(
+                    f"Consume: ticket {ticket} asks to follow with a window of {one.follow} "
+                    f"messages; at most {MAX_FOLLOW_WINDOW}"
+                )
+            opened.add(ticket)
 
     def _take_one(self, request: pb.ConsumeRequest) -> None:
+        """Start a request checked by `_check_whole`."""
         ticket, action = request.ticket, request.WhichOneof("action")
         self._batching = self._batching or request.batch
-        for granted in request.grants:
-            credit = self._credits.get(granted)
-            if credit is not None:  # else ended meanwhile: the grant crossed its end
-                credit.grant()
-        if action is None and (request.grants or request.batch or request.more):
+        if request.grants:  # counted in C: a message may grant a hundred thousand
+            for granted, n in Counter(request.grants).items():
+                credit = self._credits.get(granted)
+                if credit is not None:  # else ended meanwhile: the grant crossed its end
+                    credit.grant(n)
+        if action is None:
             return
         if action == "cancel":
             self._withdraw(ticket)
             return
-        if action not in ("poll", "commit"):
-            raise InvalidRequest(
-                f"Consume: the request of ticket {ticket} has no action: set `poll`, "
-                "`commit` or `cancel`"
-            )
-        if ticket in self._open:
-            raise InvalidRequest(
-                f"Consume: ticket {ticket} is open already: use a new ticket for each "
-                "poll until its answer arrives"
-            )
         if len(self._open) >= MAX_TICKETS:
             err = LimitExceeded(
                 f"Consume: {MAX_TICKETS} polls are open on this stream already: wait for "
                 "answers, or open another stream"
             )
-            self._answers.put_nowait(pb.ConsumeResponse(ticket=ticket, error=call_status(err)))
+            self._put(pb.ConsumeResponse(ticket=ticket, error=call_status(err)))
             return
-        if request.follow > MAX_FOLLOW_WINDOW:
-            raise InvalidRequest(
-                f"Consume: ticket {ticket} asks to follow with a window of {request.follow} "
-                f"messages; at most {MAX_FOLLOW_WINDOW}"
-            )
         token = request.token
         work: Callable[[], Awaitable[pb.ConsumeResponse | None]]
         if action == "commit":
@@ -216,7 +253,7 @@ class ConsumeStream:
         finally:
             self._close(ticket)
         if answer is not None:
-            self._answers.put_nowait(answer)
+            self._put(answer)
 
     async def _poll(self, ticket: int, request: pb.PollRequest, token: str) -> pb.ConsumeResponse:
         session, user = self.caller(token)
@@ -234,7 +271,7 @@ class ConsumeStream:
     async def _follow(
         self, ticket: int, request: pb.PollRequest, window: int, token: str
     ) -> pb.ConsumeResponse | None:
-        credit = self._credits[ticket] = Credit(window)
+        credit = self._credits[ticket] = Credit(window, self._backlog)
         session, user = self.caller(token)
         mine = asyncio.current_task()
 
@@ -242,7 +279,7 @@ class ConsumeStream:
             # a pass may deliver between a cancel and the task's end: drop it, as the
             # cancel promised (and a later follow may take the ticket again)
             if self._open.get(ticket) is mine:
-                self._answers.put_nowait(answer)
+                self._put(answer)
 
         with self.slot(session, user):
             assert self.follow is not None
@@ -263,6 +300,10 @@ class ConsumeStream:
         if task is asyncio.current_task():
             del self._open[ticket]
             self._credits.pop(ticket, None)
+
+
+def _size(answer: Answer) -> int:
+    return len(answer) if isinstance(answer, bytes) else answer.ByteSize()
 
 
 def _serialized(answer: Answer) -> bytes:

@@ -94,7 +94,7 @@ class Ahead:
         try:
             async for request in requests:
                 self._waiting.append(request)
-                self._bytes += len(request.arrow_ipc)
+                self._bytes += request.ByteSize()  # every field: a name may be large too
                 self._arrived.set()
                 if len(self._waiting) >= MAX_WRITES_AHEAD or self._bytes >= MAX_AHEAD_BYTES:
                     self._room.clear()

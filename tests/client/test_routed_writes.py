@@ -127,3 +127,27 @@ def test_at_most_max_routed_under_way_then_submit_waits_for_the_oldest() -> None
     assert sent == [1]
     assert all(f.result(DEADLINE_S) == 1 for f in made)
     writes.close()
+
+
+def test_a_send_waiting_for_room_does_not_hold_up_the_settling() -> None:
+    # the second write's send waits for room on a dnode's stream that only the first
+    # write's settling makes (its part unanswered, as when the dnode stops answering:
+    # written() is false, and finish() drops the stream, whose room frees)
+    writes = RoutedWrites()
+    room = threading.Semaphore(0)
+
+    def finish_first() -> int:
+        room.release()
+        raise ServerUnavailable("the dnode stopped answering")
+
+    first = writes.submit(lambda: Routed(lambda: False, finish_first))
+
+    def send_second() -> Routed:
+        assert room.acquire(timeout=DEADLINE_S)
+        return _done(2)
+
+    second = writes.submit(send_second)
+    with pytest.raises(ServerUnavailable, match="stopped answering"):
+        first.result(DEADLINE_S)
+    assert second.result(DEADLINE_S) == 2
+    writes.close()

@@ -391,3 +391,25 @@ def test_asyncio_consumers_of_one_user_share_one_stream_and_each_gets_its_rows(
         assert shared.broken  # the last one closed it
 
     asyncio.run(run())
+
+
+def test_a_message_carries_at_most_max_grants(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams, "MAX_GRANTS", 5)
+    assert streams.grant_requests(list(range(12))) == [
+        pb.ConsumeRequest(grants=[0, 1, 2, 3, 4]),
+        pb.ConsumeRequest(grants=[5, 6, 7, 8, 9]),
+        pb.ConsumeRequest(grants=[10, 11]),
+    ]
+    poll = pb.ConsumeRequest(ticket=9, poll=pb.PollRequest(vgroup=1))
+    queued_grants = ([2, 3], [4, 5], None, [6, 7, 8, 9], [10])
+    for more in (False, True):
+        queued: asyncio.Queue[pb.ConsumeRequest | None] = asyncio.Queue()
+        for grants in queued_grants:
+            queued.put_nowait(poll if grants is None else pb.ConsumeRequest(grants=grants))
+        out = streams._merged_grants(pb.ConsumeRequest(grants=[1]), queued, more=more)
+        for message in out:
+            assert message is not None
+            assert len(message.grants) + sum(len(r.grants) for r in message.more) <= 5
+        sent = [r for m in out if m is not None for r in (m, *m.more)]
+        assert [t for r in sent for t in r.grants] == list(range(1, 11))  # all, in order
+        assert [r.ticket for r in sent if r.WhichOneof("action")] == [9]

@@ -425,6 +425,71 @@ def test_a_carried_more_or_too_many_carried_requests_end_the_stream(
     assert polls.users == []  # refused before any of them ran
 
 
+def _commit(ticket: int, *carried: pb.ConsumeRequest) -> pb.ConsumeRequest:
+    request = pb.ConsumeRequest(ticket=ticket, commit=pb.CommitRequest(group_id="g"))
+    request.more.extend(carried)
+    return request
+
+
+# a commit carrying a refused request, and the refusal: nothing of the message runs
+REFUSED_MESSAGES: dict[str, tuple[Callable[[], pb.ConsumeRequest], str]] = {
+    "a window too large": (
+        lambda: _commit(1, pb.ConsumeRequest(ticket=2, poll=pb.PollRequest(), follow=65)),
+        "ticket 2 asks to follow with a window of 65 messages; at most 64",
+    ),
+    "a ticket twice": (lambda: _commit(1, poll(2, 1), poll(2, 1)), "ticket 2 is open already"),
+    "the commit's ticket again": (lambda: _commit(1, poll(1, 1)), "ticket 1 is open already"),
+    "no action": (
+        lambda: _commit(1, pb.ConsumeRequest(ticket=3)),
+        "the request of ticket 3 has no action",
+    ),
+    "too many grants": (
+        lambda: _commit(1, pb.ConsumeRequest(grants=[7] * 3), pb.ConsumeRequest(grants=[8] * 3)),
+        "a message grants 6 messages; at most 5",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED_MESSAGES))
+def test_a_message_is_checked_whole_before_any_of_it_runs(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setattr(consume, "MAX_GRANTS", 5)
+    make, refusal = REFUSED_MESSAGES[name]
+    polls, committed = Polls(), list[str]()
+
+    async def commit(request: pb.CommitRequest, user: str) -> None:
+        committed.append(request.group_id)
+
+    stream = ConsumeStream(polls.fetch, as_user("a"), free, commit=commit)
+    with pytest.raises(InvalidRequest, match=refusal):
+        answers(stream, feed([make()]))
+    assert committed == []  # nothing of it ran
+    assert polls.users == []
+
+
+def test_a_ticket_cancelled_earlier_in_a_message_may_be_opened_again() -> None:
+    polls = Polls()
+
+    async def run() -> list[tuple[int, int]]:
+        stream = ConsumeStream(polls.fetch, as_user("a"), free)
+        again = pb.ConsumeRequest(ticket=1, cancel=True)
+        again.more.append(poll(1, 20))
+        requests = feed([poll(1, 10), again])
+        got: list[tuple[int, int]] = []
+        first: asyncio.Task[pb.ConsumeResponse] = asyncio.ensure_future(
+            anext(responses(stream.run(requests)))
+        )
+        while 20 not in polls.gates:
+            await asyncio.sleep(0)
+        polls.gates[20].set()
+        answer = await first
+        got.append((answer.ticket, answer.message.epoch))
+        return got
+
+    assert asyncio.run(run()) == [(1, 20)]  # the second poll's answer, the first withdrawn
+
+
 # --- against a real server ----------------------------------------------------------------
 
 

@@ -80,6 +80,22 @@ def test_a_large_write_is_read_alone() -> None:
     assert run(scenario) == [[1], [2], [3], []]
 
 
+def test_every_field_of_a_request_counts_toward_the_bytes_read_ahead() -> None:
+    # a name as large as the bound holds as much as Arrow bytes would (it is refused
+    # only once taken: the read-ahead must not hold sixteen of them first)
+    async def named(count: int) -> AsyncIterator[pb.WritesRequest]:
+        for ticket in range(1, count + 1):
+            yield pb.WritesRequest(ticket=ticket, target="t" * MAX_AHEAD_BYTES)
+
+    async def scenario() -> list[list[int]]:
+        ahead = Ahead(named(3), asyncio.Event())
+        got = [tickets(await ahead.take()) for _ in range(4)]
+        ahead.close()
+        return got
+
+    assert run(scenario) == [[1], [2], [3], []]
+
+
 def test_a_failed_stream_raises_after_the_requests_before_it() -> None:
     async def scenario() -> list[int]:
         ahead = Ahead(requests(2, fail=InvalidRequest("bad bytes")), asyncio.Event())
