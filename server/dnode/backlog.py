@@ -55,13 +55,15 @@ class Backlog:
     async def room(self, stopping: asyncio.Event | None = None) -> None:
         """Until the backlog is under its bounds (or `stopping` is set)."""
         while self.full and not (stopping is not None and stopping.is_set()):
-            if stopping is None:
-                await self._room.wait()
-                continue
-            room = asyncio.ensure_future(self._room.wait())
-            stopped = asyncio.ensure_future(stopping.wait())
-            try:
-                await asyncio.wait((room, stopped), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                room.cancel()
-                stopped.cancel()
+            await (self._room.wait() if stopping is None else either(self._room, stopping))
+
+
+async def either(event: asyncio.Event, other: asyncio.Event) -> None:
+    """Until `event` or `other` is set."""
+    first = asyncio.ensure_future(event.wait())
+    second = asyncio.ensure_future(other.wait())
+    try:
+        await asyncio.wait((first, second), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        first.cancel()
+        second.cancel()

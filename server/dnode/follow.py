@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.wire import follow_answer
-from sqltopic.server.dnode.backlog import Backlog
+from sqltopic.server.dnode.backlog import Backlog, either
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message
 from sqltopic.server.dnode.poll_wire import first_frame, limits_of, wait_s, with_names
@@ -79,13 +79,7 @@ class Credit:
         """Until there is credit and room on the stream (or the server stops)."""
         while self.left <= 0 and not stopping.is_set():
             self._granted.clear()
-            granted = asyncio.ensure_future(self._granted.wait())
-            stopped = asyncio.ensure_future(stopping.wait())
-            try:
-                await asyncio.wait((granted, stopped), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                granted.cancel()
-                stopped.cancel()
+            await either(self._granted, stopping)
         await self.room(stopping)
 
     async def room(self, stopping: asyncio.Event) -> None:
