@@ -37,6 +37,11 @@ class Received:
 
     def table(self) -> pa.Table:
         """The Arrow table the stream holds, fully validated (a worker thread's job)."""
+        if not self.stream:
+            raise InvalidValueError(
+                f"Write to {excerpt(self.target)}: no Arrow bytes; send the rows as an Arrow "
+                "IPC stream (its schema, then its record batches); nothing was written"
+            )
         return arrow_check.decode(self.stream, self.max_bytes)
 
 

@@ -307,3 +307,10 @@ def test_a_duplicate_column_name_is_a_clear_error(writer: Writer, power: Connect
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "column msg is given twice" in message
     assert count(power, "power.notes") == 0
+
+
+def test_a_write_without_arrow_bytes_says_so(writer: Writer, power: Connection) -> None:
+    code, _, message = refusal(lambda: writer.write("power.meters", b""))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Write to 'power.meters': no Arrow bytes; send the rows as an Arrow IPC" in message
+    assert count(power) == 0
