@@ -63,7 +63,9 @@ class RoutedWrites:
         failures), so it runs without the lock that thread takes."""
         with self._sending:
             with self._lock:
-                while self._resending or self._under_way >= MAX_ROUTED_UNDER_WAY:
+                while not self._closed and (
+                    self._resending or self._under_way >= MAX_ROUTED_UNDER_WAY
+                ):
                     self._lock.wait()
                 if self._closed:
                     raise ServerUnavailable("the connection is closed")
@@ -87,8 +89,11 @@ class RoutedWrites:
         streams closed first, they fail at once), within SETTLER_JOIN_S."""
         with self._lock:
             self._closed = True
+            self._lock.notify_all()  # writes waiting to be sent: refused
+        with self._sending:  # a send under way is queued before the end
+            self._queue.put(None)
+        with self._lock:
             thread = self._thread
-        self._queue.put(None)
         if thread is not None:
             thread.join(SETTLER_JOIN_S)
 

@@ -151,3 +151,27 @@ def test_a_send_waiting_for_room_does_not_hold_up_the_settling() -> None:
         first.result(DEADLINE_S)
     assert second.result(DEADLINE_S) == 2
     writes.close()
+
+
+def test_a_write_being_sent_when_the_connection_closes_is_settled() -> None:
+    writes = RoutedWrites()
+    assert writes.submit(lambda: _done(1)).result(DEADLINE_S) == 1
+    sending, release = threading.Event(), threading.Event()
+
+    def slow_send() -> Routed:
+        sending.set()
+        assert release.wait(DEADLINE_S)
+        return _done(2)
+
+    made: list[futures.Future[int]] = []
+    submitter = threading.Thread(target=lambda: made.append(writes.submit(slow_send)))
+    submitter.start()
+    assert sending.wait(DEADLINE_S)
+    closer = threading.Thread(target=writes.close)
+    closer.start()
+    release.set()  # the send ends after close began: its write is settled before the end
+    submitter.join(DEADLINE_S)
+    closer.join(DEADLINE_S)
+    assert made[0].result(DEADLINE_S) == 2
+    with pytest.raises(ServerUnavailable, match="closed"):
+        writes.submit(lambda: _done(3))
