@@ -52,10 +52,10 @@ class Backlog:
         if not self.full:
             self._room.set()
 
-    async def room(self, stopping: asyncio.Event | None = None) -> None:
-        """Until the backlog is under its bounds (or `stopping` is set)."""
-        while self.full and not (stopping is not None and stopping.is_set()):
-            await (self._room.wait() if stopping is None else either(self._room, stopping))
+    async def room(self, stopping: asyncio.Event) -> None:
+        """Until the backlog is under its bounds (or `stopping` is set: the server stops)."""
+        while self.full and not stopping.is_set():
+            await either(self._room, stopping)
 
 
 async def either(event: asyncio.Event, other: asyncio.Event) -> None:

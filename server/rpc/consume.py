@@ -75,19 +75,21 @@ class ConsumeStream:
     follow: Follow | None = None
     # stores commits; without it a commit is refused (InvalidRequest, its ticket only)
     commit: Commit | None = None
-    _answers: asyncio.Queue[Answer | BaseException | None] = field(default_factory=asyncio.Queue)
+    # the answers to send, serialized (as they are counted in the backlog), and what
+    # ends the stream
+    _answers: asyncio.Queue[bytes | BaseException | None] = field(default_factory=asyncio.Queue)
     _backlog: Backlog = field(default_factory=Backlog)  # the answers in _answers
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
     _batching: bool = False  # the client takes answers batched
 
-    async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> AsyncIterator[Answer]:
-        """The answers, each a ConsumeResponse or one serialized already (a follow's,
-        and a batch: server/rpc/rpc.py sends bytes as they are)."""
+    async def run(self, requests: AsyncIterator[pb.ConsumeRequest]) -> AsyncIterator[bytes]:
+        """The answers, serialized (server/rpc/rpc.py sends bytes as they are), one by
+        one or batched."""
         reader = asyncio.create_task(self._read(requests))
         stop = asyncio.create_task(self._stop())
         reading = True
-        held: list[Answer | BaseException | None] = []  # taken, not handled
+        held: list[bytes | BaseException | None] = []  # taken, not handled
         try:
             while reading or self._open or not self._answers.empty() or held:
                 item = held.pop() if held else self._taken(await self._answers.get())
@@ -110,23 +112,20 @@ class ConsumeStream:
             for task in list(self._open.values()):
                 task.cancel()
 
-    def _batch(self, first: Answer) -> tuple[bytes, list[Answer | BaseException | None]]:
-        """`first` with the answers ready behind it in its batch, serialized; what ended
-        the batch (the next item, not an answer or over the bounds), to be handled
-        next, if any."""
-        head = _serialized(first)
+    def _batch(self, first: bytes) -> tuple[bytes, list[bytes | BaseException | None]]:
+        """`first` with the answers ready behind it in its batch; what ended the batch
+        (the next item, not an answer or over the bounds), to be handled next, if any."""
         rest: list[bytes] = []
-        size = len(head)
+        size = len(first)
         while not self._answers.empty() and len(rest) < MAX_BATCH_ANSWERS:
             item = self._taken(self._answers.get_nowait())
-            if not isinstance(item, bytes | pb.ConsumeResponse):
-                return batched(head, rest), [item]
-            answer = _serialized(item)
-            size += len(answer) + BATCH_ENTRY_OVERHEAD
+            if not isinstance(item, bytes):
+                return batched(first, rest), [item]
+            size += len(item) + BATCH_ENTRY_OVERHEAD
             if size > MAX_BATCH_BYTES:
-                return batched(head, rest), [answer]
-            rest.append(answer)
-        return batched(head, rest), []
+                return batched(first, rest), [item]
+            rest.append(item)
+        return batched(first, rest), []
 
     async def _stop(self) -> None:
         await self.stopping.wait()
@@ -147,16 +146,15 @@ class ConsumeStream:
         self._answers.put_nowait(None)
 
     def _put(self, answer: Answer) -> None:
-        """Queue an answer to send, counted in the backlog."""
-        self._backlog.add(_size(answer))
-        self._answers.put_nowait(answer)
+        """Queue an answer to send, serialized and counted in the backlog."""
+        data = answer if isinstance(answer, bytes) else answer.SerializeToString()
+        self._backlog.add(len(data))
+        self._answers.put_nowait(data)
 
-    def _taken(
-        self, item: Answer | BaseException | None
-    ) -> Answer | BaseException | None:  # fmt: skip
+    def _taken(self, item: bytes | BaseException | None) -> bytes | BaseException | None:
         """An item taken from the queue: an answer leaves the backlog."""
-        if isinstance(item, bytes | pb.ConsumeResponse):
-            self._backlog.remove(_size(item))
+        if isinstance(item, bytes):
+            self._backlog.remove(len(item))
         return item
 
     def _check_whole(self, request: pb.ConsumeRequest) -> None:
@@ -300,11 +298,3 @@ class ConsumeStream:
         if task is asyncio.current_task():
             del self._open[ticket]
             self._credits.pop(ticket, None)
-
-
-def _size(answer: Answer) -> int:
-    return len(answer) if isinstance(answer, bytes) else answer.ByteSize()
-
-
-def _serialized(answer: Answer) -> bytes:
-    return answer if isinstance(answer, bytes) else answer.SerializeToString()

@@ -32,7 +32,8 @@ from sqltopic.server.rpc.ingest import Received
 # together as one group (group commit); past this the stream's flow control holds the
 # producer back.
 MAX_WRITES_AHEAD = 16
-# The Arrow bytes of the writes read ahead, at most (one larger write is read alone).
+# Bytes of the requests read ahead, at most, every field counted (one larger request is
+# read alone).
 MAX_AHEAD_BYTES = 16 << 20
 
 # Turns of the event loop a read of a request that arrived already takes, at most.

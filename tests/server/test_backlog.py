@@ -44,7 +44,7 @@ def test_the_backlog_is_full_at_either_bound_and_room_comes_back(small: None) ->
         assert not _full(held)
         held.add(10)
         assert _full(held)  # 8 answers
-        waiting = asyncio.create_task(held.room())
+        waiting = asyncio.create_task(held.room(asyncio.Event()))
         await asyncio.sleep(0)
         assert not waiting.done()
         held.remove(10)
