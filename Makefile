@@ -10,7 +10,7 @@ NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 DATA ?= ./sqltopic-data
 
-.PHONY: run test lint typecheck pytest setup browser clean bench bench-server bench-fanout bench-catalog bench-rebalance bench-backfill bench-replication bench-cluster proto
+.PHONY: run test lint typecheck pytest setup browser clean bench bench-server bench-fanout bench-catalog bench-pass bench-rebalance bench-backfill bench-replication bench-cluster proto
 
 setup: $(STAMP) $(NODE_STAMP)
 
@@ -90,6 +90,10 @@ bench-fanout: $(STAMP)
 # What catalog changes (CREATE TOPIC, a new child table) cost the shared pass (issue 14).
 bench-catalog: $(STAMP)
 	$(BIN)/python bench/catalog_bench.py
+
+# The shared pass and its deliveries in process, one subscriber against many (issue 14).
+bench-pass: $(STAMP)
+	$(BIN)/python bench/pass_bench.py
 
 # Consumer-group rebalances: join, leave, crash takeover (docs/performance.md §6).
 bench-rebalance: $(STAMP)

@@ -33,8 +33,14 @@ def _tag(message: type[Message], name: str) -> bytes:
 
 def varint(n: int) -> bytes:
     """`n` (0 .. 2**64 - 1) as a protobuf varint."""
+    if 0 <= n < _SMALL:  # tickets, epochs, a frame's length: most are small
+        return _SMALL_VARINTS[n]
     if n < 0:
         raise ValueError(f"a varint here is never negative: {n}")
+    return _encoded(n)
+
+
+def _encoded(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -42,6 +48,11 @@ def varint(n: int) -> bytes:
     out.append(n)
     return bytes(out)
 
+
+# Varints made once: every value of up to two bytes (a ticket, an epoch, a length of a
+# frame of up to 16 KiB), looked up instead of built byte by byte for each answer.
+_SMALL = 1 << 14
+_SMALL_VARINTS = [_encoded(n) for n in range(_SMALL)]
 
 _TICKET = _tag(pb.ConsumeResponse, "ticket")
 _MESSAGE = _tag(pb.ConsumeResponse, "message")
@@ -61,8 +72,21 @@ _PART_ARROW = _tag(pb.BlockPart, "arrow_ipc")
 def follow_answer(ticket: int, frame: bytes, epoch: int) -> bytes:
     """`ConsumeResponse(ticket, message=frame with its epoch set, open=True)`, where
     `frame` is a serialized PollResponse without an epoch."""
-    stamped = frame + _EPOCH + varint(epoch) if epoch else frame
-    return b"".join((_TICKET, varint(ticket), _MESSAGE, varint(len(stamped)), stamped, _OPEN_TRUE))
+    return follow_answer_after(answer_head(ticket), frame, epoch)
+
+
+def answer_head(ticket: int) -> bytes:
+    """What a follow's every answer begins with (its ticket, the message's tag): made
+    once per follow."""
+    return _TICKET + varint(ticket) + _MESSAGE
+
+
+def follow_answer_after(head: bytes, frame: bytes, epoch: int) -> bytes:
+    """`follow_answer` with its ticket's `answer_head`: one copy of the frame."""
+    if not epoch:
+        return b"".join((head, varint(len(frame)), frame, _OPEN_TRUE))
+    stamp = _EPOCH + varint(epoch)
+    return b"".join((head, varint(len(frame) + len(stamp)), frame, stamp, _OPEN_TRUE))
 
 
 def data_frame(

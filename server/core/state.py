@@ -86,6 +86,8 @@ class State:
     kept: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     # vgroup -> (generation, table name -> the topics that may deliver its rows there)
     interest: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    # vgroup -> (generation, topic -> what a shared pass needs of it there: topic_reader)
+    pass_plans: dict[int, tuple[int, Any]] = field(default_factory=dict)
     # (topic, its creation time) -> its bindings read so far (server/core/bindings.py)
     binding_sets: dict[tuple[str, int], Any] = field(default_factory=dict)
     # all-in-one (hosts every vgroup), a cluster's mnode (vgroups on dnodes) or a dnode

@@ -167,14 +167,19 @@ def read_topics(
     )
     shared: Evaluated = {}  # topics of the same form over the same entries: one evaluation
     collected: list[tuple[Topic, Subscriptions, _Collector]] = []
+    plans: dict[str, _Plan] = state.derived(state.pass_plans, vgroup, dict)
     for name, subs in asked:
-        topic = known.get(name)
-        if topic is None:
-            continue  # dropped meanwhile
-        _check_vgroup(state, topic, vgroup)
+        plan = plans.get(name)
+        if plan is None:
+            topic = known.get(name)
+            if topic is None:
+                continue  # dropped meanwhile
+            _check_vgroup(state, topic, vgroup)
+            plan = plans[name] = _Plan(topic, topic_tables(state, topic, vgroup))
+        topic = plan.topic
         if topic.name not in mine and not (has_meta and topic.meta != "none"):
             continue
-        collector = _Collector(_Scope.of(state, topic, vgroup, shared))
+        collector = _Collector(_Scope(state, topic, plan.tables, shared), plan)
         collector.feed(entries if has_meta else mine[topic.name])
         collected.append((topic, subs, collector))
     _together(state, [c for _, _, c in collected], shared, entries)
@@ -217,7 +222,12 @@ def _together(
         topic = collector.scope.topic
         if topic.kind != "query" or topic.params or not collector.pending:
             continue
-        shape = _Shape.of_state(state, topic)
+        plan = collector.plan
+        shape = plan.shape if plan is not None else None
+        if shape is None:
+            shape = _Shape.of_state(state, topic)
+            if plan is not None:
+                plan.shape = shape
         key = _key(shape, collector.pending)
         keyed.append((collector, key))
         if key not in shared:
@@ -373,12 +383,24 @@ def _decoded(
     return out, next_version
 
 
+@dataclass(eq=False)
+class _Plan:
+    """What a shared pass needs of one topic in one vgroup, kept until the catalog next
+    changes (`State.pass_plans`): a pass looks at the few dozen topics a write reaches,
+    and deriving these again for each cost more than collecting its entries."""
+
+    topic: Topic
+    tables: dict[str, Table]  # the tables whose data entries it delivers there
+    shape: _Shape | None = None  # a query topic's, once a pass evaluated it
+
+
 class _Collector:
     """One topic's items from entries fed in WAL order: data entries of its tables
     gathered and evaluated together, its DDL events in order among them."""
 
-    def __init__(self, scope: _Scope) -> None:
+    def __init__(self, scope: _Scope, plan: _Plan | None = None) -> None:
         self.scope = scope
+        self.plan = plan  # in a shared pass: the topic's plan there
         self.items: list[TopicItem] = []
         self.pending: list[_Entry] = []
         self.rows = 0

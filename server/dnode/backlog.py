@@ -13,6 +13,7 @@ answer each beyond it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 # Answers queued for a client at most: far more than a pass delivers to one client
 # process at once (a few dozen), so a client that keeps up never waits on it.
@@ -56,6 +57,56 @@ class Backlog:
         """Until the backlog is under its bounds (or `stopping` is set: the server stops)."""
         while self.full and not stopping.is_set():
             await either(self._room, stopping)
+
+
+# An item of a stream's outbox: a serialized answer, the error that ends the stream, or
+# None (no more requests, or the server stops: finish the open polls)
+Item = bytes | BaseException | None
+
+
+class Outbox:
+    """The items one stream has to send, in order, its answers counted in its backlog;
+    the task sending them waits here. (A deque and one future, not an asyncio.Queue: a
+    pass puts an answer per follower, and the queue's bookkeeping cost more than the
+    put.) Event loop only."""
+
+    def __init__(self, backlog: Backlog | None = None) -> None:
+        self.backlog = backlog if backlog is not None else Backlog()
+        self._items: deque[Item] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Item) -> None:
+        if isinstance(item, bytes):
+            self.backlog.add(len(item))
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    @property
+    def awaited(self) -> bool:
+        """Whether it is empty and its sender waits for an item."""
+        return not self._items and self._waiter is not None
+
+    async def get(self) -> Item:
+        """The next item, once there is one."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.get_nowait()
+
+    def get_nowait(self) -> Item:
+        """The next item (IndexError when there is none): an answer leaves the backlog."""
+        item = self._items.popleft()
+        if isinstance(item, bytes):
+            self.backlog.remove(len(item))
+        return item
 
 
 async def either(event: asyncio.Event, other: asyncio.Event) -> None:

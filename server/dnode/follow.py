@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.wire import follow_answer
+from sqltopic.proto.wire import answer_head, follow_answer_after
 from sqltopic.server.dnode.backlog import Backlog, either
 from sqltopic.server.dnode.live import LiveHub, Verdict
 from sqltopic.server.dnode.poll import Message
@@ -92,20 +92,30 @@ class Credit:
 class _Frames:
     """Messages framed lately: every follower of a topic gets the same message in a
     pass, and topics of one form over the same entries the same blocks (the pass
-    evaluates them once), so one framing serves them all. Kept per message: how many
-    frames it takes and its first frame serialized (a follower sends a message of one
-    frame only), with the message itself: the key holds its blocks' identities."""
+    evaluates them once, and makes one message of them), so one framing serves them
+    all. Kept per message: how many frames it takes and its first frame serialized (a
+    follower sends a message of one frame only), with the message itself: the key holds
+    its blocks' identities, and `by_id` the message's own (the same object, looked up
+    by identity first)."""
 
     found: dict[tuple[object, ...], tuple[Message, int, bytes]] = field(default_factory=dict)
+    by_id: dict[tuple[int, bool], tuple[Message, int, bytes]] = field(default_factory=dict)
 
     def of(self, message: Message, names: bool) -> tuple[int, bytes]:
+        hit = self.by_id.get((id(message), names))
+        if hit is not None and hit[0] is message:
+            return hit[1], hit[2]
         key = (message.kind, message.offset, message.end_offset, names,
                *((id(b.data), b.table_name) for b in message.blocks))  # fmt: skip
         hit = self.found.get(key)
         if hit is None:
             if len(self.found) >= FRAMED_KEPT:
                 self.found.clear()
+                self.by_id.clear()
             hit = self.found[key] = (message, *first_frame(message, names))
+        if len(self.by_id) >= FRAMED_KEPT:
+            self.by_id.clear()
+        self.by_id[id(message), names] = hit if hit[0] is message else (message, *hit[1:])
         return hit[1], hit[2]
 
 
@@ -177,6 +187,8 @@ class _Follower:
     ) -> None:  # fmt: skip
         self.ticket = ticket
         self.request = request
+        self.consumer_id = request.consumer_id  # read once: a delivery looks at them
+        self.epoch = request.epoch
         self.credit = credit
         self.limits = limits_of(request)
         self.names = with_names(request)
@@ -185,18 +197,20 @@ class _Follower:
         self._put = put
         self._epoch_of = epoch_of
         self._frames = frames
+        self._head = answer_head(ticket)
 
     def deliver(self, message: Message) -> Verdict:
         """The pass's message for this follower, sent unless it must be an ordinary
         poll's (several frames, or the consumer's epoch rose)."""
         count, frame = self._frames.of(message, self.names)
-        epoch = self._epoch_of(self.request.consumer_id)
-        if count > 1 or epoch > self.request.epoch or self.credit.blocked:
+        epoch = self._epoch_of(self.consumer_id)
+        credit = self.credit
+        if count > 1 or epoch > self.epoch or credit.blocked:
             return "skip"
-        self._put(follow_answer(self.ticket, frame, epoch))
-        self.credit.spend()
+        self._put(follow_answer_after(self._head, frame, epoch))
+        credit.left -= 1
         self.position = message.end_offset
-        return "leave" if self.credit.blocked else "stay"
+        return "leave" if credit.blocked else "stay"
 
     def send(self, frame: pb.PollResponse, last: bool = False) -> None:
         self._put(pb.ConsumeResponse(ticket=self.ticket, message=frame, open=not last))

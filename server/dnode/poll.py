@@ -146,11 +146,30 @@ def read_message(
 
 
 def first_message(
-    engine: Engine, topic: str, items: list[TopicItem], position: int, next_version: int
-) -> Message:
+    engine: Engine, topic: str, items: list[TopicItem], position: int, next_version: int,
+    made: FirstMessages | None = None,
+) -> Message:  # fmt: skip
     """The message `read_message` answers from `position` when one read of everything up
     to the WAL's end gave `items` and `next_version`: what a shared pass
-    (server/dnode/live.py) found for a caught-up poll."""
+    (server/dnode/live.py) found for a caught-up poll. `made`: the messages this pass
+    made already (the same object for the same items, so that it is framed once)."""
+    if made is None:
+        return _first_message(engine, topic, items, position, next_version)
+    key = (_is_query(engine, topic), *map(id, items))
+    found = made.get(key)
+    if found is None:
+        found = made[key] = _first_message(engine, topic, items, position, next_version)
+    return found
+
+
+# (whether a query topic, its items' identities) -> the message of those items, in one
+# pass (at one position): topics of one form over the same entries share their blocks
+FirstMessages = dict[tuple[object, ...], "Message"]
+
+
+def _first_message(
+    engine: Engine, topic: str, items: list[TopicItem], position: int, next_version: int
+) -> Message:
     meta_at = next((i for i, item in enumerate(items) if isinstance(item, TopicMeta)), None)
     if meta_at is not None:
         return _before_meta(items, meta_at, [], position, position)

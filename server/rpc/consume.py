@@ -26,7 +26,7 @@ from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import call_status
 from sqltopic.proto.wire import BATCH_ENTRY_OVERHEAD, batched
 from sqltopic.server.common.turns import in_turns
-from sqltopic.server.dnode.backlog import Backlog
+from sqltopic.server.dnode.backlog import Item, Outbox
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW, Credit, Put
 from sqltopic.server.rpc.rpc import unexpected
 
@@ -75,10 +75,9 @@ class ConsumeStream:
     follow: Follow | None = None
     # stores commits; without it a commit is refused (InvalidRequest, its ticket only)
     commit: Commit | None = None
-    # the answers to send, serialized (as they are counted in the backlog), and what
+    # the answers to send, serialized (as they are counted in its backlog), and what
     # ends the stream
-    _answers: asyncio.Queue[bytes | BaseException | None] = field(default_factory=asyncio.Queue)
-    _backlog: Backlog = field(default_factory=Backlog)  # the answers in _answers
+    _answers: Outbox = field(default_factory=Outbox)
     _open: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     _credits: dict[int, Credit] = field(default_factory=dict)  # open follows' tickets
     _batching: bool = False  # the client takes answers batched
@@ -89,10 +88,10 @@ class ConsumeStream:
         reader = asyncio.create_task(self._read(requests))
         stop = asyncio.create_task(self._stop())
         reading = True
-        held: list[bytes | BaseException | None] = []  # taken, not handled
+        held: list[Item] = []  # taken, not handled
         try:
             while reading or self._open or not self._answers.empty() or held:
-                item = held.pop() if held else self._taken(await self._answers.get())
+                item = held.pop() if held else await self._answers.get()
                 if item is None:  # half-closed, or the server stops: finish the open ones
                     reading = False
                     reader.cancel()
@@ -112,13 +111,19 @@ class ConsumeStream:
             for task in list(self._open.values()):
                 task.cancel()
 
-    def _batch(self, first: bytes) -> tuple[bytes, list[bytes | BaseException | None]]:
+    @property
+    def drained(self) -> bool:
+        """Whether every answer queued was sent and the stream waits for more (its
+        client took the last batch: benchmarks wait for it)."""
+        return self._answers.awaited
+
+    def _batch(self, first: bytes) -> tuple[bytes, list[Item]]:
         """`first` with the answers ready behind it in its batch; what ended the batch
         (the next item, not an answer or over the bounds), to be handled next, if any."""
         rest: list[bytes] = []
         size = len(first)
         while not self._answers.empty() and len(rest) < MAX_BATCH_ANSWERS:
-            item = self._taken(self._answers.get_nowait())
+            item = self._answers.get_nowait()
             if not isinstance(item, bytes):
                 return batched(first, rest), [item]
             size += len(item) + BATCH_ENTRY_OVERHEAD
@@ -129,7 +134,7 @@ class ConsumeStream:
 
     async def _stop(self) -> None:
         await self.stopping.wait()
-        self._answers.put_nowait(None)
+        self._answers.put(None)
 
     async def _read(self, requests: AsyncIterator[pb.ConsumeRequest]) -> None:
         try:
@@ -137,25 +142,17 @@ class ConsumeStream:
                 self._check_whole(request)
                 # a process's consumers commit in one message: started in turns
                 async for one in in_turns((request, *request.more)):
-                    if self._backlog.full:  # a client not reading: read no more of it
-                        await self._backlog.room(self.stopping)
+                    if self._answers.backlog.full:  # a client not reading: read no more
+                        await self._answers.backlog.room(self.stopping)
                     self._take_one(one)
         except Exception as exc:  # the stream ends with its status
-            self._answers.put_nowait(exc)
+            self._answers.put(exc)
             return
-        self._answers.put_nowait(None)
+        self._answers.put(None)
 
     def _put(self, answer: Answer) -> None:
         """Queue an answer to send, serialized and counted in the backlog."""
-        data = answer if isinstance(answer, bytes) else answer.SerializeToString()
-        self._backlog.add(len(data))
-        self._answers.put_nowait(data)
-
-    def _taken(self, item: bytes | BaseException | None) -> bytes | BaseException | None:
-        """An item taken from the queue: an answer leaves the backlog."""
-        if isinstance(item, bytes):
-            self._backlog.remove(len(item))
-        return item
+        self._answers.put(answer if isinstance(answer, bytes) else answer.SerializeToString())
 
     def _check_whole(self, request: pb.ConsumeRequest) -> None:
         """A message, its first request and those it carries in `more`, checked whole
@@ -269,7 +266,7 @@ class ConsumeStream:
     async def _follow(
         self, ticket: int, request: pb.PollRequest, window: int, token: str
     ) -> pb.ConsumeResponse | None:
-        credit = self._credits[ticket] = Credit(window, self._backlog)
+        credit = self._credits[ticket] = Credit(window, self._answers.backlog)
         session, user = self.caller(token)
         mine = asyncio.current_task()
 

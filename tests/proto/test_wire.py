@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
-from sqltopic.proto.wire import batched, data_frame, follow_answer, varint
+from sqltopic.proto.wire import (
+    answer_head,
+    batched,
+    data_frame,
+    follow_answer,
+    follow_answer_after,
+    varint,
+)
 
 
 @pytest.mark.parametrize(
@@ -17,6 +24,8 @@ from sqltopic.proto.wire import batched, data_frame, follow_answer, varint
         (127, b"\x7f"),
         (128, b"\x80\x01"),
         (300, b"\xac\x02"),
+        (16_383, b"\xff\x7f"),  # the last one made in advance
+        (16_384, b"\x80\x80\x01"),  # the first one built
         (2**63, b"\x80" * 9 + b"\x01"),
         (2**64 - 1, b"\xff" * 9 + b"\x01"),
     ],
@@ -58,6 +67,19 @@ def test_a_follow_answer_is_the_message_built(kind: str, ticket: int, epoch: int
     frame = FRAMES[kind]
     got = pb.ConsumeResponse.FromString(follow_answer(ticket, frame.SerializeToString(), epoch))
     assert got == _built(ticket, frame, epoch)
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+@pytest.mark.parametrize(("ticket", "epoch"), [(0, 0), (7, 0), (7, 3), (2**40, 2**33)])
+def test_a_follow_answer_after_its_head_is_the_same_bytes(
+    kind: str, ticket: int, epoch: int
+) -> None:
+    frame = FRAMES[kind].SerializeToString()
+    assert follow_answer_after(answer_head(ticket), frame, epoch) == follow_answer(
+        ticket, frame, epoch
+    )
+    got = pb.ConsumeResponse.FromString(follow_answer_after(answer_head(ticket), frame, epoch))
+    assert got == _built(ticket, FRAMES[kind], epoch)
 
 
 @pytest.mark.parametrize("behind", [0, 1, 3])

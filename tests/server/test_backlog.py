@@ -12,8 +12,8 @@ import pytest
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.core.topic_reader import TopicBlock
-from sqltopic.server.dnode import backlog
-from sqltopic.server.dnode.backlog import Backlog
+from sqltopic.server.dnode import backlog, follow, poll_wire
+from sqltopic.server.dnode.backlog import Backlog, Outbox
 from sqltopic.server.dnode.follow import Credit, _Follower, _Frames
 from sqltopic.server.dnode.poll import Message
 from sqltopic.server.rpc.consume import ConsumeStream
@@ -56,6 +56,36 @@ def test_the_backlog_is_full_at_either_bound_and_room_comes_back(small: None) ->
         await asyncio.sleep(0)
         stopping.set()  # a server that stops waits for no room
         await asyncio.wait_for(stopped, DEADLINE_S)
+
+    asyncio.run(run())
+
+
+def test_an_outbox_gives_its_items_in_order_counting_answers_in_its_backlog(
+    small: None,
+) -> None:
+    async def run() -> None:
+        box = Outbox()
+        waiting = asyncio.create_task(box.get())
+        await asyncio.sleep(0)
+        assert not waiting.done()  # nothing to send yet: the sender waits
+        box.put(b"abc")
+        assert await asyncio.wait_for(waiting, DEADLINE_S) == b"abc"
+        assert (box.backlog.answers, box.backlog.bytes) == (0, 0)
+        error = ValueError("the stream ends")
+        for item in (b"1", b"22", error, b"333", None):
+            box.put(item)
+        assert (box.backlog.answers, box.backlog.bytes) == (3, 6)  # answers only
+        got = [box.get_nowait() for _ in range(5)]
+        assert got == [b"1", b"22", error, b"333", None]
+        assert (box.backlog.answers, box.backlog.bytes) == (0, 0)
+        assert box.empty()
+        with pytest.raises(IndexError):
+            box.get_nowait()
+        for _ in range(8):
+            box.put(b"x")
+        assert _full(box.backlog)  # its bound is the backlog's
+        box.get_nowait()
+        assert not _full(box.backlog)
 
     asyncio.run(run())
 
@@ -128,3 +158,27 @@ def test_a_follower_sends_nothing_while_its_stream_s_backlog_is_full(small: None
         assert follower.position == 10
 
     asyncio.run(run())
+
+
+def test_followers_of_one_message_frame_it_once_and_an_equal_one_is_not_framed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    framed: list[Message] = []
+    real = poll_wire.first_frame
+
+    def counted(message: Message, names: bool) -> tuple[int, bytes]:
+        framed.append(message)
+        return real(message, names)
+
+    monkeypatch.setattr(follow, "first_frame", counted)
+    frames = _Frames()
+    message = _message(1)
+    first = frames.of(message, True)
+    assert frames.of(message, True) == first  # the same object: by identity
+    same = Message("data", 1, 2, list(message.blocks))  # another object, the same blocks
+    assert frames.of(same, True) == first
+    assert framed == [message]
+    assert frames.of(message, False) != first  # without table names: framed apart
+    other = _message(1)  # equal rows in other blocks: framed for itself
+    assert frames.of(other, True) == first
+    assert framed == [message, message, other]

@@ -10,7 +10,13 @@ import pytest
 
 from sqltopic.errors import NoCommittedOffset, OffsetOutOfRange
 from sqltopic.server.core.engine import Engine
-from sqltopic.server.dnode.poll import PollLimits, read_message, start_position
+from sqltopic.server.dnode.poll import (
+    FirstMessages,
+    PollLimits,
+    first_message,
+    read_message,
+    start_position,
+)
 from sqltopic.server.vnode.offsets import OffsetStore
 from sqltopic.server.vnode.vnode import Vnode
 
@@ -55,6 +61,24 @@ def test_a_message_gathers_min_rows_over_many_entries(db: Engine) -> None:
     rest, final = _values(db, "odd", end, PollLimits(min_rows=10_000))
     assert values + rest == list(range(1, 400, 2))
     assert final == _vnode(db).wal.next_version
+
+
+def test_a_pass_makes_one_message_of_the_same_items_for_every_topic(db: Engine) -> None:
+    db.execute("CREATE TOPIC odd2 AS SELECT ts, v FROM t WHERE v % 2 = 1")
+    start = _vnode(db).wal.next_version
+    _insert(db, 0, 10)
+    found, end = db.read_topics(["odd", "odd2", "everything"], 1, start)
+    assert found["odd"] == found["odd2"]  # one form over the same entry: its block
+    made: FirstMessages = {}
+    first = first_message(db, "odd", found["odd"], start, end, made)
+    assert first_message(db, "odd2", found["odd2"], start, end, made) is first
+    alone = first_message(db, "odd", found["odd"], start, end)
+    assert (alone.kind, alone.offset, alone.end_offset) == (first.kind, start, end)
+    assert [b.data for b in alone.blocks] == [b.data for b in first.blocks]
+    assert first.blocks[0].data.column("v").to_pylist() == [1, 3, 5, 7, 9]
+    other = first_message(db, "everything", found["everything"], start, end, made)
+    assert other is not first  # other items: a message of its own
+    assert other.blocks[0].data.column("v").to_pylist() == list(range(10))
 
 
 def test_with_entries_waiting_a_poll_reads_ahead_of_min_rows(db: Engine) -> None:
