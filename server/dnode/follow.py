@@ -95,8 +95,8 @@ class _Frames:
     evaluates them once, and makes one message of them), so one framing serves them
     all. Kept per message: how many frames it takes and its first frame serialized (a
     follower sends a message of one frame only), with the message itself: the key holds
-    its blocks' identities, and `by_id` the message's own (the same object, looked up
-    by identity first)."""
+    its blocks' (or its event's) identities, and `by_id` the message's own (the same
+    object, looked up by identity first)."""
 
     found: dict[tuple[object, ...], tuple[Message, int, bytes]] = field(default_factory=dict)
     by_id: dict[tuple[int, bool], tuple[Message, int, bytes]] = field(default_factory=dict)
@@ -105,7 +105,9 @@ class _Frames:
         hit = self.by_id.get((id(message), names))
         if hit is not None and hit[0] is message:
             return hit[1], hit[2]
-        key = (message.kind, message.offset, message.end_offset, names,
+        # a meta message's event is its own (vnodes of one service reach the same
+        # versions with other events): its identity is in the key, held by the entry
+        key = (message.kind, message.offset, message.end_offset, names, id(message.meta),
                *((id(b.data), b.table_name) for b in message.blocks))  # fmt: skip
         hit = self.found.get(key)
         if hit is None:

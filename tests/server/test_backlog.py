@@ -12,7 +12,7 @@ import pytest
 
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.server.core.topic_reader import TopicBlock
-from sqltopic.server.dnode import backlog, follow, poll_wire
+from sqltopic.server.dnode import backlog
 from sqltopic.server.dnode.backlog import Backlog, Outbox
 from sqltopic.server.dnode.follow import Credit, _Follower, _Frames
 from sqltopic.server.dnode.poll import Message
@@ -158,27 +158,3 @@ def test_a_follower_sends_nothing_while_its_stream_s_backlog_is_full(small: None
         assert follower.position == 10
 
     asyncio.run(run())
-
-
-def test_followers_of_one_message_frame_it_once_and_an_equal_one_is_not_framed_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    framed: list[Message] = []
-    real = poll_wire.first_frame
-
-    def counted(message: Message, names: bool) -> tuple[int, bytes]:
-        framed.append(message)
-        return real(message, names)
-
-    monkeypatch.setattr(follow, "first_frame", counted)
-    frames = _Frames()
-    message = _message(1)
-    first = frames.of(message, True)
-    assert frames.of(message, True) == first  # the same object: by identity
-    same = Message("data", 1, 2, list(message.blocks))  # another object, the same blocks
-    assert frames.of(same, True) == first
-    assert framed == [message]
-    assert frames.of(message, False) != first  # without table names: framed apart
-    other = _message(1)  # equal rows in other blocks: framed for itself
-    assert frames.of(other, True) == first
-    assert framed == [message, message, other]
