@@ -535,7 +535,10 @@ def _only(pending: list[_Entry]) -> str | None:
 
 def _key(shape: _Shape, pending: list[_Entry]) -> EvaluationKey:
     """What an evaluation is a function of: the form, and the entries' identities."""
-    return shape.form, tuple((e.version, id(e.batch)) for e in pending)
+    if len(pending) == 1:  # most topics a write reaches have one entry in it
+        e = pending[0]
+        return shape.form, ((e.version, id(e.batch)),)
+    return shape.form, tuple([(e.version, id(e.batch)) for e in pending])
 
 
 @dataclass(frozen=True)

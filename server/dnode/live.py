@@ -334,11 +334,11 @@ class LiveHub:
             size = sizes[id(message)] = _size(message)
         # a standing waiter stays only where the level goes next (not before a meta event)
         whole = message.end_offset == next_version
-        kept: set[Waiter] = set()
+        gone: list[Waiter] = []  # the waiters leaving (most stand on: nothing to move)
         for waiter in bucket.waiters:
             if waiter.future.done():
-                continue  # answered meanwhile (its timer, a wake): it is leaving
-            if not _fits(message, size, waiter.limits):
+                pass  # answered meanwhile (its timer, a wake): it is leaving
+            elif not _fits(message, size, waiter.limits):
                 _settle(waiter.future, "look", None)
             elif waiter.sink is None:
                 _settle(waiter.future, "data", message)
@@ -347,14 +347,15 @@ class LiveHub:
             else:
                 verdict = waiter.sink(message)
                 if verdict == "stay" and whole:
-                    kept.add(waiter)
                     waiter.since = next_version
-                else:
-                    _settle(waiter.future, "look" if verdict == "skip" else "credit", None)
-        if not kept:
+                    continue
+                _settle(waiter.future, "look" if verdict == "skip" else "credit", None)
+            gone.append(waiter)
+        if len(gone) == len(bucket.waiters):
             _detach(bucket)
             return True
-        _split(bucket, kept)
+        if gone:
+            _split(bucket, gone)
         return False
 
     def _move(self, level: _Level, position: int) -> None:
@@ -398,15 +399,13 @@ def _release(buckets: Iterable[_Bucket]) -> None:
         _detach(bucket)
 
 
-def _split(bucket: _Bucket, kept: set[Waiter]) -> None:
-    """Keep only `kept` in `bucket`; the others go to a detached bucket of their own
-    (they are leaving: each discards itself when it resumes)."""
-    gone = bucket.waiters - kept
-    if gone:
-        out = _Bucket(bucket.topic, _Level(bucket.level.position), gone)
-        for waiter in gone:
-            waiter.bucket = out
-        bucket.waiters = kept
+def _split(bucket: _Bucket, gone: list[Waiter]) -> None:
+    """Move `gone` out of `bucket` to a detached bucket of their own (they are leaving:
+    each discards itself when it resumes); the others stay."""
+    out = _Bucket(bucket.topic, _Level(bucket.level.position), set(gone))
+    for waiter in gone:
+        waiter.bucket = out
+    bucket.waiters -= out.waiters
 
 
 def _detach(bucket: _Bucket) -> None:

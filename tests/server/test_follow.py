@@ -14,6 +14,7 @@ from sqltopic.client import Connection
 from sqltopic.errors import NoPermission
 from sqltopic.proto.sqltopic.v1 import sqltopic_pb2 as pb
 from sqltopic.proto.status import from_call_status
+from sqltopic.server.core.routing import HASH_SPACE, table_hash
 from sqltopic.server.dnode.follow import MAX_FOLLOW_WINDOW
 from tests.live_server import ServerProcess
 from tests.server.test_consume_stream import HOLD_MS, TOPIC, Stream, write
@@ -278,3 +279,63 @@ def test_a_requests_own_token_is_checked_as_its_session(
     stream.send(3, root_poll)
     assert answer(stream).WhichOneof("result") == "message"
     assert stream.close() == []
+
+
+def test_followers_of_two_vgroups_get_their_own_ddl_events_at_the_same_version(
+    live_power: Connection, wire: Wire
+) -> None:
+    """Both vnodes of the server reach one version with other DDL events: each follower
+    is sent its own vgroup's event. (A DDL event changes the catalog, which sends the
+    standing followers back to ordinary polls: the framing kept for followers never saw
+    these; tests/server/test_follow_frames.py covers its key.)"""
+    live_power.execute("CREATE TOPIC ddl WITH META AS DATABASE power")
+    sub = wire.subscribe("m", ["ddl"], auto_offset_reset=pb.OFFSET_RESET_LATEST)
+    asg = wire.assignment(sub.consumer_id)
+    vgroups = sorted(a.vgroup for a in asg.assignments)  # the database's order: hash slots
+    assert len(vgroups) == 2
+    stream = Stream(wire)
+    for ticket, vgroup in enumerate(vgroups):  # ticket i follows the vgroup of slot i
+        request = poll_request(sub.consumer_id, "m", "ddl", vgroup, asg.epoch, None,
+                               {"max_wait_ms": 1})  # fmt: skip
+        follow(stream, ticket + 1, request, window=MAX_FOLLOW_WINDOW)
+    ends = {}
+    for _ in vgroups:  # nothing yet: each first poll answers empty, where its WAL ends
+        got = answer(stream)
+        assert span(got)[0] == "empty"
+        ends[got.ticket] = span(got)[2]
+    names = {0: iter(n for n in _names() if _slot(n) == 0),
+             1: iter(n for n in _names() if _slot(n) == 1)}  # fmt: skip
+    created: dict[int, str] = {}
+
+    def create(slot: int) -> None:
+        created[slot + 1] = name = next(names[slot])
+        live_power.execute(f"CREATE TABLE {name} USING meters TAGS ('x', 1)")
+        got = answer(stream)
+        kind, offset, end = span(got)
+        assert (got.ticket, kind, offset) == (slot + 1, "meta", ends[slot + 1])
+        assert f'"{name}"' in got.message.meta.event_json
+        ends[got.ticket] = end
+        grant(stream, got.ticket)
+
+    for _ in range(MAX_EQUALIZING):  # the vgroup behind catches up with DDL events
+        if ends[1] == ends[2]:
+            break
+        create(0 if ends[1] < ends[2] else 1)
+    assert ends[1] == ends[2]
+    create(0)
+    create(1)  # at the same version as the event just sent on ticket 1
+    assert ends[1] == ends[2]
+    assert stream.close() == []
+
+
+# Tables created at most to bring two vgroups' WALs to the same version.
+MAX_EQUALIZING = 50
+
+
+def _names() -> Iterator[str]:
+    return (f"ddl{k}" for k in range(10_000))
+
+
+def _slot(name: str) -> int:
+    """The hash slot of table `name` of database power (VGROUPS 2): server/core/routing."""
+    return table_hash("power", name) * 2 // HASH_SPACE
