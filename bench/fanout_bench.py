@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 import grpc
@@ -279,7 +279,15 @@ def fanout_server(root: Path) -> Iterator[ServerChild]:
         yield server
 
 
-def create_schema(conn: Connection) -> None:
+class Executes(Protocol):
+    """What runs the schema's statements: a client's connection, or an engine in
+    process (bench/pass_bench.py)."""
+
+    def execute(self, sql: str, /) -> object: ...
+
+
+def create_schema(conn: Executes) -> None:
+    """Database DB of VGROUPS vgroups, super table meters and its DEVICES children."""
     conn.execute(
         f"CREATE DATABASE {DB} VGROUPS {VGROUPS} PRECISION 'us'; USE {DB}; "
         "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) "

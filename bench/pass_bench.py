@@ -139,18 +139,7 @@ class Phase:
 
     def __init__(self, root: Path, label: str, count: int) -> None:
         self.engine = Engine(root)
-        self.engine.execute(
-            f"CREATE DATABASE {fan.DB} VGROUPS {fan.VGROUPS} PRECISION 'us'; USE {fan.DB}; "
-            "CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) "
-            "TAGS (groupid INT, location VARCHAR(24))"
-        )
-        self.engine.execute(
-            "; ".join(
-                f"CREATE TABLE d{i} USING meters TAGS ({i % fan.GROUPS}, "
-                f"'{fan.LOCATIONS[i % len(fan.LOCATIONS)]}')"
-                for i in range(fan.DEVICES)
-            )
-        )
+        fan.create_schema(self.engine)
         ddl, self.subs = _subs(label, count)
         for statement in ddl:
             self.engine.execute(statement)

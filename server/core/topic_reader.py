@@ -223,11 +223,10 @@ def _together(
         if topic.kind != "query" or topic.params or not collector.pending:
             continue
         plan = collector.plan
-        shape = plan.shape if plan is not None else None
-        if shape is None:
-            shape = _Shape.of_state(state, topic)
-            if plan is not None:
-                plan.shape = shape
+        assert plan is not None  # a shared pass's collectors come with their plans
+        if plan.shape is None:
+            plan.shape = _Shape.of_state(state, topic)
+        shape = plan.shape
         key = _key(shape, collector.pending)
         keyed.append((collector, key))
         if key not in shared:

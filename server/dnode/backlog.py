@@ -70,8 +70,8 @@ class Outbox:
     pass puts an answer per follower, and the queue's bookkeeping cost more than the
     put.) Event loop only."""
 
-    def __init__(self, backlog: Backlog | None = None) -> None:
-        self.backlog = backlog if backlog is not None else Backlog()
+    def __init__(self) -> None:
+        self.backlog = Backlog()
         self._items: deque[Item] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
