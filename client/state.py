@@ -47,6 +47,14 @@ R = TypeVar("R")
 # Where in a periodic interval (auto-commits, heartbeats) a process acts, as a fraction
 # of it per process id: the golden ratio's fraction spreads consecutive ids evenly.
 PROCESS_PHASE_STEP = 0.6180339887
+# A process's consumers auto-commit in this many cohorts spread evenly over the interval,
+# each new consumer joining the next: a cohort's commits still go as one message on
+# their shared stream and share the server's transactions, while the commits and answers
+# a process handles at one instant are a fifth of its consumers' (250 at once held that
+# process's messages back by 20-40 ms: docs/performance.md §9.20).
+AUTO_COMMIT_COHORTS = 5
+# The cohort of the next consumer made in this process.
+_commit_cohorts = itertools.count()
 # A vnode that has not yet learnt the newest assignment catches up within moments.
 REBALANCE_RETRY_S = 0.2
 # Tries of a call that keeps answering RebalanceInProgress before its error is raised.
@@ -128,11 +136,13 @@ class Held:
     fenced: bool = False  # a vnode refused us here: if it moves on, it is lost, not revoked
 
 
-def phase_at(now: float, period: float) -> float:
+def phase_at(now: float, period: float, cohort: int = 0, cohorts: int = 1) -> float:
     """The first instant after `now` at this process's phase of `period` seconds (on the
     clock `now` is read from): what a process's consumers do periodically, they do at
-    the same instants, and other processes at others."""
-    phase = (os.getpid() * PROCESS_PHASE_STEP) % 1.0 * period
+    the same instants, and other processes at others. With `cohorts`, the period is cut
+    into that many equal parts, the process's phase falls within each, and `cohort`
+    says which part's."""
+    phase = ((os.getpid() * PROCESS_PHASE_STEP) % 1.0 + cohort) / cohorts * period
     return now + period - (now - phase) % period
 
 
@@ -182,20 +192,23 @@ class CoreState:
         self._committed: dict[Key, int] = {}  # last stored by us (auto-commit skips these)
         self.auto_committing = False  # a periodic auto-commit runs in the background
         self._turn = 0  # round-robin start among ready vgroups
+        self._commit_cohort = next(_commit_cohorts) % AUTO_COMMIT_COHORTS
         self._commit_at = self.next_commit_at()
         self._recheck_at = 0.0
         self._membership_at = 0.0  # no mnode calls from poll before this (server away)
 
     def next_commit_at(self) -> float:
         """When the next periodic auto-commit is due: the next instant of this process's
-        phase of the interval on the clock (the machine's monotonic clock). The
-        auto-commits of a process's consumers then come together, as one message on
-        their shared stream, and the server stores them in one group (commits spread
-        over the interval cost it a message and a transaction per vnode each:
-        docs/performance.md §9.10); processes keep apart, so a server does not get
-        every process's commits at the same instant."""
+        phase of the interval on the clock (the machine's monotonic clock), moved on by
+        the consumer's cohort (AUTO_COMMIT_COHORTS). The auto-commits of a cohort then
+        come together, as one message on their shared stream, and the server stores
+        them in one group (commits spread over the interval cost it a message and a
+        transaction per vnode each: docs/performance.md §9.10); processes keep apart,
+        so a server does not get every process's commits at the same instant."""
         now, period = self.clock(), self.config.auto_commit_interval_ms / 1000
-        return phase_at(now, period) if period > 0 else now
+        if period <= 0:
+            return now
+        return phase_at(now, period, self._commit_cohort, AUTO_COMMIT_COHORTS)
 
     @property
     def metadata(self) -> Metadata:

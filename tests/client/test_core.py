@@ -4,6 +4,7 @@ checked exactly (no threads, no timing)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -134,22 +135,29 @@ def make(vgroups: list[int], **extra: str) -> tuple[ConsumerCore, FakeServer]:
 
 
 @pytest.mark.parametrize("now", [0.0, 3.2, 4.999, 12_345.678])
-def test_auto_commits_fall_due_at_the_process_phase_of_the_interval(
+def test_auto_commits_fall_due_at_the_process_phase_of_the_interval_in_cohorts(
     now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock()
     clock.now = now
     config = parse_config({"group.id": "g", "auto.commit.interval.ms": "5000"})
-    phases = []
+    cohorts = client_state.AUTO_COMMIT_COHORTS
+    part = 5.0 / cohorts
+    firsts = []
     for pid in (1000, 1001):  # two processes' consumers
         monkeypatch.setattr("os.getpid", lambda pid=pid: pid)
-        due = ConsumerCore(config, clock=clock).next_commit_at()
-        assert now < due <= now + 5.0  # within one interval, never now
-        phases.append(due % 5.0)
-        # every consumer of the process: the same instant
-        assert ConsumerCore(config, clock=clock).next_commit_at() == due
-    assert abs(phases[0] - phases[1]) > 1.0  # processes keep apart
-    assert phases[0] == pytest.approx((1000 * client_state.PROCESS_PHASE_STEP) % 1.0 * 5.0)
+        dues = [ConsumerCore(config, clock=clock).next_commit_at() for _ in range(2 * cohorts)]
+        assert all(now < due <= now + 5.0 for due in dues)  # within one interval, never now
+        # consumers made one after another join the cohorts in turn: the next ones
+        # commit with the first ones, at the cohorts' instants a part of the period apart
+        assert dues[cohorts:] == dues[:cohorts]
+        phases = sorted(due % 5.0 for due in dues[:cohorts])
+        steps = [later - earlier for earlier, later in itertools.pairwise(phases)]
+        assert steps == pytest.approx([part] * (cohorts - 1))
+        firsts.append(phases[0])
+    # processes keep apart within each part
+    assert abs(firsts[0] - firsts[1]) > part / 4
+    assert firsts[0] == pytest.approx((1000 * client_state.PROCESS_PHASE_STEP) % 1.0 * part)
 
 
 def test_auto_commits_with_a_zero_interval_are_due_at_once() -> None:
