@@ -50,8 +50,8 @@ PROCESS_PHASE_STEP = 0.6180339887
 # A process's consumers auto-commit in this many cohorts spread evenly over the interval,
 # each new consumer joining the next: a cohort's commits still go as one message on
 # their shared stream and share the server's transactions, while the commits and answers
-# a process handles at one instant are a fifth of its consumers' (250 at once held that
-# process's messages back by 20-40 ms: docs/performance.md §9.20).
+# a process handles at one instant are a fifth of its consumers' (with 250 at once, that
+# process's messages arrived 50-120 ms late, the others' 15-30: docs/performance.md §9.20).
 AUTO_COMMIT_COHORTS = 5
 # The cohort of the next consumer made in this process.
 _commit_cohorts = itertools.count()
